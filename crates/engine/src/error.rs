@@ -1,0 +1,44 @@
+//! Typed engine errors. Protocol layers map these onto their own error codes
+//! (NBD errno values, SCSI sense data); the engine never knows which.
+
+use std::io;
+
+/// Every failure the engine can report to a caller.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("volume '{0}' does not exist")]
+    VolumeNotFound(String),
+    #[error("volume '{0}' already exists")]
+    VolumeExists(String),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("range {offset_bytes}+{length_bytes} is beyond the end of the volume ({size_bytes} bytes)")]
+    OutOfRange {
+        offset_bytes: u64,
+        length_bytes: u64,
+        size_bytes: u64,
+    },
+    #[error("out of space: {0}")]
+    NoSpace(String),
+    #[error("corrupt record: {0}")]
+    Corruption(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("metadata store: {0}")]
+    Metadata(String),
+}
+
+pub type Result<T> = std::result::Result<T, EngineError>;
+
+impl EngineError {
+    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+        EngineError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Reports the engine gives the control plane: per-volume and array-wide space.
+//! All byte figures are exact counters maintained by the engine, not estimates.
+
+use serde::{Deserialize, Serialize};
+
+/// One volume as the control plane sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VolumeInfo {
+    pub name: String,
+    pub id: u64,
+    pub size_bytes: u64,
+    /// Bytes of the volume holding data (not holes, not zeroes): what a host wrote
+    /// and has not unmapped.
+    pub written_bytes: u64,
+    /// Share of the volume never written or unmapped, in percent (seed 000's
+    /// `thin_provisioning`).
+    pub thin_provisioning_percent: f64,
+    /// Logical bytes of data the volume references (same as `written_bytes`; kept
+    /// separate so snapshots can later add to it).
+    pub logical_data_bytes: u64,
+    /// Physical bytes of blocks referenced only by this volume.
+    pub unique_physical_bytes: u64,
+    /// Physical bytes of blocks this volume shares with others (dedup), counted in
+    /// proportion to its share of the references.
+    pub shared_physical_bytes: u64,
+    /// logical_data_bytes ÷ (unique + shared physical bytes); 1.0 when empty.
+    pub data_reduction_ratio: f64,
+    pub created_unix_s: u64,
+}
+
+/// The whole array's space, in bytes. `physical_used + free == capacity` and
+/// `physical_used == live + stale`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpaceReport {
+    pub capacity_bytes: u64,
+    /// Bytes occupied in segments: live records plus stale ones not yet freed.
+    pub physical_used_bytes: u64,
+    /// Bytes of live (referenced) records.
+    pub live_physical_bytes: u64,
+    /// Bytes of dead records still occupying segments, awaiting reclaim.
+    pub stale_bytes: u64,
+    pub free_bytes: u64,
+    /// Sum of the volumes' sizes.
+    pub provisioned_bytes: u64,
+    /// Sum of the volumes' written (data) bytes.
+    pub logical_data_bytes: u64,
+    /// Logical bytes under unmap / write-zeroes range records whose old mappings the
+    /// background reclaimer has not yet dropped.
+    pub reclaim_backlog_bytes: u64,
+    /// logical_data_bytes ÷ live_physical_bytes (dedup + compression + pattern removal).
+    pub data_reduction_ratio: f64,
+    /// provisioned_bytes ÷ physical_used_bytes (adds thin provisioning).
+    pub total_reduction_ratio: f64,
+    pub volume_count: u64,
+    pub segment_count: u64,
+}
+
+/// The state of a run of bytes, as NBD `base:allocation` and SCSI GET LBA STATUS
+/// report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExtentState {
+    /// Holds data.
+    Data,
+    /// Reads as zeroes, but is allocated (written zeroes).
+    Zero,
+    /// Never written or unmapped; reads as zeroes.
+    Hole,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub length_bytes: u64,
+    pub state: ExtentState,
+}

@@ -12,7 +12,9 @@ pub enum EngineError {
     VolumeExists(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    #[error("range {offset_bytes}+{length_bytes} is beyond the end of the volume ({size_bytes} bytes)")]
+    #[error(
+        "range {offset_bytes}+{length_bytes} is beyond the end of the volume ({size_bytes} bytes)"
+    )]
     OutOfRange {
         offset_bytes: u64,
         length_bytes: u64,

@@ -1,0 +1,487 @@
+//! The volume catalog (create, delete, resize, reports) and recovery at open.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Mutex, RwLock};
+use redb::{Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use serde::{Deserialize, Serialize};
+
+use crate::bitmap::DataBitmap;
+use crate::meta::{self, kv_error, BlockRec, MapValue, RangeKind, RangeRec, Target};
+use crate::ranges::RangeMap;
+use crate::segment::{FileSegmentStore, SegmentStore};
+use crate::tx::{SegState, WriterState};
+use crate::{
+    Engine, EngineError, Result, SpaceReport, VolumeInfo, VolumeShared, VolumeView, GRAIN_BYTES,
+    MAX_VOLUME_BYTES, SECTOR_BYTES,
+};
+
+/// A volume's persistent record (JSON in the `volumes` table: rare writes, easy
+/// to extend).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VolumeRec {
+    pub id: u64,
+    pub name: String,
+    pub size_bytes: u64,
+    pub created_unix_s: u64,
+}
+
+pub(crate) struct Recovered {
+    pub volumes: HashMap<String, Arc<VolumeShared>>,
+    pub writer: WriterState,
+}
+
+/// Volume names are NBD export names and, later, parts of snapshot names
+/// (`VOL@SNAP`): keep them to a safe alphabet.
+pub fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::InvalidArgument(format!(
+            "invalid volume name '{name}': use 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')"
+        )))
+    }
+}
+
+fn validate_size(size_bytes: u64) -> Result<()> {
+    if size_bytes == 0 || size_bytes % SECTOR_BYTES != 0 || size_bytes > MAX_VOLUME_BYTES {
+        return Err(EngineError::InvalidArgument(format!(
+            "invalid size {size_bytes}: must be a non-zero multiple of {SECTOR_BYTES} bytes, at most {MAX_VOLUME_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
+fn now_unix_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn grains_of(size_bytes: u64) -> u64 {
+    size_bytes.div_ceil(GRAIN_BYTES)
+}
+
+impl Engine {
+    pub fn create_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo> {
+        validate_name(name)?;
+        validate_size(size_bytes)?;
+        let mut volumes = self.volumes.write();
+        if volumes.contains_key(name) {
+            return Err(EngineError::VolumeExists(name.to_string()));
+        }
+        let mut ws = self.writer.lock();
+        let rec = self.transact(&mut ws, true, |st, t, _| {
+            st.next_volume_id += 1;
+            let rec = VolumeRec {
+                id: st.next_volume_id,
+                name: name.to_string(),
+                size_bytes,
+                created_unix_s: now_unix_s(),
+            };
+            let json = serde_json::to_vec(&rec).expect("volume record serialises");
+            t.volumes.insert(name, &json[..]).map_err(kv_error)?;
+            st.records_written += 1;
+            Ok(rec)
+        })?;
+        drop(ws);
+        let shared = Arc::new(volume_shared(&rec, RangeMap::default()));
+        volumes.insert(name.to_string(), shared.clone());
+        drop(volumes);
+        Ok(self.info_of(&shared))
+    }
+
+    /// Deletes a volume at once; the reclaimer drops its mappings in the background.
+    pub fn delete_volume(&self, name: &str) -> Result<()> {
+        let mut volumes = self.volumes.write();
+        let shared = volumes
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))?;
+        let view = shared.view.write();
+        let mut ws = self.writer.lock();
+        let grains = grains_of(view.size_bytes);
+        self.transact(&mut ws, true, |st, t, _| {
+            t.volumes.remove(name).map_err(kv_error)?;
+            t.doomed.insert(shared.id, grains).map_err(kv_error)?;
+            st.records_written += 2;
+            Ok(())
+        })?;
+        ws.doomed.insert(shared.id, grains);
+        shared.deleted.store(true, Ordering::SeqCst);
+        volumes.remove(name);
+        drop((ws, view, volumes));
+        self.wake_reclaimer();
+        Ok(())
+    }
+
+    /// Grows or shrinks a volume. Shrinking unmaps what falls off the end (one range
+    /// record) so a later grow exposes zeroes, never old data.
+    pub fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo> {
+        validate_size(size_bytes)?;
+        let shared = self
+            .volumes
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))?;
+        let old_size = shared.view.read().size_bytes;
+        if size_bytes < old_size {
+            self.write_range(&shared, size_bytes, old_size - size_bytes, RangeKind::Hole)?;
+        }
+        let mut view = shared.view.write();
+        let mut ws = self.writer.lock();
+        let rec = VolumeRec {
+            id: shared.id,
+            name: shared.name.clone(),
+            size_bytes,
+            created_unix_s: shared.created_unix_s,
+        };
+        self.transact(&mut ws, true, |st, t, _| {
+            let json = serde_json::to_vec(&rec).expect("volume record serialises");
+            t.volumes.insert(name, &json[..]).map_err(kv_error)?;
+            st.records_written += 1;
+            Ok(())
+        })?;
+        view.size_bytes = size_bytes;
+        shared.bitmap.lock().resize(grains_of(size_bytes));
+        drop((ws, view));
+        Ok(self.info_of(&shared))
+    }
+
+    pub fn volume_info(&self, name: &str) -> Result<VolumeInfo> {
+        let shared = self
+            .volumes
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))?;
+        Ok(self.info_of(&shared))
+    }
+
+    pub fn list_volumes(&self) -> Vec<VolumeInfo> {
+        let mut all: Vec<_> = self.volumes.read().values().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all.iter().map(|v| self.info_of(v)).collect()
+    }
+
+    fn info_of(&self, shared: &VolumeShared) -> VolumeInfo {
+        let size_bytes = shared.view.read().size_bytes;
+        let written_bytes = (shared.bitmap.lock().count() * GRAIN_BYTES).min(size_bytes);
+        let (unique, shared_bytes) = self.physical_of(shared.id).unwrap_or((0, 0));
+        let physical = unique + shared_bytes;
+        VolumeInfo {
+            name: shared.name.clone(),
+            id: shared.id,
+            size_bytes,
+            written_bytes,
+            thin_provisioning_percent: 100.0 * (1.0 - written_bytes as f64 / size_bytes as f64),
+            logical_data_bytes: written_bytes,
+            unique_physical_bytes: unique,
+            shared_physical_bytes: shared_bytes,
+            data_reduction_ratio: if physical == 0 {
+                1.0
+            } else {
+                written_bytes as f64 / physical as f64
+            },
+            created_unix_s: shared.created_unix_s,
+        }
+    }
+
+    /// (unique, shared) physical bytes of a volume's references: a block referenced
+    /// once counts whole; a shared block counts its size divided by its references,
+    /// so the figures of all volumes add up to the live bytes. One scan of the
+    /// volume's mappings.
+    fn physical_of(&self, volume: u64) -> Result<(u64, u64)> {
+        let txn = self.begin_read()?;
+        let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
+        let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;
+        let (mut unique, mut shared) = (0u64, 0f64);
+        for item in maps
+            .range((volume, 0)..=(volume, u64::MAX))
+            .map_err(kv_error)?
+        {
+            let (_, value) = item.map_err(kv_error)?;
+            let Target::Block(id) = MapValue::decode(value.value())?.target else {
+                continue;
+            };
+            let Some(rec) = blocks.get(id).map_err(kv_error)? else {
+                continue;
+            };
+            let rec = BlockRec::decode(rec.value())?;
+            if rec.refcount == 1 {
+                unique += rec.record_bytes();
+            } else {
+                shared += rec.record_bytes() as f64 / f64::from(rec.refcount);
+            }
+        }
+        Ok((unique, shared.round() as u64))
+    }
+
+    pub fn space(&self) -> SpaceReport {
+        let (used, live, segment_count, doomed_grains) = {
+            let ws = self.writer.lock();
+            (
+                ws.used_bytes(),
+                ws.live_bytes(),
+                ws.segments.len() as u64,
+                ws.doomed.values().sum::<u64>(),
+            )
+        };
+        let volumes: Vec<_> = self.volumes.read().values().cloned().collect();
+        let mut provisioned = 0;
+        let mut logical = 0;
+        let mut backlog_grains = doomed_grains;
+        for v in &volumes {
+            let view = v.view.read();
+            provisioned += view.size_bytes;
+            backlog_grains += view.ranges.unreclaimed_grains();
+            logical += (v.bitmap.lock().count() * GRAIN_BYTES).min(view.size_bytes);
+        }
+        let capacity = self.config.capacity_bytes;
+        SpaceReport {
+            capacity_bytes: capacity,
+            physical_used_bytes: used,
+            live_physical_bytes: live,
+            stale_bytes: used - live,
+            free_bytes: capacity.saturating_sub(used),
+            provisioned_bytes: provisioned,
+            logical_data_bytes: logical,
+            reclaim_backlog_bytes: backlog_grains * GRAIN_BYTES,
+            data_reduction_ratio: if live == 0 {
+                1.0
+            } else {
+                logical as f64 / live as f64
+            },
+            total_reduction_ratio: if used == 0 {
+                1.0
+            } else {
+                provisioned as f64 / used as f64
+            },
+            volume_count: volumes.len() as u64,
+            segment_count,
+        }
+    }
+}
+
+fn volume_shared(rec: &VolumeRec, ranges: RangeMap) -> VolumeShared {
+    VolumeShared {
+        id: rec.id,
+        name: rec.name.clone(),
+        created_unix_s: rec.created_unix_s,
+        deleted: AtomicBool::new(false),
+        view: RwLock::new(VolumeView {
+            size_bytes: rec.size_bytes,
+            ranges,
+        }),
+        bitmap: Mutex::new(DataBitmap::new(grains_of(rec.size_bytes))),
+    }
+}
+
+/// Brings the array back after a clean stop or a crash: redb has already rolled
+/// back to its last durable commit; here segment files are reconciled with it
+/// (unreferenced tails trimmed, segments it never knew removed) and the in-memory
+/// views (range maps, data bitmaps, segment accounting) rebuilt.
+pub(crate) fn recover(
+    db: &redb::Database,
+    store: &FileSegmentStore,
+    capacity_bytes: u64,
+) -> Result<Recovered> {
+    ensure_tables(db)?;
+    let txn = db.begin_read().map_err(kv_error)?;
+    let counters = txn.open_table(meta::COUNTERS).map_err(kv_error)?;
+    let mut ws = WriterState {
+        next_block_id: meta::read_counter(&counters, "next_block_id")?,
+        next_seq: meta::read_counter(&counters, "next_seq")?,
+        next_volume_id: meta::read_counter(&counters, "next_volume_id")?,
+        next_segment_id: meta::read_counter(&counters, "next_segment_id")?
+            .try_into()
+            .map_err(|_| EngineError::Corruption("segment counter".into()))?,
+        capacity_bytes,
+        ..WriterState::default()
+    };
+    for item in txn
+        .open_table(meta::SEGMENTS)
+        .map_err(kv_error)?
+        .iter()
+        .map_err(kv_error)?
+    {
+        let (id, value) = item.map_err(kv_error)?;
+        let (written_bytes, live_bytes) = value.value();
+        ws.segments.insert(
+            id.value(),
+            SegState {
+                written_bytes,
+                live_bytes,
+            },
+        );
+    }
+    for item in txn
+        .open_table(meta::DOOMED)
+        .map_err(kv_error)?
+        .iter()
+        .map_err(kv_error)?
+    {
+        let (id, grains) = item.map_err(kv_error)?;
+        ws.doomed.insert(id.value(), grains.value());
+    }
+    reconcile_segments(store, &mut ws)?;
+    // New writes always go to a fresh segment: nothing is ever appended after a
+    // tail that a crash may have torn.
+    ws.open_segment = ws.next_segment_id;
+    ws.next_segment_id += 1;
+    persist_segment_counter(db, ws.next_segment_id)?;
+    for (&id, state) in &ws.segments {
+        if state.live_bytes == 0 {
+            ws.pending_free.insert(id);
+        }
+    }
+    let volumes = load_volumes(&txn)?;
+    Ok(Recovered {
+        volumes,
+        writer: ws,
+    })
+}
+
+fn ensure_tables(db: &redb::Database) -> Result<()> {
+    let mut txn = db.begin_write().map_err(kv_error)?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(kv_error)?;
+    txn.set_quick_repair(true);
+    drop(crate::tx::Tables::open(&txn)?);
+    txn.commit().map_err(kv_error)
+}
+
+/// The fresh open segment's id must never be handed out again, even if the next
+/// crash comes before any other durable commit.
+fn persist_segment_counter(db: &redb::Database, next_segment_id: u32) -> Result<()> {
+    let mut txn = db.begin_write().map_err(kv_error)?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(kv_error)?;
+    txn.set_quick_repair(true);
+    txn.open_table(meta::COUNTERS)
+        .map_err(kv_error)?
+        .insert("next_segment_id", u64::from(next_segment_id))
+        .map_err(kv_error)?;
+    txn.commit().map_err(kv_error)
+}
+
+fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<()> {
+    let on_disk = store
+        .list()
+        .map_err(|e| EngineError::io("listing segments", e))?;
+    for (id, length_bytes) in on_disk {
+        match ws.segments.get(&id) {
+            None => {
+                tracing::info!(
+                    segment = id,
+                    "removing a segment the metadata never committed"
+                );
+                store
+                    .remove(id)
+                    .map_err(|e| EngineError::io(format!("removing segment {id}"), e))?;
+            }
+            Some(state) if length_bytes > state.written_bytes => {
+                tracing::info!(
+                    segment = id,
+                    length_bytes,
+                    kept = state.written_bytes,
+                    "trimming a segment tail"
+                );
+                store
+                    .truncate(id, state.written_bytes)
+                    .map_err(|e| EngineError::io(format!("trimming segment {id}"), e))?;
+            }
+            Some(state) if length_bytes < state.written_bytes => {
+                return Err(EngineError::Corruption(format!(
+                    "segment {id} holds {length_bytes} bytes but the metadata references {}",
+                    state.written_bytes
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    let present: std::collections::BTreeSet<_> = store
+        .list()
+        .map_err(|e| EngineError::io("listing segments", e))?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    for (&id, state) in &ws.segments {
+        if state.written_bytes > 0 && !present.contains(&id) {
+            return Err(EngineError::Corruption(format!("segment {id} is missing")));
+        }
+    }
+    Ok(())
+}
+
+fn load_volumes(txn: &redb::ReadTransaction) -> Result<HashMap<String, Arc<VolumeShared>>> {
+    let vol_table = txn.open_table(meta::VOLUMES).map_err(kv_error)?;
+    let range_table = txn.open_table(meta::RANGES).map_err(kv_error)?;
+    let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
+    let mut volumes = HashMap::new();
+    for item in vol_table.iter().map_err(kv_error)? {
+        let (_, json) = item.map_err(kv_error)?;
+        let rec: VolumeRec = serde_json::from_slice(json.value())
+            .map_err(|e| EngineError::Corruption(format!("volume record: {e}")))?;
+        let mut ranges = RangeMap::default();
+        for item in range_table
+            .range((rec.id, 0)..=(rec.id, u64::MAX))
+            .map_err(kv_error)?
+        {
+            let (key, value) = item.map_err(kv_error)?;
+            ranges.load(key.value().1, RangeRec::decode(value.value())?);
+        }
+        let shared = volume_shared(&rec, ranges);
+        rebuild_bitmap(&shared, &maps)?;
+        volumes.insert(rec.name.clone(), Arc::new(shared));
+    }
+    let _ = maps.len();
+    Ok(volumes)
+}
+
+/// A grain holds data when its effective content (the newer of its point mapping
+/// and covering range record) is a block or a non-zero pattern.
+fn rebuild_bitmap(
+    shared: &VolumeShared,
+    maps: &redb::ReadOnlyTable<(u64, u64), &'static [u8]>,
+) -> Result<()> {
+    let view = shared.view.read();
+    let mut bitmap = shared.bitmap.lock();
+    let grains = grains_of(view.size_bytes);
+    for (start, rec) in view.ranges.iter() {
+        if let RangeKind::Pattern(p) = rec.kind {
+            if p != 0 {
+                bitmap.set_range(start.min(grains), rec.end_grain.min(grains), true);
+            }
+        }
+    }
+    for item in maps
+        .range((shared.id, 0)..=(shared.id, u64::MAX))
+        .map_err(kv_error)?
+    {
+        let (key, value) = item.map_err(kv_error)?;
+        let grain = key.value().1;
+        let value = MapValue::decode(value.value())?;
+        if grain >= grains {
+            continue;
+        }
+        if let Some((_, range)) = view.ranges.find(grain) {
+            if range.seq > value.seq {
+                continue;
+            }
+        }
+        bitmap.set(grain, crate::io::is_data(value.target));
+    }
+    Ok(())
+}

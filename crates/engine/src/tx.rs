@@ -1,0 +1,384 @@
+//! One metadata transaction of the write path: the tables it touches, the block
+//! reference counting, and the segment space it allocates.
+//!
+//! Everything a transaction changes outside redb (segment cursor, counters, live
+//! bytes) is kept in [`TxState`] as local copies and applied to the shared
+//! [`WriterState`] only after the commit succeeded, so an aborted transaction (say,
+//! out of space) leaves no trace.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use redb::{Durability, ReadableTable, Table, WriteTransaction};
+
+use crate::grain::DataGrain;
+use crate::meta::{self, kv_error, BlockRec, MapValue, Target};
+use crate::segment::{self, RecordHeader, SegmentId, SEGMENT_TARGET_BYTES};
+use crate::{EngineError, Result};
+
+/// Space accounting of one segment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SegState {
+    /// Bytes appended (records and their headers).
+    pub written_bytes: u64,
+    /// Bytes of records still referenced.
+    pub live_bytes: u64,
+}
+
+/// State shared by every writer, guarded by the engine's writer mutex.
+#[derive(Debug, Default)]
+pub struct WriterState {
+    pub segments: BTreeMap<SegmentId, SegState>,
+    pub open_segment: SegmentId,
+    pub next_block_id: u64,
+    pub next_seq: u64,
+    pub next_volume_id: u64,
+    pub next_segment_id: SegmentId,
+    /// Segments written since the last sync.
+    pub dirty_segments: BTreeSet<SegmentId>,
+    /// Sealed segments with no live record, freed after the next durable commit.
+    pub pending_free: BTreeSet<SegmentId>,
+    /// Deleted volumes still holding mappings: id → grains.
+    pub doomed: BTreeMap<u64, u64>,
+    pub capacity_bytes: u64,
+}
+
+impl WriterState {
+    pub fn used_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.written_bytes).sum()
+    }
+
+    pub fn live_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.live_bytes).sum()
+    }
+
+    /// The open segment holds records but none is live: seal it so it can be freed.
+    pub fn open_segment_dead(&self) -> bool {
+        self.segments
+            .get(&self.open_segment)
+            .is_some_and(|s| s.written_bytes > 0 && s.live_bytes == 0)
+    }
+
+    /// Whether a durable commit would free anything.
+    pub fn has_space_to_free(&self) -> bool {
+        !self.pending_free.is_empty() || self.open_segment_dead()
+    }
+}
+
+/// The open tables of one write transaction.
+pub struct Tables<'t> {
+    pub maps: Table<'t, (u64, u64), &'static [u8]>,
+    pub blocks: Table<'t, u64, &'static [u8]>,
+    pub dedup: Table<'t, &'static [u8], u64>,
+    pub ranges: Table<'t, (u64, u64), &'static [u8]>,
+    pub volumes: Table<'t, &'static str, &'static [u8]>,
+    pub segments: Table<'t, u32, (u64, u64)>,
+    pub doomed: Table<'t, u64, u64>,
+    pub counters: Table<'t, &'static str, u64>,
+}
+
+impl<'t> Tables<'t> {
+    pub fn open(txn: &'t WriteTransaction) -> Result<Self> {
+        Ok(Tables {
+            maps: txn.open_table(meta::MAPPINGS).map_err(kv_error)?,
+            blocks: txn.open_table(meta::BLOCKS).map_err(kv_error)?,
+            dedup: txn.open_table(meta::DEDUP).map_err(kv_error)?,
+            ranges: txn.open_table(meta::RANGES).map_err(kv_error)?,
+            volumes: txn.open_table(meta::VOLUMES).map_err(kv_error)?,
+            segments: txn.open_table(meta::SEGMENTS).map_err(kv_error)?,
+            doomed: txn.open_table(meta::DOOMED).map_err(kv_error)?,
+            counters: txn.open_table(meta::COUNTERS).map_err(kv_error)?,
+        })
+    }
+}
+
+/// Local copies of what a transaction changes outside redb.
+pub struct TxState {
+    pub next_block_id: u64,
+    pub next_seq: u64,
+    pub next_volume_id: u64,
+    pub next_segment_id: SegmentId,
+    pub open_segment: SegmentId,
+    /// Changes to segments' accounting: id → (written delta, live delta).
+    seg_delta: BTreeMap<SegmentId, (i64, i64)>,
+    /// Encoded records to append, per segment: (offset, bytes).
+    appends: BTreeMap<SegmentId, (u64, Vec<u8>)>,
+    used_bytes: u64,
+    capacity_bytes: u64,
+    /// Metadata rows inserted or removed (the complexity tests count these).
+    pub records_written: u64,
+    /// Segments whose live bytes may have reached zero.
+    maybe_dead: BTreeSet<SegmentId>,
+}
+
+impl TxState {
+    pub fn new(ws: &WriterState) -> Self {
+        TxState {
+            next_block_id: ws.next_block_id,
+            next_seq: ws.next_seq,
+            next_volume_id: ws.next_volume_id,
+            next_segment_id: ws.next_segment_id,
+            open_segment: ws.open_segment,
+            seg_delta: BTreeMap::new(),
+            appends: BTreeMap::new(),
+            used_bytes: ws.used_bytes(),
+            capacity_bytes: ws.capacity_bytes,
+            records_written: 0,
+            maybe_dead: BTreeSet::new(),
+        }
+    }
+
+    pub fn take_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    fn segment_state(&self, ws: &WriterState, id: SegmentId) -> SegState {
+        let base = ws.segments.get(&id).copied().unwrap_or_default();
+        let (dw, dl) = self.seg_delta.get(&id).copied().unwrap_or((0, 0));
+        SegState {
+            written_bytes: base
+                .written_bytes
+                .checked_add_signed(dw)
+                .expect("written bytes stay positive"),
+            live_bytes: base
+                .live_bytes
+                .checked_add_signed(dl)
+                .expect("live bytes stay positive"),
+        }
+    }
+
+    /// Allocates room for a record in the open segment, rolling to a new segment
+    /// when the open one is full. Refuses when the array's capacity would be passed.
+    fn allocate(&mut self, ws: &WriterState, record_bytes: u64) -> Result<(SegmentId, u64)> {
+        if self.used_bytes + record_bytes > self.capacity_bytes {
+            return Err(EngineError::NoSpace(format!(
+                "{} of {} bytes used",
+                self.used_bytes, self.capacity_bytes
+            )));
+        }
+        let mut offset = self.segment_state(ws, self.open_segment).written_bytes;
+        if offset + record_bytes > SEGMENT_TARGET_BYTES {
+            self.maybe_dead.insert(self.open_segment);
+            self.open_segment = self.next_segment_id;
+            self.next_segment_id += 1;
+            offset = 0;
+        }
+        let delta = self.seg_delta.entry(self.open_segment).or_default();
+        delta.0 += record_bytes as i64;
+        delta.1 += record_bytes as i64;
+        self.used_bytes += record_bytes;
+        Ok((self.open_segment, offset))
+    }
+
+    /// Stores a data grain: a reference to an existing block with the same
+    /// fingerprint, or a new block appended to the open segment.
+    pub fn store_block(
+        &mut self,
+        ws: &WriterState,
+        t: &mut Tables,
+        data: &DataGrain,
+    ) -> Result<u64> {
+        if let Some(id) = t
+            .dedup
+            .get(&data.fingerprint[..])
+            .map_err(kv_error)?
+            .map(|v| v.value())
+        {
+            let mut rec = self.block(t, id)?;
+            rec.refcount = rec
+                .refcount
+                .checked_add(1)
+                .ok_or_else(|| EngineError::Metadata("refcount overflow".into()))?;
+            t.blocks.insert(id, &rec.encode()[..]).map_err(kv_error)?;
+            self.records_written += 1;
+            return Ok(id);
+        }
+        self.next_block_id += 1;
+        let id = self.next_block_id;
+        let header = RecordHeader {
+            flags: if data.compressed {
+                segment::FLAG_COMPRESSED
+            } else {
+                0
+            },
+            payload_len: data.payload.len() as u32,
+            block_id: id,
+        };
+        let record_bytes = (segment::RECORD_HEADER_BYTES + data.payload.len()) as u64;
+        let (segment_id, offset) = self.allocate(ws, record_bytes)?;
+        let (start, buf) = self
+            .appends
+            .entry(segment_id)
+            .or_insert_with(|| (offset, Vec::new()));
+        assert_eq!(*start + buf.len() as u64, offset, "appends are contiguous");
+        let crc = segment::encode_record(header, &data.payload, buf);
+        let rec = BlockRec {
+            segment: segment_id,
+            offset_bytes: u32::try_from(offset).expect("segment offsets fit u32"),
+            payload_len: header.payload_len,
+            flags: header.flags,
+            crc,
+            refcount: 1,
+            fingerprint: data.fingerprint,
+        };
+        t.blocks.insert(id, &rec.encode()[..]).map_err(kv_error)?;
+        t.dedup
+            .insert(&data.fingerprint[..], id)
+            .map_err(kv_error)?;
+        self.records_written += 2;
+        Ok(id)
+    }
+
+    pub fn block(&self, t: &Tables, id: u64) -> Result<BlockRec> {
+        let value = t.blocks.get(id).map_err(kv_error)?;
+        let value = value.ok_or_else(|| {
+            EngineError::Corruption(format!("block {id} is referenced but missing"))
+        })?;
+        BlockRec::decode(value.value())
+    }
+
+    /// Drops one reference held by a mapping; a block with none left is deleted
+    /// and its record becomes stale space in its segment.
+    pub fn release(&mut self, t: &mut Tables, target: Target) -> Result<()> {
+        let Target::Block(id) = target else {
+            return Ok(());
+        };
+        let mut rec = self.block(t, id)?;
+        assert!(rec.refcount > 0);
+        rec.refcount -= 1;
+        self.records_written += 1;
+        if rec.refcount > 0 {
+            t.blocks.insert(id, &rec.encode()[..]).map_err(kv_error)?;
+            return Ok(());
+        }
+        t.blocks.remove(id).map_err(kv_error)?;
+        t.dedup.remove(&rec.fingerprint[..]).map_err(kv_error)?;
+        self.records_written += 1;
+        self.seg_delta.entry(rec.segment).or_default().1 -= rec.record_bytes() as i64;
+        self.maybe_dead.insert(rec.segment);
+        Ok(())
+    }
+
+    /// Sets a point mapping, releasing whatever it replaces.
+    pub fn set_mapping(
+        &mut self,
+        t: &mut Tables,
+        volume: u64,
+        grain: u64,
+        value: MapValue,
+    ) -> Result<()> {
+        let old = t
+            .maps
+            .insert((volume, grain), &value.encode()[..])
+            .map_err(kv_error)?
+            .map(|v| MapValue::decode(v.value()))
+            .transpose()?;
+        self.records_written += 1;
+        if let Some(old) = old {
+            self.release(t, old.target)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a point mapping and releases its reference.
+    pub fn remove_mapping(&mut self, t: &mut Tables, volume: u64, grain: u64) -> Result<()> {
+        let old = t
+            .maps
+            .remove((volume, grain))
+            .map_err(kv_error)?
+            .map(|v| MapValue::decode(v.value()))
+            .transpose()?;
+        if let Some(old) = old {
+            self.records_written += 1;
+            self.release(t, old.target)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `f` in one write transaction (not durable by itself: a later FLUSH makes it
+/// so) and applies its effects to `ws` once committed. Segment data is written
+/// before the metadata that points to it is committed.
+pub fn run<T>(
+    db: &redb::Database,
+    store: &dyn segment::SegmentStore,
+    ws: &mut WriterState,
+    f: impl FnOnce(&mut TxState, &mut Tables, &WriterState) -> Result<T>,
+) -> Result<(T, u64)> {
+    let mut txn = db.begin_write().map_err(kv_error)?;
+    txn.set_durability(Durability::None).map_err(kv_error)?;
+    let mut st = TxState::new(ws);
+    let value = {
+        let mut tables = Tables::open(&txn)?;
+        let value = f(&mut st, &mut tables, ws)?;
+        persist_state(&st, &mut tables, ws)?;
+        value
+    };
+    for (segment, (offset, bytes)) in &st.appends {
+        store
+            .write_at(*segment, *offset, bytes)
+            .map_err(|e| EngineError::io(format!("writing segment {segment}"), e))?;
+    }
+    txn.commit().map_err(kv_error)?;
+    let records_written = st.records_written;
+    st.apply_to(ws);
+    Ok((value, records_written))
+}
+
+fn persist_state(st: &TxState, t: &mut Tables, ws: &WriterState) -> Result<()> {
+    for &id in st.seg_delta.keys() {
+        let s = st.segment_state(ws, id);
+        t.segments
+            .insert(id, (s.written_bytes, s.live_bytes))
+            .map_err(kv_error)?;
+    }
+    let counters = [
+        ("next_block_id", st.next_block_id, ws.next_block_id),
+        ("next_seq", st.next_seq, ws.next_seq),
+        ("next_volume_id", st.next_volume_id, ws.next_volume_id),
+        (
+            "next_segment_id",
+            u64::from(st.next_segment_id),
+            u64::from(ws.next_segment_id),
+        ),
+    ];
+    for (name, new, old) in counters {
+        if new != old {
+            t.counters.insert(name, new).map_err(kv_error)?;
+        }
+    }
+    Ok(())
+}
+
+impl TxState {
+    /// Applies a committed transaction's effects to the shared writer state.
+    fn apply_to(self, ws: &mut WriterState) {
+        for (&id, &(written_delta, live_delta)) in &self.seg_delta {
+            let state = ws.segments.entry(id).or_default();
+            state.written_bytes = state
+                .written_bytes
+                .checked_add_signed(written_delta)
+                .expect("written bytes");
+            state.live_bytes = state
+                .live_bytes
+                .checked_add_signed(live_delta)
+                .expect("live bytes");
+            assert!(
+                state.live_bytes <= state.written_bytes,
+                "segment {id}: {state:?}"
+            );
+        }
+        ws.next_block_id = self.next_block_id;
+        ws.next_seq = self.next_seq;
+        ws.next_volume_id = self.next_volume_id;
+        ws.next_segment_id = self.next_segment_id;
+        ws.open_segment = self.open_segment;
+        ws.dirty_segments.extend(self.appends.keys().copied());
+        for id in self.maybe_dead {
+            let state = ws.segments.get(&id).copied().unwrap_or_default();
+            if id != ws.open_segment && state.live_bytes == 0 {
+                ws.pending_free.insert(id);
+            }
+        }
+    }
+}

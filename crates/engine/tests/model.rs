@@ -1,0 +1,319 @@
+//! Model-based tests: random sequences of writes (aligned and not), unmaps,
+//! write-zeroes, reads, flushes and restarts, checked byte for byte against a
+//! plain in-memory model, with the space accounting checked after each sequence.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lacuna_engine::{Engine, EngineConfig, ExtentState};
+use proptest::prelude::*;
+
+const VOLUME_BYTES: u64 = 256 * 1024;
+const CAPACITY_BYTES: u64 = 1 << 30;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("lacuna-test-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn open(dir: &Path) -> Arc<Engine> {
+    Engine::open(EngineConfig {
+        data_dir: dir.to_path_buf(),
+        capacity_bytes: CAPACITY_BYTES,
+    })
+    .expect("open engine")
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// offset, length, fill kind (0 = zeroes, 1 = repeated word, 2 = a small set of
+    /// blocks so dedup hits, 3 = unique bytes), seed
+    Write(u64, u64, u8, u8),
+    Unmap(u64, u64),
+    WriteZeroes(u64, u64, bool),
+    Read(u64, u64),
+    Flush,
+    Restart,
+    Reclaim,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let range = (0..VOLUME_BYTES, 1u64..64 * 1024).prop_map(|(o, l)| (o, l.min(VOLUME_BYTES - o)));
+    let aligned = (0..VOLUME_BYTES / 4096, 1u64..16)
+        .prop_map(|(g, n)| (g * 4096, (n * 4096).min(VOLUME_BYTES - g * 4096)));
+    prop_oneof![
+        4 => (aligned.clone(), 0u8..4, any::<u8>()).prop_map(|((o, l), k, s)| Op::Write(o, l, k, s)),
+        3 => (range.clone(), 0u8..4, any::<u8>()).prop_map(|((o, l), k, s)| Op::Write(o, l, k, s)),
+        2 => range.clone().prop_map(|(o, l)| Op::Unmap(o, l)),
+        1 => aligned.prop_map(|(o, l)| Op::Unmap(o, l)),
+        2 => (range.clone(), any::<bool>()).prop_map(|((o, l), u)| Op::WriteZeroes(o, l, u)),
+        3 => range.prop_map(|(o, l)| Op::Read(o, l)),
+        1 => Just(Op::Flush),
+        1 => Just(Op::Restart),
+        1 => Just(Op::Reclaim),
+    ]
+}
+
+fn fill(kind: u8, seed: u8, offset: u64, len: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let at = offset + i;
+            match kind {
+                0 => 0,
+                1 => [seed, 1, 2, 3, 4, 5, 6, 7][(at % 8) as usize],
+                2 => ((at % 4096) as u8).wrapping_mul(seed % 3 + 1),
+                _ => (at.wrapping_mul(2654435761) >> 8) as u8 ^ seed,
+            }
+        })
+        .collect()
+}
+
+/// Waits until the background reclaimer has no backlog (bounded).
+fn drain_reclaim(engine: &Engine) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while engine.space().reclaim_backlog_bytes > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "reclaim did not drain: {:?}",
+            engine.space()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn run(ops: Vec<Op>) {
+    let dir = temp_dir("model");
+    let mut engine = open(&dir);
+    engine.create_volume("v", VOLUME_BYTES).unwrap();
+    let mut model = vec![0u8; VOLUME_BYTES as usize];
+    for op in ops {
+        let vol = engine.open_volume("v").unwrap();
+        match op {
+            Op::Write(o, l, k, s) => {
+                let data = fill(k, s, o, l);
+                vol.write(o, &data).unwrap();
+                model[o as usize..(o + l) as usize].copy_from_slice(&data);
+            }
+            Op::Unmap(o, l) => {
+                vol.unmap(o, l).unwrap();
+                model[o as usize..(o + l) as usize].fill(0);
+            }
+            Op::WriteZeroes(o, l, u) => {
+                vol.write_zeroes(o, l, u).unwrap();
+                model[o as usize..(o + l) as usize].fill(0);
+            }
+            Op::Read(o, l) => {
+                let mut buf = vec![0xeeu8; l as usize];
+                vol.read(o, &mut buf).unwrap();
+                assert!(
+                    buf == model[o as usize..(o + l) as usize],
+                    "read {o}+{l} differs"
+                );
+            }
+            Op::Flush => vol.flush().unwrap(),
+            Op::Restart => {
+                drop(vol);
+                engine.close().unwrap();
+                drop(engine);
+                engine = open(&dir);
+            }
+            Op::Reclaim => drain_reclaim(&engine),
+        }
+    }
+    let vol = engine.open_volume("v").unwrap();
+    let mut all = vec![0u8; VOLUME_BYTES as usize];
+    vol.read(0, &mut all).unwrap();
+    assert!(all == model, "final content differs");
+    check_extents(&vol, &model);
+    check_accounting(&engine, &model);
+    drop(vol);
+    engine.close().unwrap();
+    drop(engine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Extents must cover the range, and every byte reported Hole or Zero must be zero.
+fn check_extents(vol: &lacuna_engine::Volume, model: &[u8]) {
+    let mut at = 0u64;
+    while at < VOLUME_BYTES {
+        let extents = vol.extents(at, VOLUME_BYTES - at).unwrap();
+        assert!(!extents.is_empty());
+        for e in extents {
+            if e.state != ExtentState::Data {
+                assert!(model[at as usize..(at + e.length_bytes) as usize]
+                    .iter()
+                    .all(|&b| b == 0));
+            }
+            at += e.length_bytes;
+        }
+    }
+    assert_eq!(at, VOLUME_BYTES);
+}
+
+/// written bytes = grains holding non-zero data; physical figures add up.
+fn check_accounting(engine: &Engine, model: &[u8]) {
+    let info = engine.volume_info("v").unwrap();
+    let data_grains = model
+        .chunks(4096)
+        .filter(|g| g.iter().any(|&b| b != 0))
+        .count() as u64;
+    // A grain of zeroes written as data is "data" only if stored as a block, which
+    // zero grains never are; a grain that is a non-zero pattern counts as data.
+    assert_eq!(info.written_bytes, data_grains * 4096, "{info:?}");
+    let space = engine.space();
+    assert_eq!(
+        space.physical_used_bytes,
+        space.live_physical_bytes + space.stale_bytes
+    );
+    assert_eq!(
+        space.free_bytes + space.physical_used_bytes,
+        space.capacity_bytes
+    );
+    let per_volume = info.unique_physical_bytes + info.shared_physical_bytes;
+    assert!(
+        per_volume.abs_diff(space.live_physical_bytes) <= 1,
+        "{info:?} vs {space:?}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #[test]
+    fn engine_matches_model(ops in proptest::collection::vec(op(), 1..60)) {
+        run(ops);
+    }
+}
+
+#[test]
+fn unmap_of_a_fully_written_range_writes_constant_records() {
+    let dir = temp_dir("complexity");
+    let engine = open(&dir);
+    let mut records = Vec::new();
+    for grains in [64u64, 1024, 8192] {
+        let name = format!("v{grains}");
+        engine.create_volume(&name, grains * 4096).unwrap();
+        let vol = engine.open_volume(&name).unwrap();
+        for chunk in 0..grains / 64 {
+            let data = fill(3, chunk as u8, chunk * 64 * 4096, 64 * 4096);
+            vol.write(chunk * 64 * 4096, &data).unwrap();
+        }
+        let before = engine
+            .stats
+            .foreground_records_written
+            .load(Ordering::SeqCst);
+        vol.unmap(0, grains * 4096).unwrap();
+        vol.write_zeroes(0, grains * 4096, false).unwrap();
+        let after = engine
+            .stats
+            .foreground_records_written
+            .load(Ordering::SeqCst);
+        records.push(after - before);
+    }
+    assert!(
+        records.iter().all(|&r| r == records[0]),
+        "records per unmap+zero vary with size: {records:?}"
+    );
+    assert!(records[0] <= 4, "{records:?}");
+    engine.close().unwrap();
+    drop(engine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn space_returns_after_unmap_and_delete() {
+    let dir = temp_dir("space");
+    let engine = open(&dir);
+    engine.create_volume("a", 8 << 20).unwrap();
+    engine.create_volume("b", 8 << 20).unwrap();
+    let a = engine.open_volume("a").unwrap();
+    let b = engine.open_volume("b").unwrap();
+    let data = fill(3, 7, 0, 8 << 20);
+    a.write(0, &data).unwrap();
+    b.write(0, &data).unwrap(); // dedups entirely against a
+    let space = engine.space();
+    assert!(space.data_reduction_ratio > 1.9, "{space:?}");
+    let ia = engine.volume_info("a").unwrap();
+    assert_eq!(ia.unique_physical_bytes, 0);
+    assert!(ia.shared_physical_bytes > 0);
+    a.unmap(0, 8 << 20).unwrap();
+    engine.delete_volume("b").unwrap();
+    drain_reclaim(&engine);
+    engine.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.space().physical_used_bytes > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "space not returned: {:?}",
+            engine.space()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+        engine.flush().unwrap();
+    }
+    let seg_bytes: u64 = std::fs::read_dir(dir.join("segments"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert_eq!(seg_bytes, 0);
+    drop((a, b));
+    engine.close().unwrap();
+    drop(engine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn read_beyond_end_is_refused_and_names_are_validated() {
+    let dir = temp_dir("errors");
+    let engine = open(&dir);
+    engine.create_volume("v", 1 << 20).unwrap();
+    assert!(engine.create_volume("v", 1 << 20).is_err());
+    assert!(engine.create_volume("bad/name", 1 << 20).is_err());
+    assert!(engine.create_volume("odd", 1000).is_err());
+    let vol = engine.open_volume("v").unwrap();
+    let mut buf = [0u8; 512];
+    assert!(vol.read((1 << 20) - 256, &mut buf).is_err());
+    assert!(vol.write(u64::MAX - 10, &buf).is_err());
+    assert!(vol.unmap(1 << 20, 1).is_err());
+    engine.resize_volume("v", 2 << 20).unwrap();
+    vol.read((1 << 20) - 256, &mut buf).unwrap();
+    drop(vol);
+    engine.close().unwrap();
+    drop(engine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn corrupt_record_reads_as_an_error_never_data() {
+    let dir = temp_dir("corrupt");
+    let engine = open(&dir);
+    engine.create_volume("v", 1 << 20).unwrap();
+    let vol = engine.open_volume("v").unwrap();
+    vol.write(0, &fill(3, 1, 0, 4096)).unwrap();
+    vol.flush().unwrap();
+    drop(vol);
+    engine.close().unwrap();
+    drop(engine);
+    let seg = std::fs::read_dir(dir.join("segments"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let last = bytes.len() - 100;
+    bytes[last] ^= 0x10;
+    std::fs::write(&seg, bytes).unwrap();
+    let engine = open(&dir);
+    let vol = engine.open_volume("v").unwrap();
+    let mut buf = vec![0u8; 4096];
+    let err = vol.read(0, &mut buf).unwrap_err();
+    assert!(err.to_string().contains("checksum"), "{err}");
+    drop(vol);
+    engine.close().unwrap();
+    drop(engine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -53,7 +53,8 @@ pub fn validate_name(name: &str) -> Result<()> {
 }
 
 fn validate_size(size_bytes: u64) -> Result<()> {
-    if size_bytes == 0 || size_bytes % SECTOR_BYTES != 0 || size_bytes > MAX_VOLUME_BYTES {
+    if size_bytes == 0 || !size_bytes.is_multiple_of(SECTOR_BYTES) || size_bytes > MAX_VOLUME_BYTES
+    {
         return Err(EngineError::InvalidArgument(format!(
             "invalid size {size_bytes}: must be a non-zero multiple of {SECTOR_BYTES} bytes, at most {MAX_VOLUME_BYTES}"
         )));

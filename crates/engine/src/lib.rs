@@ -24,6 +24,7 @@
 pub mod bitmap;
 pub mod catalog;
 pub mod error;
+mod fsck;
 pub mod grain;
 mod io;
 pub mod meta;

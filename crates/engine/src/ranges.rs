@@ -139,6 +139,30 @@ impl RangeMap {
     }
 }
 
+impl RangeMap {
+    /// A map holding only the records overlapping [start, end) (and the one just
+    /// before, which an insert may cut): enough to plan an insert's edits without
+    /// touching the live map until the commit succeeded.
+    pub fn clone_overlapping(&self, start: u64, end: u64) -> RangeMap {
+        let mut out = RangeMap::default();
+        if let Some((s, rec)) = self.find(start) {
+            out.by_start.insert(s, rec);
+        }
+        for (&s, rec) in self.by_start.range(start..end) {
+            out.by_start.insert(s, *rec);
+        }
+        out
+    }
+
+    /// Start of the first record beginning after `grain`.
+    pub fn next_start_after(&self, grain: u64) -> Option<u64> {
+        self.by_start
+            .range(grain.saturating_add(1)..)
+            .next()
+            .map(|(&s, _)| s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,29 +206,5 @@ mod tests {
         let mut starts: Vec<u64> = edits.upserted.iter().map(|(s, _)| *s).collect();
         starts.sort();
         assert_eq!(starts, vec![0, 35]);
-    }
-}
-
-impl RangeMap {
-    /// A map holding only the records overlapping [start, end) (and the one just
-    /// before, which an insert may cut): enough to plan an insert's edits without
-    /// touching the live map until the commit succeeded.
-    pub fn clone_overlapping(&self, start: u64, end: u64) -> RangeMap {
-        let mut out = RangeMap::default();
-        if let Some((s, rec)) = self.find(start) {
-            out.by_start.insert(s, rec);
-        }
-        for (&s, rec) in self.by_start.range(start..end) {
-            out.by_start.insert(s, *rec);
-        }
-        out
-    }
-
-    /// Start of the first record beginning after `grain`.
-    pub fn next_start_after(&self, grain: u64) -> Option<u64> {
-        self.by_start
-            .range(grain.saturating_add(1)..)
-            .next()
-            .map(|(&s, _)| s)
     }
 }

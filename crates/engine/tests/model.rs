@@ -130,6 +130,9 @@ fn run(ops: Vec<Op>) {
     vol.read(0, &mut all).unwrap();
     assert!(all == model, "final content differs");
     check_extents(&vol, &model);
+    engine.check_consistency().unwrap();
+    // Shadowed mappings hold physical space until reclaimed: settle first.
+    drain_reclaim(&engine);
     check_accounting(&engine, &model);
     drop(vol);
     engine.close().unwrap();

@@ -1,0 +1,78 @@
+//! A full consistency check of the metadata: every reference count equals the
+//! mappings that hold the block, every segment's live bytes equal its blocks'
+//! records, and the dedup index names exactly the stored blocks. Tests run it
+//! after random workloads; it is also the core of a future `lacuna scrub`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use redb::{ReadableTable, ReadableTableMetadata};
+
+use crate::meta::{self, kv_error, BlockRec, MapValue, Target};
+use crate::{Engine, EngineError, Result};
+
+impl Engine {
+    /// Checks the metadata invariants; returns a description of the first
+    /// violations found.
+    pub fn check_consistency(&self) -> Result<()> {
+        let ws = self.writer.lock();
+        let txn = self.begin_read()?;
+        let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
+        let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;
+        let dedup = txn.open_table(meta::DEDUP).map_err(kv_error)?;
+        let mut refs: HashMap<u64, u64> = HashMap::new();
+        for item in maps.iter().map_err(kv_error)? {
+            let (_, value) = item.map_err(kv_error)?;
+            if let Target::Block(id) = MapValue::decode(value.value())?.target {
+                *refs.entry(id).or_default() += 1;
+            }
+        }
+        let mut problems = Vec::new();
+        let mut live: BTreeMap<u32, u64> = BTreeMap::new();
+        for item in blocks.iter().map_err(kv_error)? {
+            let (id, value) = item.map_err(kv_error)?;
+            let (id, rec) = (id.value(), BlockRec::decode(value.value())?);
+            let held = refs.remove(&id).unwrap_or(0);
+            if u64::from(rec.refcount) != held {
+                problems.push(format!(
+                    "block {id}: refcount {} but {held} mappings",
+                    rec.refcount
+                ));
+            }
+            if dedup
+                .get(&rec.fingerprint[..])
+                .map_err(kv_error)?
+                .map(|v| v.value())
+                != Some(id)
+            {
+                problems.push(format!("block {id}: not in the dedup index"));
+            }
+            *live.entry(rec.segment).or_default() += rec.record_bytes();
+        }
+        for (id, count) in refs {
+            problems.push(format!("block {id}: {count} mappings but no block"));
+        }
+        if dedup.len().map_err(kv_error)? != blocks.len().map_err(kv_error)? {
+            problems.push("dedup index and block table differ in size".into());
+        }
+        for (id, state) in &ws.segments {
+            let expected = live.remove(id).unwrap_or(0);
+            if state.live_bytes != expected {
+                problems.push(format!(
+                    "segment {id}: live {} but blocks hold {expected}",
+                    state.live_bytes
+                ));
+            }
+        }
+        for (id, bytes) in live {
+            problems.push(format!(
+                "segment {id}: unknown but blocks hold {bytes} bytes"
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            problems.truncate(20);
+            Err(EngineError::Corruption(problems.join("; ")))
+        }
+    }
+}

@@ -1,11 +1,12 @@
 //! The data path: reads, writes, range operations and block status.
 
+use std::sync::Arc;
+
 use redb::ReadOnlyTable;
 
 use crate::grain::{self, GrainContent};
 use crate::meta::{self, kv_error, BlockRec, MapValue, RangeKind, RangeRec, Target};
 use crate::segment::{self, RecordHeader};
-use crate::tx::{Tables, TxState, WriterState};
 use crate::{
     Engine, EngineError, Extent, ExtentState, Result, VolumeShared, VolumeView, GRAIN_BYTES,
 };
@@ -179,7 +180,12 @@ impl Engine {
         grain::decode(payload, rec.flags & segment::FLAG_COMPRESSED != 0, out).map_err(corrupt)
     }
 
-    pub(crate) fn write(&self, vol: &VolumeShared, offset_bytes: u64, data: &[u8]) -> Result<()> {
+    pub(crate) fn write(
+        &self,
+        vol: &Arc<VolumeShared>,
+        offset_bytes: u64,
+        data: &[u8],
+    ) -> Result<()> {
         let view = vol.view.read();
         check_range(&view, offset_bytes, data.len() as u64)?;
         if data.is_empty() {
@@ -189,13 +195,21 @@ impl Engine {
         // compression are the expensive part and need no shared state.
         let first = offset_bytes / GRAIN_BYTES;
         let end = (offset_bytes + data.len() as u64).div_ceil(GRAIN_BYTES);
+        let end_bytes = offset_bytes + data.len() as u64;
+        let whole = |grain: u64| {
+            grain * GRAIN_BYTES >= offset_bytes && (grain + 1) * GRAIN_BYTES <= end_bytes
+        };
+        if (first..end).all(whole) {
+            let contents = data
+                .chunks_exact(GRAIN_BYTES as usize)
+                .map(grain::classify)
+                .collect();
+            return self.commit_grains(vol.clone(), first, contents);
+        }
         let mut contents: Vec<Option<GrainContent>> = (first..end)
             .map(|grain| {
-                let start = grain * GRAIN_BYTES;
-                let whole = start >= offset_bytes
-                    && start + GRAIN_BYTES <= offset_bytes + data.len() as u64;
-                whole.then(|| {
-                    let at = (start - offset_bytes) as usize;
+                whole(grain).then(|| {
+                    let at = (grain * GRAIN_BYTES - offset_bytes) as usize;
                     grain::classify(&data[at..at + GRAIN_BYTES as usize])
                 })
             })
@@ -215,53 +229,24 @@ impl Engine {
                 self.read_locked(vol, &view, start, &mut merged)?;
             }
             let from = offset_bytes.max(start);
-            let to = (offset_bytes + data.len() as u64).min(start + GRAIN_BYTES);
+            let to = end_bytes.min(start + GRAIN_BYTES);
             merged[(from - start) as usize..(to - start) as usize].copy_from_slice(
                 &data[(from - offset_bytes) as usize..(to - offset_bytes) as usize],
             );
             *content = Some(grain::classify(&merged));
         }
-        let data_bits = self.write_grains(&mut ws, vol.id, first, contents)?;
-        drop(ws);
-        let mut bitmap = vol.bitmap.lock();
-        for (i, is_data) in data_bits.into_iter().enumerate() {
-            bitmap.set(first + i as u64, is_data);
-        }
-        Ok(())
-    }
-
-    /// One transaction mapping consecutive grains to their new contents.
-    fn write_grains(
-        &self,
-        ws: &mut WriterState,
-        volume: u64,
-        first: u64,
-        contents: Vec<Option<GrainContent>>,
-    ) -> Result<Vec<bool>> {
-        self.transact(
-            ws,
-            true,
-            |st: &mut TxState, t: &mut Tables, ws: &WriterState| {
-                let seq = st.take_seq();
-                let mut bits = Vec::with_capacity(contents.len());
-                for (i, content) in contents.iter().enumerate() {
-                    let target = match content.as_ref().expect("every grain classified") {
-                        GrainContent::Pattern(p) => Target::Pattern(*p),
-                        GrainContent::Data(data) => Target::Block(st.store_block(ws, t, data)?),
-                    };
-                    bits.push(is_data(target));
-                    st.set_mapping(t, volume, first + i as u64, MapValue { seq, target })?;
-                }
-                Ok(bits)
-            },
-        )
+        let contents = contents
+            .into_iter()
+            .map(|c| c.expect("every grain classified"))
+            .collect();
+        self.commit_grains_locked(&mut ws, vol.clone(), first, contents)
     }
 
     /// Unmap or write-zeroes of a byte range: partial grains at the edges are
     /// written as zeroes, whole grains get one range record.
     pub(crate) fn write_range(
         &self,
-        vol: &VolumeShared,
+        vol: &Arc<VolumeShared>,
         offset_bytes: u64,
         length_bytes: u64,
         kind: RangeKind,
@@ -288,7 +273,7 @@ impl Engine {
         self.insert_range(vol, first_whole, end_whole, kind)
     }
 
-    fn write_zero_bytes(&self, vol: &VolumeShared, from: u64, to: u64) -> Result<()> {
+    fn write_zero_bytes(&self, vol: &Arc<VolumeShared>, from: u64, to: u64) -> Result<()> {
         let zeroes = vec![0u8; (to - from) as usize];
         self.write(vol, from, &zeroes)
     }

@@ -21,6 +21,7 @@
 //! lock. Readers hold the I/O lock shared while they read segment data; freeing a
 //! segment takes it exclusively, so a reader never sees a segment vanish under it.
 
+mod batch;
 pub mod bitmap;
 pub mod catalog;
 pub mod error;
@@ -103,6 +104,7 @@ pub struct Engine {
     store: Arc<dyn SegmentStore>,
     volumes: RwLock<HashMap<String, Arc<VolumeShared>>>,
     writer: Mutex<WriterState>,
+    write_queue: batch::WriteQueue,
     io_lock: RwLock<()>,
     flush_lock: Mutex<()>,
     commit_count: AtomicU64,
@@ -139,6 +141,7 @@ impl Engine {
             store: Arc::new(store),
             volumes: RwLock::new(recovered.volumes),
             writer: Mutex::new(recovered.writer),
+            write_queue: batch::WriteQueue::default(),
             io_lock: RwLock::new(()),
             flush_lock: Mutex::new(()),
             commit_count: AtomicU64::new(0),

@@ -1,0 +1,141 @@
+//! Test support: a `lacuna serve` child process on ephemeral loopback ports, and
+//! helpers to run the real client tools against it.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_lacuna");
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("lacuna-it-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running daemon. Killed (SIGKILL) on drop.
+pub struct Daemon {
+    pub child: Child,
+    pub dir: PathBuf,
+    pub nbd_port: u16,
+    pub api_port: u16,
+}
+
+impl Daemon {
+    pub fn start(dir: &Path) -> Daemon {
+        Self::start_with(dir, "2G")
+    }
+
+    pub fn start_with(dir: &Path, capacity: &str) -> Daemon {
+        let nbd_port = free_port();
+        let api_port = free_port();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("daemon.log"))
+            .unwrap();
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--capacity", capacity])
+            .args(["--nbd-listen", &format!("127.0.0.1:{nbd_port}")])
+            .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn lacuna serve");
+        let daemon = Daemon {
+            child,
+            dir: dir.to_path_buf(),
+            nbd_port,
+            api_port,
+        };
+        daemon.wait_ready();
+        daemon
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for port in [self.nbd_port, self.api_port] {
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "daemon did not start; log:\n{}", self.log());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn uri(&self, export: &str) -> String {
+        format!("nbd://127.0.0.1:{}/{export}", self.nbd_port)
+    }
+
+    /// Runs the CLI against this daemon.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(["--api", &format!("http://127.0.0.1:{}", self.api_port)])
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .args(args)
+            .output()
+            .expect("run lacuna CLI")
+    }
+
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "lacuna {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs a client tool with Debian's Python first on PATH (nbdsh needs it).
+pub fn tool(program: &str, args: &[&str]) -> Output {
+    let path = format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
+    Command::new(program)
+        .args(args)
+        .env("PATH", path)
+        .env("LIBNBD_DEBUG", "0")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program} (is it installed? see README): {e}"))
+}
+
+pub fn tool_ok(program: &str, args: &[&str]) -> String {
+    let out = tool(program, args);
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The README's test command: installs what the tests need (Debian packages and the
+# Rust toolchain's components) and runs every test of the workspace, including the
+# interop tests with the real clients, the crash test and the bounded fuzzing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(libnbd-bin python3-libnbd nbdkit qemu-utils fio libiscsi-bin)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "installing: ${missing[*]}"
+    SUDO=""
+    [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+command -v cargo >/dev/null || { echo "cargo not found: install Rust from https://rustup.rs" >&2; exit 1; }
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace -- --test-threads=2

@@ -28,18 +28,34 @@ fn main() {
         state ^= state << 17;
         state
     };
+    let threads: u64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
     let mut buf = vec![0u8; 4096];
     let started = Instant::now();
-    for i in 0..grains {
-        let grain = next() % grains;
-        // Half of each block random, half zero (≈2:1 compressible); every third
-        // block repeats an earlier one (dedup).
-        let seed = if i % 3 == 0 { i / 3 % 1000 } else { next() };
-        for (j, chunk) in buf[..2048].chunks_mut(8).enumerate() {
-            chunk.copy_from_slice(&(seed.wrapping_mul(j as u64 + 1)).to_le_bytes());
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let vol = vol.clone();
+            scope.spawn(move || {
+                let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
+                let mut next = || {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state
+                };
+                let mut buf = vec![0u8; 4096];
+                for i in 0..grains / threads {
+                    let grain = next() % grains;
+                    // Half of each block random, half zero (about 2:1 compressible);
+                    // every third block repeats an earlier one (dedup).
+                    let seed = if i % 3 == 0 { i / 3 % 1000 } else { next() };
+                    for (j, chunk) in buf[..2048].chunks_mut(8).enumerate() {
+                        chunk.copy_from_slice(&(seed.wrapping_mul(j as u64 + 1)).to_le_bytes());
+                    }
+                    vol.write(grain * 4096, &buf).unwrap();
+                }
+            });
         }
-        vol.write(grain * 4096, &buf).unwrap();
-    }
+    });
     let write_s = started.elapsed().as_secs_f64();
     let started = Instant::now();
     vol.flush().unwrap();
@@ -54,6 +70,16 @@ fn main() {
     let started = Instant::now();
     vol.unmap(0, grains * 4096).unwrap();
     let unmap_ms = started.elapsed().as_secs_f64() * 1e3;
+    let jobs = engine
+        .stats
+        .write_jobs
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let batches = engine
+        .stats
+        .write_batches
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .max(1);
+    println!("writes per commit {:.2}", jobs as f64 / batches as f64);
     println!(
         "writes/s {:.0}  reads/s {:.0}  flush {:.1} ms  unmap(all) {:.3} ms  reduction {:.2}:1",
         grains as f64 / write_s,

@@ -101,6 +101,12 @@ impl Engine {
     fn commit_batch(&self, ws: &mut WriterState, batch: &[Arc<WriteJob>]) {
         match self.transact_jobs(ws, batch) {
             Ok(()) => {
+                self.stats
+                    .write_batches
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.stats
+                    .write_jobs
+                    .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 for job in batch {
                     *job.done.lock() = Some(Ok(()));
                 }

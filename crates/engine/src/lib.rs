@@ -79,6 +79,10 @@ pub struct EngineStats {
     pub freed_segments: AtomicU64,
     pub durable_commits: AtomicU64,
     pub checksum_errors: AtomicU64,
+    /// Host writes committed, and the transactions that committed them (their
+    /// ratio is the group-commit batch size).
+    pub write_jobs: AtomicU64,
+    pub write_batches: AtomicU64,
 }
 
 /// A volume as the engine keeps it in memory.
@@ -107,6 +111,7 @@ pub struct Engine {
     write_queue: batch::WriteQueue,
     io_lock: RwLock<()>,
     flush_lock: Mutex<()>,
+    last_durable: Mutex<std::time::Instant>,
     commit_count: AtomicU64,
     durable_count: AtomicU64,
     pub stats: EngineStats,
@@ -144,6 +149,7 @@ impl Engine {
             write_queue: batch::WriteQueue::default(),
             io_lock: RwLock::new(()),
             flush_lock: Mutex::new(()),
+            last_durable: Mutex::new(std::time::Instant::now()),
             commit_count: AtomicU64::new(0),
             durable_count: AtomicU64::new(0),
             stats: EngineStats::default(),
@@ -233,6 +239,7 @@ impl Engine {
         txn.commit().map_err(kv_error)?;
         self.stats.durable_commits.fetch_add(1, Ordering::Relaxed);
         self.durable_count.store(upto, Ordering::SeqCst);
+        *self.last_durable.lock() = std::time::Instant::now();
         if !freeing.is_empty() {
             let _io = self.io_lock.write();
             for id in freeing {

@@ -21,6 +21,10 @@ use crate::{Engine, Result};
 const BATCH_MAPPINGS: usize = 1024;
 /// How long the reclaimer sleeps when idle before checking again.
 const IDLE_WAIT: Duration = Duration::from_millis(500);
+/// Writes not flushed by a host are made durable in the background after this
+/// long anyway: it bounds what a crash can lose from hosts that never flush, and
+/// keeps redb's chain of non-durable commits short.
+const BACKGROUND_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 pub(crate) fn start(engine: Weak<Engine>) -> JoinHandle<()> {
     std::thread::Builder::new()
@@ -37,6 +41,7 @@ fn run(weak: Weak<Engine>) {
         if engine.shutdown.load(Ordering::SeqCst) {
             return;
         }
+        engine.background_flush_if_due();
         match engine.reclaim_step() {
             Ok(true) => continue,
             Ok(false) => {
@@ -65,6 +70,17 @@ fn wait(engine: &Arc<Engine>) {
 }
 
 impl Engine {
+    fn background_flush_if_due(&self) {
+        let due = self.last_durable.lock().elapsed() >= BACKGROUND_FLUSH_INTERVAL;
+        let pending =
+            self.commit_count.load(Ordering::SeqCst) > self.durable_count.load(Ordering::SeqCst);
+        if due && pending {
+            if let Err(e) = self.flush() {
+                tracing::error!("background flush failed: {e}");
+            }
+        }
+    }
+
     /// Does one batch of reclaim work; false when there is none.
     pub(crate) fn reclaim_step(&self) -> Result<bool> {
         if self.reclaim_doomed_step()? {

@@ -91,7 +91,7 @@ impl Engine {
                 created_unix_s: now_unix_s(),
             };
             let json = serde_json::to_vec(&rec).expect("volume record serialises");
-            t.volumes.insert(name, &json[..]).map_err(kv_error)?;
+            t.volumes()?.insert(name, &json[..]).map_err(kv_error)?;
             st.records_written += 1;
             Ok(rec)
         })?;
@@ -113,8 +113,8 @@ impl Engine {
         let mut ws = self.writer.lock();
         let grains = grains_of(view.size_bytes);
         self.transact(&mut ws, true, |st, t, _| {
-            t.volumes.remove(name).map_err(kv_error)?;
-            t.doomed.insert(shared.id, grains).map_err(kv_error)?;
+            t.volumes()?.remove(name).map_err(kv_error)?;
+            t.doomed()?.insert(shared.id, grains).map_err(kv_error)?;
             st.records_written += 2;
             Ok(())
         })?;
@@ -150,7 +150,7 @@ impl Engine {
         };
         self.transact(&mut ws, true, |st, t, _| {
             let json = serde_json::to_vec(&rec).expect("volume record serialises");
-            t.volumes.insert(name, &json[..]).map_err(kv_error)?;
+            t.volumes()?.insert(name, &json[..]).map_err(kv_error)?;
             st.records_written += 1;
             Ok(())
         })?;
@@ -359,7 +359,7 @@ fn ensure_tables(db: &redb::Database) -> Result<()> {
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
     txn.set_quick_repair(true);
-    drop(crate::tx::Tables::open(&txn)?);
+    crate::tx::create_tables(&txn)?;
     txn.commit().map_err(kv_error)
 }
 

@@ -299,10 +299,10 @@ impl Engine {
             };
             let edits = planned.insert(start, rec);
             for s in &edits.removed_starts {
-                t.ranges.remove((vol.id, *s)).map_err(kv_error)?;
+                t.ranges()?.remove((vol.id, *s)).map_err(kv_error)?;
             }
             for (s, r) in &edits.upserted {
-                t.ranges
+                t.ranges()?
                     .insert((vol.id, *s), &r.encode()[..])
                     .map_err(kv_error)?;
             }

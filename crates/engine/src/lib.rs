@@ -226,16 +226,12 @@ impl Engine {
         txn.set_durability(Durability::Immediate)
             .map_err(kv_error)?;
         txn.set_quick_repair(true);
-        {
-            let mut segments = txn.open_table(meta::SEGMENTS).map_err(kv_error)?;
-            for id in &freeing {
-                segments.remove(*id).map_err(kv_error)?;
-            }
-            let mut counters = txn.open_table(meta::COUNTERS).map_err(kv_error)?;
-            counters
-                .insert("next_segment_id", u64::from(ws.next_segment_id))
-                .map_err(kv_error)?;
+        for id in &freeing {
+            let state = ws.segments.remove(id).unwrap_or_default();
+            assert_eq!(state.live_bytes, 0, "freeing segment {id} with live data");
+            ws.changed_segments.insert(*id);
         }
+        tx::persist_writer_state(&txn, &mut ws)?;
         txn.commit().map_err(kv_error)?;
         self.stats.durable_commits.fetch_add(1, Ordering::Relaxed);
         self.durable_count.store(upto, Ordering::SeqCst);
@@ -243,8 +239,6 @@ impl Engine {
         if !freeing.is_empty() {
             let _io = self.io_lock.write();
             for id in freeing {
-                let state = ws.segments.remove(&id).unwrap_or_default();
-                assert_eq!(state.live_bytes, 0, "freeing segment {id} with live data");
                 self.store
                     .remove(id)
                     .map_err(|e| EngineError::io(format!("removing segment {id}"), e))?;

@@ -150,9 +150,9 @@ impl Engine {
         };
         self.transact(&mut ws, false, |_, t, _| {
             if range.kind == RangeKind::Hole {
-                t.ranges.remove((vol.id, start)).map_err(kv_error)?;
+                t.ranges()?.remove((vol.id, start)).map_err(kv_error)?;
             } else {
-                t.ranges
+                t.ranges()?
                     .insert((vol.id, start), &finished.encode()[..])
                     .map_err(kv_error)?;
             }
@@ -194,16 +194,16 @@ impl Engine {
                 .fetch_add(grains.len() as u64, Ordering::Relaxed);
             if grains.len() < BATCH_MAPPINGS {
                 let starts: Vec<u64> = t
-                    .ranges
+                    .ranges()?
                     .range((volume, 0)..=(volume, u64::MAX))
                     .map_err(kv_error)?
                     .map(|item| item.map(|(k, _)| k.value().1))
                     .collect::<std::result::Result<_, _>>()
                     .map_err(kv_error)?;
                 for s in starts {
-                    t.ranges.remove((volume, s)).map_err(kv_error)?;
+                    t.ranges()?.remove((volume, s)).map_err(kv_error)?;
                 }
-                t.doomed.remove(volume).map_err(kv_error)?;
+                t.doomed()?.remove(volume).map_err(kv_error)?;
                 return Ok(true);
             }
             Ok(false)

@@ -37,6 +37,8 @@ pub struct WriterState {
     pub dirty_segments: BTreeSet<SegmentId>,
     /// Sealed segments with no live record, freed after the next durable commit.
     pub pending_free: BTreeSet<SegmentId>,
+    /// Segments whose accounting changed since the last durable commit.
+    pub changed_segments: BTreeSet<SegmentId>,
     /// Deleted volumes still holding mappings: id → grains.
     pub doomed: BTreeMap<u64, u64>,
     pub capacity_bytes: u64,
@@ -64,31 +66,91 @@ impl WriterState {
     }
 }
 
-/// The open tables of one write transaction.
+/// The tables of one write transaction: the data path's three are opened at
+/// once, the rest only when a transaction touches them (opening a table is a
+/// measurable share of a small transaction).
 pub struct Tables<'t> {
+    txn: &'t WriteTransaction,
     pub maps: Table<'t, (u64, u64), &'static [u8]>,
     pub blocks: Table<'t, u64, &'static [u8]>,
     pub dedup: Table<'t, &'static [u8], u64>,
-    pub ranges: Table<'t, (u64, u64), &'static [u8]>,
-    pub volumes: Table<'t, &'static str, &'static [u8]>,
-    pub segments: Table<'t, u32, (u64, u64)>,
-    pub doomed: Table<'t, u64, u64>,
-    pub counters: Table<'t, &'static str, u64>,
+    ranges: Option<Table<'t, (u64, u64), &'static [u8]>>,
+    volumes: Option<Table<'t, &'static str, &'static [u8]>>,
+    doomed: Option<Table<'t, u64, u64>>,
 }
 
 impl<'t> Tables<'t> {
     pub fn open(txn: &'t WriteTransaction) -> Result<Self> {
         Ok(Tables {
+            txn,
             maps: txn.open_table(meta::MAPPINGS).map_err(kv_error)?,
             blocks: txn.open_table(meta::BLOCKS).map_err(kv_error)?,
             dedup: txn.open_table(meta::DEDUP).map_err(kv_error)?,
-            ranges: txn.open_table(meta::RANGES).map_err(kv_error)?,
-            volumes: txn.open_table(meta::VOLUMES).map_err(kv_error)?,
-            segments: txn.open_table(meta::SEGMENTS).map_err(kv_error)?,
-            doomed: txn.open_table(meta::DOOMED).map_err(kv_error)?,
-            counters: txn.open_table(meta::COUNTERS).map_err(kv_error)?,
+            ranges: None,
+            volumes: None,
+            doomed: None,
         })
     }
+
+    pub fn ranges(&mut self) -> Result<&mut Table<'t, (u64, u64), &'static [u8]>> {
+        if self.ranges.is_none() {
+            self.ranges = Some(self.txn.open_table(meta::RANGES).map_err(kv_error)?);
+        }
+        Ok(self.ranges.as_mut().expect("opened"))
+    }
+
+    pub fn volumes(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
+        if self.volumes.is_none() {
+            self.volumes = Some(self.txn.open_table(meta::VOLUMES).map_err(kv_error)?);
+        }
+        Ok(self.volumes.as_mut().expect("opened"))
+    }
+
+    pub fn doomed(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        if self.doomed.is_none() {
+            self.doomed = Some(self.txn.open_table(meta::DOOMED).map_err(kv_error)?);
+        }
+        Ok(self.doomed.as_mut().expect("opened"))
+    }
+}
+
+/// Creates every table (a read transaction cannot open a missing one).
+pub fn create_tables(txn: &WriteTransaction) -> Result<()> {
+    txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
+    txn.open_table(meta::BLOCKS).map_err(kv_error)?;
+    txn.open_table(meta::DEDUP).map_err(kv_error)?;
+    txn.open_table(meta::RANGES).map_err(kv_error)?;
+    txn.open_table(meta::VOLUMES).map_err(kv_error)?;
+    txn.open_table(meta::SEGMENTS).map_err(kv_error)?;
+    txn.open_table(meta::DOOMED).map_err(kv_error)?;
+    txn.open_table(meta::COUNTERS).map_err(kv_error)?;
+    Ok(())
+}
+
+/// Writes the counters and the accounting of segments changed since the last
+/// durable commit. Called only in durable commits: the state a crash returns to
+/// is always a durable commit, and this one covers every commit before it, so
+/// counters and accounting persisted here match the mappings it makes durable.
+pub fn persist_writer_state(txn: &WriteTransaction, ws: &mut WriterState) -> Result<()> {
+    let mut counters = txn.open_table(meta::COUNTERS).map_err(kv_error)?;
+    for (name, value) in [
+        ("next_block_id", ws.next_block_id),
+        ("next_seq", ws.next_seq),
+        ("next_volume_id", ws.next_volume_id),
+        ("next_segment_id", u64::from(ws.next_segment_id)),
+    ] {
+        counters.insert(name, value).map_err(kv_error)?;
+    }
+    let mut segments = txn.open_table(meta::SEGMENTS).map_err(kv_error)?;
+    for id in std::mem::take(&mut ws.changed_segments) {
+        match ws.segments.get(&id) {
+            Some(s) => segments
+                .insert(id, (s.written_bytes, s.live_bytes))
+                .map_err(kv_error)?,
+            None => segments.remove(id).map_err(kv_error)?,
+        };
+    }
+    Ok(())
 }
 
 /// Local copies of what a transaction changes outside redb.
@@ -310,9 +372,7 @@ pub fn run<T>(
     let mut st = TxState::new(ws);
     let value = {
         let mut tables = Tables::open(&txn)?;
-        let value = f(&mut st, &mut tables, ws)?;
-        persist_state(&st, &mut tables, ws)?;
-        value
+        f(&mut st, &mut tables, ws)?
     };
     for (segment, (offset, bytes)) in &st.appends {
         store
@@ -325,35 +385,11 @@ pub fn run<T>(
     Ok((value, records_written))
 }
 
-fn persist_state(st: &TxState, t: &mut Tables, ws: &WriterState) -> Result<()> {
-    for &id in st.seg_delta.keys() {
-        let s = st.segment_state(ws, id);
-        t.segments
-            .insert(id, (s.written_bytes, s.live_bytes))
-            .map_err(kv_error)?;
-    }
-    let counters = [
-        ("next_block_id", st.next_block_id, ws.next_block_id),
-        ("next_seq", st.next_seq, ws.next_seq),
-        ("next_volume_id", st.next_volume_id, ws.next_volume_id),
-        (
-            "next_segment_id",
-            u64::from(st.next_segment_id),
-            u64::from(ws.next_segment_id),
-        ),
-    ];
-    for (name, new, old) in counters {
-        if new != old {
-            t.counters.insert(name, new).map_err(kv_error)?;
-        }
-    }
-    Ok(())
-}
-
 impl TxState {
     /// Applies a committed transaction's effects to the shared writer state.
     fn apply_to(self, ws: &mut WriterState) {
         for (&id, &(written_delta, live_delta)) in &self.seg_delta {
+            ws.changed_segments.insert(id);
             let state = ws.segments.entry(id).or_default();
             state.written_bytes = state
                 .written_bytes

@@ -1,59 +1,92 @@
-//! What the NBD server needs from storage. The server knows nothing of volumes or
-//! engines: the binary adapts its storage to these traits.
+//! The storage-facing traits. The NBD crate knows nothing of storage: the binary
+//! adapts its engine to these traits, and tests use an in-memory implementation.
+//!
+//! Every method is synchronous and may block on disk I/O, so the server only ever
+//! calls them from the blocking pool, never from an async task.
 
 use std::sync::Arc;
 
-/// The export catalogue.
-pub trait ExportProvider: Send + Sync + 'static {
-    /// Exports for NBD_OPT_LIST.
-    fn list(&self) -> Vec<ExportSummary>;
-    /// None if no such export (or the client may not open it).
-    fn open(&self, name: &str) -> Option<Arc<dyn BlockExport>>;
-}
+use crate::protocol;
 
+/// One entry of `NBD_OPT_LIST`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportSummary {
     pub name: String,
     pub description: String,
 }
 
-/// State of a run of bytes for `base:allocation`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The allocation state of a run of bytes, as reported by [`BlockExport::extents`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ExtentKind {
+    /// Allocated and holds data (which may happen to be zero).
     Data,
-    /// Allocated, reads as zeroes.
+    /// Allocated, and known to read as zeroes.
     Zero,
-    /// Unallocated, reads as zeroes.
+    /// Not allocated; reads as zeroes.
     Hole,
 }
 
-/// Failures an export reports; each maps to an NBD errno.
+impl ExtentKind {
+    /// The `base:allocation` status flags of this state.
+    pub fn base_allocation_flags(self) -> u32 {
+        match self {
+            ExtentKind::Data => 0,
+            ExtentKind::Zero => protocol::NBD_STATE_ZERO,
+            ExtentKind::Hole => protocol::NBD_STATE_HOLE | protocol::NBD_STATE_ZERO,
+        }
+    }
+
+    /// Whether the run reads as zeroes, so a read may answer it with a hole chunk.
+    pub fn reads_as_zero(self) -> bool {
+        matches!(self, ExtentKind::Zero | ExtentKind::Hole)
+    }
+}
+
+/// Why an export operation failed. Each maps onto one NBD error value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExportError {
     #[error("I/O error: {0}")]
     Io(String),
-    #[error("no space: {0}")]
+    #[error("no space left: {0}")]
     NoSpace(String),
     #[error("invalid request: {0}")]
     Invalid(String),
-    #[error("read-only export")]
-    ReadOnly,
+    #[error("not permitted: {0}")]
+    ReadOnly(String),
+    #[error("value too large: {0}")]
+    Overflow(String),
+    #[error("not supported: {0}")]
+    NotSupported(String),
+    #[error("shutting down: {0}")]
+    Shutdown(String),
 }
 
 impl ExportError {
+    /// The NBD error value (an errno as numbered by the protocol, not the host).
     pub fn errno(&self) -> u32 {
-        use crate::protocol::*;
         match self {
-            ExportError::Io(_) => EIO,
-            ExportError::NoSpace(_) => ENOSPC,
-            ExportError::Invalid(_) => EINVAL,
-            ExportError::ReadOnly => EPERM,
+            ExportError::Io(_) => protocol::NBD_EIO,
+            ExportError::NoSpace(_) => protocol::NBD_ENOSPC,
+            ExportError::Invalid(_) => protocol::NBD_EINVAL,
+            ExportError::ReadOnly(_) => protocol::NBD_EPERM,
+            ExportError::Overflow(_) => protocol::NBD_EOVERFLOW,
+            ExportError::NotSupported(_) => protocol::NBD_ENOTSUP,
+            ExportError::Shutdown(_) => protocol::NBD_ESHUTDOWN,
         }
     }
 }
 
-/// One block device behind an export. Methods block (they do disk I/O); the
-/// server calls them from a blocking thread pool.
+/// The set of exports a server offers.
+pub trait ExportProvider: Send + Sync + 'static {
+    /// Exports for `NBD_OPT_LIST`.
+    fn list(&self) -> Vec<ExportSummary>;
+    /// None if no such export (or the client may not open it).
+    fn open(&self, name: &str) -> Option<Arc<dyn BlockExport>>;
+}
+
+/// One block device. The server checks every range against the size it read at
+/// open time before calling in, so implementations see only in-range requests
+/// with nonzero lengths.
 pub trait BlockExport: Send + Sync + 'static {
     fn size_bytes(&self) -> Result<u64, ExportError>;
     fn description(&self) -> String;
@@ -65,6 +98,12 @@ pub trait BlockExport: Send + Sync + 'static {
     /// Makes completed writes durable on every connection of every export
     /// (which is what lets the server advertise multi-conn).
     fn flush(&self) -> Result<(), ExportError>;
-    /// Consecutive extents covering a non-empty prefix of [offset, offset+length).
+    /// Consecutive extents starting at `offset`, as (length, state). They should
+    /// cover `[offset, offset + length)`; the server clips any excess, treats an
+    /// uncovered tail as data for reads and omits it from block status.
     fn extents(&self, offset: u64, length: u64) -> Result<Vec<(u64, ExtentKind)>, ExportError>;
+    /// A hint to prefetch a range (`NBD_CMD_CACHE`). The default does nothing.
+    fn cache(&self, _offset: u64, _length: u64) -> Result<(), ExportError> {
+        Ok(())
+    }
 }

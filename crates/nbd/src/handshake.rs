@@ -1,352 +1,503 @@
-//! The fixed-newstyle handshake: option haggling until the client picks an export
-//! (GO or EXPORT_NAME) or leaves. Every malformed option gets NBD_REP_ERR_INVALID;
-//! anything that loses the framing ends the connection.
+//! The fixed newstyle handshake: greeting, client flags, then option haggling
+//! until the client picks an export (`NBD_OPT_GO` / `NBD_OPT_EXPORT_NAME`) or
+//! aborts.
 
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::export::{BlockExport, ExportProvider};
-use crate::protocol::*;
+use crate::error::ConnectionError;
+use crate::export::{BlockExport, ExportSummary};
+use crate::protocol::{self as p, OptionDataError};
+use crate::server::Shared;
 
-/// What the handshake agreed on.
+/// Option data longer than this is refused: every option we understand needs
+/// far less (strings are at most 4 KiB each).
+pub const MAX_OPTION_DATA_BYTES: u32 = 64 * 1024;
+/// Option data up to this size is read and discarded so that the client gets an
+/// error reply; anything larger is treated as hostile and the connection dropped.
+pub const MAX_DRAINABLE_OPTION_DATA_BYTES: u32 = 1024 * 1024;
+/// Options per connection before we conclude the client is looping.
+pub const MAX_OPTIONS_PER_CONNECTION: u32 = 1024;
+/// The most metadata-context queries we answer in one option.
+pub const MAX_META_CONTEXT_QUERIES: usize = 256;
+
+/// The context ID we hand out for `base:allocation` after `NBD_OPT_SET_META_CONTEXT`.
+pub const BASE_ALLOCATION_CONTEXT_ID: u32 = 1;
+
+/// Block sizes advertised in `NBD_INFO_BLOCK_SIZE`: any alignment works, 4 KiB
+/// is what the engine prefers, and 32 MiB is the largest payload we accept.
+pub const BLOCK_SIZE_MINIMUM_BYTES: u32 = 1;
+pub const BLOCK_SIZE_PREFERRED_BYTES: u32 = 4096;
+pub const BLOCK_SIZE_MAXIMUM_BYTES: u32 = crate::transmission::MAX_REQUEST_PAYLOAD_BYTES;
+
+/// What transmission needs to know about the negotiated session.
 pub struct Session {
     pub export: Arc<dyn BlockExport>,
     pub name: String,
-    pub structured_replies: bool,
-    pub base_allocation: bool,
+    /// Size read once at open: the protocol gives the client one size per session.
+    pub size: u64,
+    pub read_only: bool,
+    pub structured: bool,
+    /// Set when `base:allocation` was selected for this export.
+    pub base_allocation_context: Option<u32>,
 }
 
-/// Why a handshake ended without a session.
-#[derive(Debug, thiserror::Error)]
-pub enum HandshakeError {
-    #[error("client left: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("protocol violation: {0}")]
-    Protocol(String),
-    #[error("client aborted")]
+pub enum Outcome {
+    Transmission(Session),
+    /// The client sent `NBD_OPT_ABORT` (or went away politely).
     Aborted,
 }
 
-struct Options {
-    structured_replies: bool,
-    /// The export name SET_META_CONTEXT selected base:allocation for.
-    base_allocation_for: Option<String>,
+/// An export opened for a session, with the facts the handshake reports.
+struct Opened {
+    export: Arc<dyn BlockExport>,
+    size: u64,
+    read_only: bool,
+    description: String,
 }
 
-pub async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
-    stream: &mut S,
-    provider: &dyn ExportProvider,
-) -> Result<Session, HandshakeError> {
-    let mut hello = Vec::with_capacity(18);
-    hello.extend_from_slice(&NBDMAGIC.to_be_bytes());
-    hello.extend_from_slice(&IHAVEOPT.to_be_bytes());
-    hello.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
-    stream.write_all(&hello).await?;
-    stream.flush().await?;
-    let client_flags = stream.read_u32().await?;
-    if client_flags & !(CLIENT_FIXED_NEWSTYLE | CLIENT_NO_ZEROES) != 0 {
-        return Err(HandshakeError::Protocol(format!(
-            "unknown client flags {client_flags:#x}"
-        )));
-    }
-    let no_zeroes = client_flags & CLIENT_NO_ZEROES != 0;
-    let mut options = Options {
-        structured_replies: false,
-        base_allocation_for: None,
-    };
-    loop {
-        let magic = stream.read_u64().await?;
-        if magic != IHAVEOPT {
-            return Err(HandshakeError::Protocol(format!(
-                "bad option magic {magic:#x}"
-            )));
-        }
-        let option = stream.read_u32().await?;
-        let length = stream.read_u32().await?;
-        if length > MAX_OPTION_BYTES {
-            return Err(HandshakeError::Protocol(format!(
-                "option of {length} bytes"
-            )));
-        }
-        let mut data = vec![0u8; length as usize];
-        stream.read_exact(&mut data).await?;
-        if let Some(session) =
-            handle_option(stream, provider, &mut options, option, &data, no_zeroes).await?
-        {
-            return Ok(session);
-        }
-    }
+/// The metadata contexts selected by the last `NBD_OPT_SET_META_CONTEXT`.
+struct MetaSelection {
+    export_name: String,
+    base_allocation: bool,
 }
 
-async fn reply<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    option: u32,
-    kind: u32,
-    data: &[u8],
-) -> std::io::Result<()> {
-    let mut out = Vec::with_capacity(20 + data.len());
-    out.extend_from_slice(&OPTION_REPLY_MAGIC.to_be_bytes());
-    out.extend_from_slice(&option.to_be_bytes());
-    out.extend_from_slice(&kind.to_be_bytes());
-    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    out.extend_from_slice(data);
-    stream.write_all(&out).await?;
-    stream.flush().await
-}
-
-async fn error_reply<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    option: u32,
-    kind: u32,
-    message: &str,
-) -> std::io::Result<()> {
-    reply(stream, option, kind, message.as_bytes()).await
-}
-
-async fn handle_option<S: AsyncRead + AsyncWrite + Unpin>(
-    stream: &mut S,
-    provider: &dyn ExportProvider,
-    options: &mut Options,
-    option: u32,
-    data: &[u8],
+/// Negotiation state carried between options.
+struct Negotiation {
     no_zeroes: bool,
-) -> Result<Option<Session>, HandshakeError> {
-    match option {
-        OPT_EXPORT_NAME => export_name(stream, provider, options, data, no_zeroes).await,
-        OPT_ABORT => {
-            let _ = reply(stream, option, REP_ACK, &[]).await;
-            Err(HandshakeError::Aborted)
-        }
-        OPT_LIST => {
-            if !data.is_empty() {
-                error_reply(stream, option, REP_ERR_INVALID, "LIST takes no data").await?;
-                return Ok(None);
-            }
-            for export in provider.list() {
-                let mut entry =
-                    Vec::with_capacity(4 + export.name.len() + export.description.len());
-                entry.extend_from_slice(&(export.name.len() as u32).to_be_bytes());
-                entry.extend_from_slice(export.name.as_bytes());
-                entry.extend_from_slice(export.description.as_bytes());
-                reply(stream, option, REP_SERVER, &entry).await?;
-            }
-            reply(stream, option, REP_ACK, &[]).await?;
-            Ok(None)
-        }
-        OPT_INFO | OPT_GO => info_or_go(stream, provider, options, option, data).await,
-        OPT_STRUCTURED_REPLY => {
-            if !data.is_empty() {
-                error_reply(
-                    stream,
-                    option,
-                    REP_ERR_INVALID,
-                    "STRUCTURED_REPLY takes no data",
-                )
-                .await?;
-            } else {
-                options.structured_replies = true;
-                reply(stream, option, REP_ACK, &[]).await?;
-            }
-            Ok(None)
-        }
-        OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
-            meta_context(stream, provider, options, option, data).await?;
-            Ok(None)
-        }
-        OPT_STARTTLS => {
-            error_reply(stream, option, REP_ERR_UNSUP, "TLS is not offered").await?;
-            Ok(None)
-        }
-        _ => {
-            error_reply(stream, option, REP_ERR_UNSUP, "unsupported option").await?;
-            Ok(None)
-        }
-    }
+    structured: bool,
+    meta: Option<MetaSelection>,
 }
 
-fn transmission_flags(export: &dyn BlockExport, structured: bool) -> u16 {
-    let mut flags = TFLAG_HAS_FLAGS
-        | TFLAG_SEND_FLUSH
-        | TFLAG_SEND_FUA
-        | TFLAG_SEND_TRIM
-        | TFLAG_SEND_WRITE_ZEROES
-        | TFLAG_SEND_FAST_ZERO
-        | TFLAG_CAN_MULTI_CONN
-        | TFLAG_SEND_CACHE;
-    if structured {
-        flags |= TFLAG_SEND_DF;
+enum Step {
+    Continue,
+    Abort,
+    Go(Session),
+}
+
+pub fn transmission_flags(read_only: bool, structured: bool) -> u16 {
+    let mut flags = p::NBD_FLAG_HAS_FLAGS
+        | p::NBD_FLAG_SEND_FLUSH
+        | p::NBD_FLAG_SEND_FUA
+        | p::NBD_FLAG_CAN_MULTI_CONN
+        | p::NBD_FLAG_SEND_CACHE;
+    if read_only {
+        flags |= p::NBD_FLAG_READ_ONLY;
+    } else {
+        flags |= p::NBD_FLAG_SEND_TRIM | p::NBD_FLAG_SEND_WRITE_ZEROES | p::NBD_FLAG_SEND_FAST_ZERO;
     }
-    if export.read_only() {
-        flags |= TFLAG_READ_ONLY;
+    if structured {
+        flags |= p::NBD_FLAG_SEND_DF;
     }
     flags
 }
 
-fn session(export: Arc<dyn BlockExport>, name: String, options: &Options) -> Session {
-    Session {
-        base_allocation: options.structured_replies
-            && options.base_allocation_for.as_deref() == Some(name.as_str()),
-        export,
-        name,
-        structured_replies: options.structured_replies,
+pub async fn negotiate<S>(stream: &mut S, shared: &Shared) -> Result<Outcome, ConnectionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    stream.write_all(&p::encode_greeting()).await?;
+    stream.flush().await?;
+    let client_flags = stream.read_u32().await?;
+    if client_flags & !p::CLIENT_FLAGS_KNOWN != 0 {
+        return Err(ConnectionError::UnknownClientFlags(client_flags));
     }
+    let mut state = Negotiation {
+        no_zeroes: client_flags & p::NBD_FLAG_C_NO_ZEROES != 0,
+        structured: false,
+        meta: None,
+    };
+    for _ in 0..MAX_OPTIONS_PER_CONNECTION {
+        match option(stream, shared, &mut state).await? {
+            Step::Continue => {}
+            Step::Abort => return Ok(Outcome::Aborted),
+            Step::Go(session) => return Ok(Outcome::Transmission(session)),
+        }
+    }
+    Err(ConnectionError::TooManyOptions)
 }
 
-async fn export_name<S: AsyncRead + AsyncWrite + Unpin>(
+/// Reads and answers one option.
+async fn option<S>(
     stream: &mut S,
-    provider: &dyn ExportProvider,
-    options: &Options,
-    data: &[u8],
-    no_zeroes: bool,
-) -> Result<Option<Session>, HandshakeError> {
-    let name = String::from_utf8(data.to_vec())
-        .map_err(|_| HandshakeError::Protocol("export name is not UTF-8".into()))?;
-    // EXPORT_NAME has no error reply: an unknown export ends the connection.
-    let export = provider
-        .open(&name)
-        .ok_or_else(|| HandshakeError::Protocol(format!("unknown export '{name}'")))?;
-    let size = export
-        .size_bytes()
-        .map_err(|e| HandshakeError::Protocol(e.to_string()))?;
-    let mut out = Vec::with_capacity(10 + 124);
-    out.extend_from_slice(&size.to_be_bytes());
-    out.extend_from_slice(
-        &transmission_flags(export.as_ref(), options.structured_replies).to_be_bytes(),
-    );
-    if !no_zeroes {
-        out.extend_from_slice(&[0u8; 124]);
+    shared: &Shared,
+    state: &mut Negotiation,
+) -> Result<Step, ConnectionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut raw = [0u8; p::OPTION_HEADER_BYTES];
+    stream.read_exact(&mut raw).await?;
+    let header = p::decode_option_header(&raw).ok_or(ConnectionError::BadMagic)?;
+    if header.length > MAX_OPTION_DATA_BYTES {
+        return oversized_option(stream, header).await;
     }
+    let mut data = vec![0u8; header.length as usize];
+    stream.read_exact(&mut data).await?;
+
+    let mut out = Vec::new();
+    let step = match header.option {
+        p::NBD_OPT_EXPORT_NAME => return export_name(stream, shared, state, &data).await,
+        p::NBD_OPT_ABORT => {
+            p::encode_option_reply(&mut out, header.option, p::NBD_REP_ACK, &[]);
+            Step::Abort
+        }
+        p::NBD_OPT_LIST => list(shared, header.option, &data, &mut out).await?,
+        p::NBD_OPT_INFO | p::NBD_OPT_GO => {
+            info_or_go(shared, state, header.option, &data, &mut out).await?
+        }
+        p::NBD_OPT_STRUCTURED_REPLY => structured_reply(state, &data, &mut out),
+        p::NBD_OPT_LIST_META_CONTEXT | p::NBD_OPT_SET_META_CONTEXT => {
+            meta_context(shared, state, header.option, &data, &mut out).await?
+        }
+        p::NBD_OPT_STARTTLS => {
+            reply_error(
+                &mut out,
+                header.option,
+                p::NBD_REP_ERR_POLICY,
+                "TLS is not offered",
+            );
+            Step::Continue
+        }
+        _ => {
+            reply_error(
+                &mut out,
+                header.option,
+                p::NBD_REP_ERR_UNSUP,
+                "option not supported",
+            );
+            Step::Continue
+        }
+    };
     stream.write_all(&out).await?;
     stream.flush().await?;
-    Ok(Some(session(export, name, options)))
+    Ok(step)
 }
 
-/// Parses `u32 length, name` at the start of `data`, returning the name and rest.
-fn parse_name(data: &[u8]) -> Option<(String, &[u8])> {
-    let length = u32::from_be_bytes(data.get(0..4)?.try_into().ok()?) as usize;
-    let name = data.get(4..4usize.checked_add(length)?)?;
-    Some((String::from_utf8(name.to_vec()).ok()?, &data[4 + length..]))
+fn reply_error(out: &mut Vec<u8>, option: u32, reply_type: u32, message: &str) {
+    assert!(reply_type & (1 << 31) != 0);
+    p::encode_option_reply(out, option, reply_type, message.as_bytes());
 }
 
-async fn info_or_go<S: AsyncRead + AsyncWrite + Unpin>(
+/// Too long to be a real option: drain it and refuse, or drop a hostile client.
+async fn oversized_option<S>(
     stream: &mut S,
-    provider: &dyn ExportProvider,
-    options: &Options,
-    option: u32,
-    data: &[u8],
-) -> Result<Option<Session>, HandshakeError> {
-    let parsed = parse_name(data).and_then(|(name, rest)| {
-        let count = u16::from_be_bytes(rest.get(0..2)?.try_into().ok()?) as usize;
-        let requests = rest.get(2..)?;
-        if requests.len() != count * 2 {
-            return None;
-        }
-        let infos: Vec<u16> = requests
-            .chunks_exact(2)
-            .map(|c| u16::from_be_bytes([c[0], c[1]]))
-            .collect();
-        Some((name, infos))
-    });
-    let Some((name, infos)) = parsed else {
-        error_reply(stream, option, REP_ERR_INVALID, "malformed INFO/GO request").await?;
-        return Ok(None);
-    };
-    let Some(export) = provider.open(&name) else {
-        error_reply(stream, option, REP_ERR_UNKNOWN, "no such export").await?;
-        return Ok(None);
-    };
-    let size = match export.size_bytes() {
-        Ok(size) => size,
-        Err(e) => {
-            error_reply(stream, option, REP_ERR_UNKNOWN, &e.to_string()).await?;
-            return Ok(None);
-        }
-    };
-    let mut info = Vec::with_capacity(12);
-    info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
-    info.extend_from_slice(&size.to_be_bytes());
-    info.extend_from_slice(
-        &transmission_flags(export.as_ref(), options.structured_replies).to_be_bytes(),
+    header: p::OptionHeader,
+) -> Result<Step, ConnectionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    // NBD_OPT_EXPORT_NAME cannot be answered with an error.
+    if header.length > MAX_DRAINABLE_OPTION_DATA_BYTES || header.option == p::NBD_OPT_EXPORT_NAME {
+        return Err(ConnectionError::OptionTooLong(header.length));
+    }
+    drain(stream, u64::from(header.length)).await?;
+    let mut out = Vec::new();
+    reply_error(
+        &mut out,
+        header.option,
+        p::NBD_REP_ERR_TOO_BIG,
+        "option data too long",
     );
-    reply(stream, option, REP_INFO, &info).await?;
-    if infos.contains(&INFO_NAME) {
-        let mut payload = INFO_NAME.to_be_bytes().to_vec();
-        payload.extend_from_slice(name.as_bytes());
-        reply(stream, option, REP_INFO, &payload).await?;
-    }
-    if infos.contains(&INFO_DESCRIPTION) {
-        let mut payload = INFO_DESCRIPTION.to_be_bytes().to_vec();
-        payload.extend_from_slice(export.description().as_bytes());
-        reply(stream, option, REP_INFO, &payload).await?;
-    }
-    let mut block = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
-    block.extend_from_slice(&1u32.to_be_bytes());
-    block.extend_from_slice(&PREFERRED_BLOCK_BYTES.to_be_bytes());
-    block.extend_from_slice(&MAX_PAYLOAD_BYTES.to_be_bytes());
-    reply(stream, option, REP_INFO, &block).await?;
-    reply(stream, option, REP_ACK, &[]).await?;
-    if option == OPT_GO {
-        return Ok(Some(session(export, name, options)));
-    }
-    Ok(None)
+    stream.write_all(&out).await?;
+    stream.flush().await?;
+    Ok(Step::Continue)
 }
 
-async fn meta_context<S: AsyncRead + AsyncWrite + Unpin>(
+/// Reads and discards `length` bytes through a fixed scratch buffer.
+pub async fn drain<R: AsyncRead + Unpin>(reader: &mut R, length: u64) -> std::io::Result<()> {
+    const DRAIN_BUFFER_BYTES: usize = 64 * 1024;
+    let mut scratch = vec![0u8; DRAIN_BUFFER_BYTES];
+    let mut remaining = length;
+    while remaining > 0 {
+        let step = remaining.min(DRAIN_BUFFER_BYTES as u64) as usize;
+        reader.read_exact(&mut scratch[..step]).await?;
+        remaining -= step as u64;
+    }
+    Ok(())
+}
+
+async fn open(shared: &Shared, name: &str) -> Result<Option<Opened>, ConnectionError> {
+    let provider = shared.provider.clone();
+    let name = name.to_owned();
+    let opened = shared
+        .run_blocking(move || -> Result<Option<Opened>, crate::ExportError> {
+            let Some(export) = provider.open(&name) else {
+                return Ok(None);
+            };
+            Ok(Some(Opened {
+                size: export.size_bytes()?,
+                read_only: export.read_only(),
+                description: export.description(),
+                export,
+            }))
+        })
+        .await
+        .ok_or(ConnectionError::BlockingTask)?;
+    Ok(opened?)
+}
+
+fn session(state: &Negotiation, name: String, opened: Opened) -> Session {
+    // Contexts selected for another export do not carry over.
+    let base_allocation = state
+        .meta
+        .as_ref()
+        .is_some_and(|meta| meta.export_name == name && meta.base_allocation);
+    Session {
+        export: opened.export,
+        name,
+        size: opened.size,
+        read_only: opened.read_only,
+        structured: state.structured,
+        base_allocation_context: (state.structured && base_allocation)
+            .then_some(BASE_ALLOCATION_CONTEXT_ID),
+    }
+}
+
+/// `NBD_OPT_EXPORT_NAME`: no error reply exists, so failure ends the connection.
+async fn export_name<S>(
     stream: &mut S,
-    provider: &dyn ExportProvider,
-    options: &mut Options,
+    shared: &Shared,
+    state: &mut Negotiation,
+    data: &[u8],
+) -> Result<Step, ConnectionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let name = p::decode_string(data).map_err(|_| ConnectionError::InvalidExportName)?;
+    let opened = match open(shared, &name).await {
+        Ok(Some(opened)) => opened,
+        Ok(None) | Err(ConnectionError::Export(_)) => {
+            return Err(ConnectionError::UnknownExport(name))
+        }
+        Err(error) => return Err(error),
+    };
+    let flags = transmission_flags(opened.read_only, state.structured);
+    let reply = p::encode_export_name_reply(opened.size, flags, state.no_zeroes);
+    stream.write_all(&reply).await?;
+    stream.flush().await?;
+    Ok(Step::Go(session(state, name, opened)))
+}
+
+async fn list(
+    shared: &Shared,
     option: u32,
     data: &[u8],
-) -> std::io::Result<()> {
-    let parsed = parse_name(data).and_then(|(name, rest)| {
-        let count = u32::from_be_bytes(rest.get(0..4)?.try_into().ok()?) as usize;
-        let mut queries = Vec::new();
-        let mut rest = rest.get(4..)?;
-        for _ in 0..count {
-            let (query, tail) = parse_name(rest)?;
-            queries.push(query);
-            rest = tail;
+    out: &mut Vec<u8>,
+) -> Result<Step, ConnectionError> {
+    if !data.is_empty() {
+        reply_error(
+            out,
+            option,
+            p::NBD_REP_ERR_INVALID,
+            "NBD_OPT_LIST takes no data",
+        );
+        return Ok(Step::Continue);
+    }
+    let provider = shared.provider.clone();
+    let exports: Vec<ExportSummary> = shared
+        .run_blocking(move || provider.list())
+        .await
+        .ok_or(ConnectionError::BlockingTask)?;
+    for export in exports.iter().take(crate::server::MAX_LISTED_EXPORTS) {
+        let server = p::encode_rep_server(&export.name, &export.description);
+        p::encode_option_reply(out, option, p::NBD_REP_SERVER, &server);
+    }
+    p::encode_option_reply(out, option, p::NBD_REP_ACK, &[]);
+    Ok(Step::Continue)
+}
+
+async fn info_or_go(
+    shared: &Shared,
+    state: &Negotiation,
+    option: u32,
+    data: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<Step, ConnectionError> {
+    let request = match p::decode_info_request(data) {
+        Ok(request) => request,
+        Err(error) => {
+            reply_error(out, option, p::NBD_REP_ERR_INVALID, &error.to_string());
+            return Ok(Step::Continue);
         }
-        rest.is_empty().then_some((name, queries))
-    });
-    let Some((name, queries)) = parsed else {
-        return error_reply(
-            stream,
-            option,
-            REP_ERR_INVALID,
-            "malformed meta context request",
-        )
-        .await;
     };
-    if option == OPT_SET_META_CONTEXT && !options.structured_replies {
-        return error_reply(
-            stream,
-            option,
-            REP_ERR_INVALID,
-            "SET_META_CONTEXT needs structured replies",
-        )
-        .await;
-    }
-    if provider.open(&name).is_none() {
-        return error_reply(stream, option, REP_ERR_UNKNOWN, "no such export").await;
-    }
-    let matches = |q: &str| match option {
-        OPT_LIST_META_CONTEXT => q == BASE_ALLOCATION || q == "base:",
-        _ => q == BASE_ALLOCATION,
+    let opened = match open(shared, &request.name).await {
+        Ok(Some(opened)) => opened,
+        Ok(None) => {
+            reply_error(out, option, p::NBD_REP_ERR_UNKNOWN, "no such export");
+            return Ok(Step::Continue);
+        }
+        Err(ConnectionError::Export(error)) => {
+            reply_error(
+                out,
+                option,
+                p::NBD_REP_ERR_UNKNOWN,
+                &format!("export unavailable: {error}"),
+            );
+            return Ok(Step::Continue);
+        }
+        Err(error) => return Err(error),
     };
-    let selected = if option == OPT_LIST_META_CONTEXT && queries.is_empty() {
+    encode_infos(out, option, state, &request, &opened);
+    p::encode_option_reply(out, option, p::NBD_REP_ACK, &[]);
+    if option == p::NBD_OPT_GO {
+        Ok(Step::Go(session(state, request.name, opened)))
+    } else {
+        Ok(Step::Continue)
+    }
+}
+
+/// The `NBD_REP_INFO` replies for one export: the export info always, the block
+/// sizes always (any alignment is fine, so sending them unasked is harmless),
+/// the name and description when asked for.
+fn encode_infos(
+    out: &mut Vec<u8>,
+    option: u32,
+    state: &Negotiation,
+    request: &p::InfoRequest,
+    opened: &Opened,
+) {
+    let flags = transmission_flags(opened.read_only, state.structured);
+    p::encode_option_reply(
+        out,
+        option,
+        p::NBD_REP_INFO,
+        &p::encode_info_export(opened.size, flags),
+    );
+    let block_size = p::encode_info_block_size(
+        BLOCK_SIZE_MINIMUM_BYTES,
+        BLOCK_SIZE_PREFERRED_BYTES,
+        BLOCK_SIZE_MAXIMUM_BYTES,
+    );
+    p::encode_option_reply(out, option, p::NBD_REP_INFO, &block_size);
+    if request.requests.contains(&p::NBD_INFO_NAME) {
+        let name = p::encode_info_string(p::NBD_INFO_NAME, &request.name);
+        p::encode_option_reply(out, option, p::NBD_REP_INFO, &name);
+    }
+    if request.requests.contains(&p::NBD_INFO_DESCRIPTION) && !opened.description.is_empty() {
+        let description = p::encode_info_string(p::NBD_INFO_DESCRIPTION, &opened.description);
+        p::encode_option_reply(out, option, p::NBD_REP_INFO, &description);
+    }
+}
+
+fn structured_reply(state: &mut Negotiation, data: &[u8], out: &mut Vec<u8>) -> Step {
+    let option = p::NBD_OPT_STRUCTURED_REPLY;
+    if !data.is_empty() {
+        reply_error(
+            out,
+            option,
+            p::NBD_REP_ERR_INVALID,
+            "NBD_OPT_STRUCTURED_REPLY takes no data",
+        );
+    } else {
+        state.structured = true;
+        p::encode_option_reply(out, option, p::NBD_REP_ACK, &[]);
+    }
+    Step::Continue
+}
+
+/// Which of our contexts a query names. `list` queries may name a whole
+/// namespace ("base:"); `set` queries must name a context exactly.
+fn query_matches_base_allocation(query: &str, listing: bool) -> bool {
+    query == p::BASE_ALLOCATION || (listing && query == p::BASE_NAMESPACE)
+}
+
+async fn meta_context(
+    shared: &Shared,
+    state: &mut Negotiation,
+    option: u32,
+    data: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<Step, ConnectionError> {
+    let listing = option == p::NBD_OPT_LIST_META_CONTEXT;
+    if !state.structured {
+        reply_error(
+            out,
+            option,
+            p::NBD_REP_ERR_INVALID,
+            "structured replies not negotiated",
+        );
+        return Ok(Step::Continue);
+    }
+    let request = match p::decode_meta_context_request(data) {
+        Ok(request) if request.queries.len() <= MAX_META_CONTEXT_QUERIES => request,
+        Ok(_) => {
+            reply_error(out, option, p::NBD_REP_ERR_TOO_BIG, "too many queries");
+            return Ok(Step::Continue);
+        }
+        Err(error) => {
+            reply_error(out, option, p::NBD_REP_ERR_INVALID, &invalid_message(error));
+            return Ok(Step::Continue);
+        }
+    };
+    if !listing {
+        // A failed SET leaves nothing selected.
+        state.meta = None;
+    }
+    match open(shared, &request.export_name).await {
+        Ok(Some(_)) => {}
+        Ok(None) | Err(ConnectionError::Export(_)) => {
+            reply_error(out, option, p::NBD_REP_ERR_UNKNOWN, "no such export");
+            return Ok(Step::Continue);
+        }
+        Err(error) => return Err(error),
+    }
+    let selected = if listing && request.queries.is_empty() {
         true
     } else {
-        queries.iter().any(|q| matches(q))
+        request
+            .queries
+            .iter()
+            .any(|query| query_matches_base_allocation(query, listing))
     };
-    if option == OPT_SET_META_CONTEXT {
-        options.base_allocation_for = selected.then(|| name.clone());
-    }
     if selected {
-        let mut payload = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
-        payload.extend_from_slice(BASE_ALLOCATION.as_bytes());
-        reply(stream, option, REP_META_CONTEXT, &payload).await?;
+        // IDs in LIST replies are reserved and sent as zero.
+        let id = if listing {
+            0
+        } else {
+            BASE_ALLOCATION_CONTEXT_ID
+        };
+        let context = p::encode_meta_context(id, p::BASE_ALLOCATION);
+        p::encode_option_reply(out, option, p::NBD_REP_META_CONTEXT, &context);
     }
-    reply(stream, option, REP_ACK, &[]).await
+    if !listing {
+        state.meta = Some(MetaSelection {
+            export_name: request.export_name,
+            base_allocation: selected,
+        });
+    }
+    p::encode_option_reply(out, option, p::NBD_REP_ACK, &[]);
+    Ok(Step::Continue)
+}
+
+fn invalid_message(error: OptionDataError) -> String {
+    format!("malformed option: {error}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_for_writable_and_read_only() {
+        let writable = transmission_flags(false, true);
+        assert_ne!(writable & p::NBD_FLAG_SEND_TRIM, 0);
+        assert_ne!(writable & p::NBD_FLAG_SEND_FAST_ZERO, 0);
+        assert_ne!(writable & p::NBD_FLAG_SEND_DF, 0);
+        assert_eq!(writable & p::NBD_FLAG_READ_ONLY, 0);
+        let read_only = transmission_flags(true, false);
+        assert_ne!(read_only & p::NBD_FLAG_READ_ONLY, 0);
+        assert_eq!(read_only & p::NBD_FLAG_SEND_WRITE_ZEROES, 0);
+        assert_eq!(read_only & p::NBD_FLAG_SEND_DF, 0);
+        assert_ne!(read_only & p::NBD_FLAG_HAS_FLAGS, 0);
+    }
+
+    #[test]
+    fn meta_queries() {
+        assert!(query_matches_base_allocation("base:allocation", false));
+        assert!(query_matches_base_allocation("base:", true));
+        assert!(!query_matches_base_allocation("base:", false));
+        assert!(!query_matches_base_allocation("qemu:dirty-bitmap:x", true));
+    }
 }

@@ -1,17 +1,28 @@
-//! Lacuna's NBD server: fixed newstyle handshake (EXPORT_NAME, ABORT, LIST, INFO,
-//! GO, STRUCTURED_REPLY, LIST/SET_META_CONTEXT with `base:allocation`), and the
-//! transmission phase with READ (structured, holes as OFFSET_HOLE), WRITE, FLUSH,
-//! TRIM, WRITE_ZEROES (NO_HOLE, FAST_ZERO), BLOCK_STATUS, CACHE, DISC and FUA,
-//! pipelined and answered out of order, advertising multi-conn.
+//! An NBD server (fixed newstyle handshake, structured replies, `base:allocation`
+//! block status, multi-connection) over a storage-agnostic export trait.
 //!
-//! The server knows nothing of storage: it serves whatever implements
-//! [`ExportProvider`] and [`BlockExport`].
+//! The crate knows nothing of storage: [`ExportProvider`] and [`BlockExport`]
+//! are implemented by the binary over the engine. Export calls may block, so the
+//! server makes them on Tokio's blocking pool.
+//!
+//! Layout: [`protocol`] is the wire format, `handshake` negotiates options,
+//! `transmission` serves requests, `server` accepts connections.
 
-pub mod export;
-pub mod handshake;
+mod error;
+mod export;
+mod handshake;
 pub mod protocol;
-pub mod server;
-pub mod transmission;
+mod server;
+mod transmission;
 
+pub use error::ConnectionError;
 pub use export::{BlockExport, ExportError, ExportProvider, ExportSummary, ExtentKind};
-pub use server::{serve, serve_connection, ServerConfig};
+pub use handshake::{
+    BLOCK_SIZE_MAXIMUM_BYTES, BLOCK_SIZE_MINIMUM_BYTES, BLOCK_SIZE_PREFERRED_BYTES,
+    MAX_OPTIONS_PER_CONNECTION, MAX_OPTION_DATA_BYTES,
+};
+pub use server::{serve, serve_connection, serve_unix, Server, ServerConfig};
+pub use transmission::{
+    MAX_BLOCK_STATUS_EXTENTS, MAX_DRAINABLE_PAYLOAD_BYTES, MAX_IN_FLIGHT_BYTES_PER_CONNECTION,
+    MAX_IN_FLIGHT_PER_CONNECTION, MAX_REQUEST_PAYLOAD_BYTES,
+};

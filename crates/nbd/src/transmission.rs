@@ -1,365 +1,742 @@
-//! The transmission phase: requests are read continuously, executed concurrently
-//! on the blocking pool (bounded per connection), and answered out of order through
-//! one writer task so reply frames never interleave.
+//! The transmission phase. One reader reads requests continuously and hands each
+//! to its own task, which runs the export call on the blocking pool and queues
+//! the encoded reply; one writer sends whole reply frames, so frames never
+//! interleave while replies go out in completion order.
+//!
+//! Back-pressure: a request needs a slot (at most `MAX_IN_FLIGHT_PER_CONNECTION`)
+//! and a share of a byte budget before the reader reads its payload, so a client
+//! cannot make the server buffer more than the budget per connection.
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
+use crate::error::ConnectionError;
 use crate::export::{BlockExport, ExportError, ExtentKind};
-use crate::handshake::Session;
-use crate::protocol::*;
+use crate::handshake::{drain, Session};
+use crate::protocol::{self as p, RequestHeader};
+use crate::server::Shared;
 
-/// Requests of one connection executing at once; the reader stops reading while
-/// this many are in flight (back-pressure instead of an unbounded queue).
+/// Largest read or write payload we serve; also advertised as the maximum block size.
+pub const MAX_REQUEST_PAYLOAD_BYTES: u32 = 32 * 1024 * 1024;
+/// Oversized write payloads up to this are read and discarded so the client gets
+/// `EINVAL`; beyond it the stream is dropped rather than spend the bandwidth.
+pub const MAX_DRAINABLE_PAYLOAD_BYTES: u32 = 64 * 1024 * 1024;
+/// Requests executing or awaiting their reply, per connection.
 pub const MAX_IN_FLIGHT_PER_CONNECTION: usize = 64;
-/// A WRITE payload larger than the advertised maximum is drained (and refused)
-/// up to this size; beyond it the connection is dropped.
-const MAX_DRAIN_BYTES: u32 = 64 * 1024 * 1024;
+/// Payload and reply bytes buffered per connection. At least one maximal request
+/// always fits, so a single request can never wait forever.
+pub const MAX_IN_FLIGHT_BYTES_PER_CONNECTION: u32 = 128 * 1024 * 1024;
+/// Descriptors in one block-status reply (the export's view is summarised if longer).
+pub const MAX_BLOCK_STATUS_EXTENTS: usize = 1024;
+/// Content chunks in one structured read reply; the tail is sent as data.
+pub const MAX_READ_CHUNKS: usize = 1024;
+const READ_BUFFER_BYTES: usize = 256 * 1024;
+const WRITE_BUFFER_BYTES: usize = 256 * 1024;
 
-struct Context {
-    export: Arc<dyn BlockExport>,
-    structured: bool,
-    base_allocation: bool,
+const _: () = assert!(MAX_REQUEST_PAYLOAD_BYTES <= MAX_DRAINABLE_PAYLOAD_BYTES);
+const _: () = assert!(MAX_REQUEST_PAYLOAD_BYTES <= MAX_IN_FLIGHT_BYTES_PER_CONNECTION);
+
+/// A validated request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Read {
+        offset: u64,
+        length: u32,
+        dont_fragment: bool,
+    },
+    Write {
+        offset: u64,
+        fua: bool,
+    },
+    Flush,
+    Trim {
+        offset: u64,
+        length: u32,
+        fua: bool,
+    },
+    WriteZeroes {
+        offset: u64,
+        length: u32,
+        fua: bool,
+        allow_unmap: bool,
+    },
+    BlockStatus {
+        offset: u64,
+        length: u32,
+        req_one: bool,
+    },
+    Cache {
+        offset: u64,
+        length: u32,
+    },
 }
 
-pub async fn transmit<S>(stream: S, session: Session) -> std::io::Result<()>
+/// A request refused before reaching the export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rejection {
+    pub errno: u32,
+    pub message: &'static str,
+}
+
+const fn reject(errno: u32, message: &'static str) -> Rejection {
+    Rejection { errno, message }
+}
+
+/// What `validate` needs to know about the session.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub size: u64,
+    pub read_only: bool,
+    pub structured: bool,
+    pub block_status: bool,
+}
+
+impl Limits {
+    pub fn of(session: &Session) -> Limits {
+        Limits {
+            size: session.size,
+            read_only: session.read_only,
+            structured: session.structured,
+            block_status: session.base_allocation_context.is_some(),
+        }
+    }
+}
+
+/// Checks a request header against the session: command, flags, permissions,
+/// length and range. Pure, so that every rule is unit tested.
+pub fn validate(limits: &Limits, header: &RequestHeader) -> Result<Command, Rejection> {
+    use p::*;
+    let writes = matches!(
+        header.command,
+        NBD_CMD_WRITE | NBD_CMD_TRIM | NBD_CMD_WRITE_ZEROES
+    );
+    let allowed_flags = NBD_CMD_FLAG_FUA
+        | match header.command {
+            NBD_CMD_READ if limits.structured => NBD_CMD_FLAG_DF,
+            NBD_CMD_WRITE_ZEROES => NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO,
+            NBD_CMD_BLOCK_STATUS => NBD_CMD_FLAG_REQ_ONE,
+            NBD_CMD_READ | NBD_CMD_WRITE | NBD_CMD_FLUSH | NBD_CMD_TRIM | NBD_CMD_CACHE => 0,
+            _ => return Err(reject(NBD_EINVAL, "unknown command")),
+        };
+    if header.flags & !allowed_flags != 0 {
+        return Err(reject(NBD_EINVAL, "flag not valid for this command"));
+    }
+    if writes && limits.read_only {
+        return Err(reject(NBD_EPERM, "export is read-only"));
+    }
+    if header.command == NBD_CMD_BLOCK_STATUS && !limits.block_status {
+        return Err(reject(NBD_EINVAL, "no metadata context negotiated"));
+    }
+    let (offset, length) = (header.offset, header.length);
+    let fua = header.flags & NBD_CMD_FLAG_FUA != 0;
+    if header.command == NBD_CMD_FLUSH {
+        if offset != 0 || length != 0 {
+            return Err(reject(NBD_EINVAL, "flush offset and length must be zero"));
+        }
+        return Ok(Command::Flush);
+    }
+    if length == 0 {
+        return Err(reject(NBD_EINVAL, "zero length"));
+    }
+    if matches!(header.command, NBD_CMD_READ | NBD_CMD_WRITE) && length > MAX_REQUEST_PAYLOAD_BYTES
+    {
+        return Err(reject(NBD_EINVAL, "request exceeds the maximum payload"));
+    }
+    let Some(end) = offset.checked_add(u64::from(length)) else {
+        return Err(reject(NBD_EINVAL, "offset plus length overflows"));
+    };
+    if end > limits.size {
+        // The protocol asks for ENOSPC on writes past the end, EINVAL otherwise.
+        let errno = if writes { NBD_ENOSPC } else { NBD_EINVAL };
+        return Err(reject(
+            errno,
+            "request extends beyond the end of the export",
+        ));
+    }
+    Ok(match header.command {
+        NBD_CMD_READ => Command::Read {
+            offset,
+            length,
+            dont_fragment: header.flags & NBD_CMD_FLAG_DF != 0,
+        },
+        NBD_CMD_WRITE => Command::Write { offset, fua },
+        NBD_CMD_TRIM => Command::Trim {
+            offset,
+            length,
+            fua,
+        },
+        NBD_CMD_WRITE_ZEROES => Command::WriteZeroes {
+            offset,
+            length,
+            fua,
+            allow_unmap: header.flags & NBD_CMD_FLAG_NO_HOLE == 0,
+        },
+        NBD_CMD_BLOCK_STATUS => Command::BlockStatus {
+            offset,
+            length,
+            req_one: header.flags & NBD_CMD_FLAG_REQ_ONE != 0,
+        },
+        NBD_CMD_CACHE => Command::Cache { offset, length },
+        _ => unreachable!("unknown commands were rejected above"),
+    })
+}
+
+/// The resources a request holds until its reply has been written.
+struct InFlight {
+    _slot: OwnedSemaphorePermit,
+    _bytes: OwnedSemaphorePermit,
+}
+
+/// One encoded reply (all its chunks), written as a unit.
+struct Outgoing {
+    frames: Vec<u8>,
+    _in_flight: InFlight,
+}
+
+/// Runs the transmission phase until the client disconnects.
+pub async fn run<S>(stream: S, session: Session, shared: Arc<Shared>) -> Result<(), ConnectionError>
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (mut reader, writer) = tokio::io::split(stream);
-    let (replies, mut outgoing) = mpsc::channel::<Vec<u8>>(MAX_IN_FLIGHT_PER_CONNECTION);
-    let writer_task = tokio::spawn(async move {
-        let mut writer = BufWriter::with_capacity(256 * 1024, writer);
-        while let Some(reply) = outgoing.recv().await {
-            writer.write_all(&reply).await?;
-            if outgoing.is_empty() {
-                writer.flush().await?;
-            }
+    let (read_half, write_half) = tokio::io::split(stream);
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
+    let (sender, receiver) = mpsc::channel(MAX_IN_FLIGHT_PER_CONNECTION);
+    let writer = tokio::spawn(write_replies(write_half, receiver));
+    let session = Arc::new(session);
+    let read_result = read_requests(&mut reader, &session, &shared, &sender).await;
+    // Every in-flight task holds a sender: the writer finishes once all replied.
+    drop(sender);
+    let write_result = writer.await.map_err(|_| ConnectionError::BlockingTask)?;
+    read_result?;
+    write_result?;
+    Ok(())
+}
+
+async fn write_replies<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut receiver: mpsc::Receiver<Outgoing>,
+) -> std::io::Result<()> {
+    let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
+    while let Some(reply) = receiver.recv().await {
+        writer.write_all(&reply.frames).await?;
+        drop(reply);
+        // Coalesce replies that are already waiting into one flush. Bounded: the
+        // channel holds at most MAX_IN_FLIGHT_PER_CONNECTION replies.
+        while let Ok(reply) = receiver.try_recv() {
+            writer.write_all(&reply.frames).await?;
         }
         writer.flush().await?;
-        writer.shutdown().await
-    });
+    }
+    writer.shutdown().await
+}
+
+async fn read_requests<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    session: &Arc<Session>,
+    shared: &Arc<Shared>,
+    sender: &mpsc::Sender<Outgoing>,
+) -> Result<(), ConnectionError> {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONNECTION));
-    let context = Arc::new(Context {
-        export: session.export,
-        structured: session.structured_replies,
-        base_allocation: session.base_allocation,
-    });
+    let budget = Arc::new(Semaphore::new(MAX_IN_FLIGHT_BYTES_PER_CONNECTION as usize));
+    let limits = Limits::of(session);
     loop {
         let slot = slots
             .clone()
             .acquire_owned()
             .await
             .expect("semaphore never closed");
-        let mut header = [0u8; REQUEST_BYTES];
-        if reader.read_exact(&mut header).await.is_err() {
-            break;
+        let mut raw = [0u8; p::REQUEST_HEADER_BYTES];
+        match reader.read_exact(&mut raw).await {
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(error) => return Err(error.into()),
         }
-        let Some(request) = Request::decode(&header) else {
-            tracing::debug!("bad request magic: disconnecting");
-            break;
+        let header = p::decode_request_header(&raw).ok_or(ConnectionError::BadMagic)?;
+        if header.command == p::NBD_CMD_DISC {
+            return Ok(());
+        }
+        let bytes = budget
+            .clone()
+            .acquire_many_owned(buffer_cost(&header))
+            .await
+            .expect("semaphore never closed");
+        let payload = read_payload(reader, &header).await?;
+        let in_flight = InFlight {
+            _slot: slot,
+            _bytes: bytes,
         };
-        if request.kind == CMD_DISC {
-            break;
-        }
-        let payload = if request.kind == CMD_WRITE {
-            match read_payload(&mut reader, request.length).await? {
-                Some(payload) => Some(payload),
-                None if request.length <= MAX_DRAIN_BYTES => {
-                    let reply = error_reply(
-                        &context,
-                        request.cookie,
-                        EINVAL,
-                        "write larger than the maximum block size",
-                    );
-                    let _ = replies.send(reply).await;
-                    continue;
+        match validate(&limits, &header) {
+            Ok(command) => dispatch(
+                session,
+                shared,
+                sender,
+                header.handle,
+                command,
+                payload,
+                in_flight,
+            ),
+            Err(rejection) => {
+                let mut frames = Vec::new();
+                encode_error(
+                    &mut frames,
+                    session.structured,
+                    header.handle,
+                    rejection.errno,
+                    rejection.message,
+                );
+                let reply = Outgoing {
+                    frames,
+                    _in_flight: in_flight,
+                };
+                if sender.send(reply).await.is_err() {
+                    return Ok(()); // The writer stopped: the client is gone.
                 }
-                None => break,
             }
-        } else {
-            None
-        };
-        let context = context.clone();
-        let replies = replies.clone();
-        tokio::spawn(async move {
-            let cookie = request.cookie;
-            let ctx = context.clone();
-            let reply = tokio::task::spawn_blocking(move || execute(&ctx, request, payload))
-                .await
-                .unwrap_or_else(|_| error_reply(&context, cookie, EIO, "internal error"));
-            let _ = replies.send(reply).await;
-            drop(slot);
-        });
+        }
     }
-    // Finish what is in flight before closing (DISC semantics).
-    let _all = slots
-        .acquire_many(MAX_IN_FLIGHT_PER_CONNECTION as u32)
-        .await;
-    drop(replies);
-    writer_task.await.unwrap_or(Ok(()))
 }
 
-/// Reads a WRITE payload; None (after draining it) when it is over the maximum
-/// but drainable, an error when the stream ends.
+/// Bytes of buffer a request will hold: its payload, or the data it reads.
+fn buffer_cost(header: &RequestHeader) -> u32 {
+    match header.command {
+        p::NBD_CMD_READ | p::NBD_CMD_WRITE if header.length <= MAX_REQUEST_PAYLOAD_BYTES => {
+            header.length
+        }
+        _ => 0,
+    }
+}
+
+/// Reads a write's payload; an oversized one is drained (the request is then
+/// rejected by `validate`) or, if absurd, ends the connection.
 async fn read_payload<R: AsyncRead + Unpin>(
     reader: &mut R,
-    length: u32,
-) -> std::io::Result<Option<Vec<u8>>> {
-    if length <= MAX_PAYLOAD_BYTES {
-        let mut payload = vec![0u8; length as usize];
-        reader.read_exact(&mut payload).await?;
-        return Ok(Some(payload));
+    header: &RequestHeader,
+) -> Result<Vec<u8>, ConnectionError> {
+    if header.command != p::NBD_CMD_WRITE {
+        return Ok(Vec::new());
     }
-    if length <= MAX_DRAIN_BYTES {
-        let mut remaining = u64::from(length);
-        let mut sink = vec![0u8; 64 * 1024];
-        while remaining > 0 {
-            let chunk = remaining.min(sink.len() as u64) as usize;
-            reader.read_exact(&mut sink[..chunk]).await?;
-            remaining -= chunk as u64;
-        }
+    if header.length > MAX_DRAINABLE_PAYLOAD_BYTES {
+        return Err(ConnectionError::PayloadTooLarge(header.length));
     }
-    Ok(None)
+    if header.length > MAX_REQUEST_PAYLOAD_BYTES {
+        drain(reader, u64::from(header.length)).await?;
+        return Ok(Vec::new());
+    }
+    let mut payload = vec![0u8; header.length as usize];
+    reader.read_exact(&mut payload).await?;
+    Ok(payload)
 }
 
-fn error_reply(context: &Context, cookie: u64, errno: u32, message: &str) -> Vec<u8> {
-    if context.structured {
-        let mut out = Vec::with_capacity(32 + message.len());
-        structured_error(&mut out, cookie, errno, message);
-        out
-    } else {
-        simple_reply(cookie, errno)
-    }
-}
-
-fn allowed_flags(kind: u16) -> Option<u16> {
-    Some(match kind {
-        CMD_READ => CMD_FLAG_DF,
-        CMD_WRITE | CMD_TRIM => CMD_FLAG_FUA,
-        CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
-        CMD_BLOCK_STATUS => CMD_FLAG_REQ_ONE,
-        CMD_FLUSH | CMD_CACHE => 0,
-        _ => return None,
-    })
-}
-
-/// Executes one request and encodes its reply.
-fn execute(context: &Context, request: Request, payload: Option<Vec<u8>>) -> Vec<u8> {
-    match execute_checked(context, request, payload) {
-        Ok(reply) => reply,
-        Err((errno, message)) => error_reply(context, request.cookie, errno, &message),
-    }
-}
-
-type Failure = (u32, String);
-
-fn failure(error: ExportError) -> Failure {
-    (error.errno(), error.to_string())
-}
-
-fn execute_checked(
-    context: &Context,
-    request: Request,
-    payload: Option<Vec<u8>>,
-) -> Result<Vec<u8>, Failure> {
-    let Some(allowed) = allowed_flags(request.kind) else {
-        return Err((EINVAL, format!("unknown command {}", request.kind)));
-    };
-    if request.flags & !allowed != 0 || (request.flags & CMD_FLAG_DF != 0 && !context.structured) {
-        return Err((
-            EINVAL,
-            format!(
-                "flags {:#x} not valid for command {}",
-                request.flags, request.kind
-            ),
-        ));
-    }
-    let export = context.export.as_ref();
-    let size = export.size_bytes().map_err(failure)?;
-    let length = u64::from(request.length);
-    let in_range = request
-        .offset
-        .checked_add(length)
-        .is_some_and(|end| end <= size);
-    let writes = matches!(request.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
-    if !in_range && request.kind != CMD_FLUSH {
-        let errno = if writes { ENOSPC } else { EINVAL };
-        return Err((
-            errno,
-            format!(
-                "range {}+{} beyond the export's {} bytes",
-                request.offset, length, size
-            ),
-        ));
-    }
-    if writes && export.read_only() {
-        return Err((EPERM, "read-only export".into()));
-    }
-    let fua = request.flags & CMD_FLAG_FUA != 0;
-    match request.kind {
-        CMD_READ => read(context, request),
-        CMD_WRITE => {
-            let payload = payload.expect("writes carry a payload");
-            export.write(request.offset, &payload).map_err(failure)?;
-            finish_write(context, request, fua)
-        }
-        CMD_TRIM => {
-            export.trim(request.offset, length).map_err(failure)?;
-            finish_write(context, request, fua)
-        }
-        CMD_WRITE_ZEROES => {
-            let allow_unmap = request.flags & CMD_FLAG_NO_HOLE == 0;
-            export
-                .write_zeroes(request.offset, length, allow_unmap)
-                .map_err(failure)?;
-            finish_write(context, request, fua)
-        }
-        CMD_FLUSH => {
-            export.flush().map_err(failure)?;
-            Ok(done(context, request.cookie))
-        }
-        CMD_CACHE => Ok(done(context, request.cookie)),
-        CMD_BLOCK_STATUS => block_status(context, request),
-        _ => unreachable!("command checked by allowed_flags"),
-    }
-}
-
-fn finish_write(context: &Context, request: Request, fua: bool) -> Result<Vec<u8>, Failure> {
-    if fua {
-        context.export.flush().map_err(failure)?;
-    }
-    Ok(done(context, request.cookie))
-}
-
-/// A successful reply with no data.
-fn done(context: &Context, cookie: u64) -> Vec<u8> {
-    if context.structured {
-        let mut out = Vec::with_capacity(20);
-        structured_chunk(&mut out, cookie, REPLY_FLAG_DONE, REPLY_TYPE_NONE, &[]);
-        out
-    } else {
-        simple_reply(cookie, 0)
-    }
-}
-
-fn read(context: &Context, request: Request) -> Result<Vec<u8>, Failure> {
-    let export = context.export.as_ref();
-    let length = request.length as usize;
-    if !context.structured || request.flags & CMD_FLAG_DF != 0 || length == 0 {
-        let mut data = vec![0u8; length];
-        export.read(request.offset, &mut data).map_err(failure)?;
-        if !context.structured {
-            let mut out = simple_reply(request.cookie, 0);
-            out.extend_from_slice(&data);
-            return Ok(out);
-        }
-        let mut payload = request.offset.to_be_bytes().to_vec();
-        payload.extend_from_slice(&data);
-        let mut out = Vec::with_capacity(payload.len() + 20);
-        structured_chunk(
-            &mut out,
-            request.cookie,
-            REPLY_FLAG_DONE,
-            REPLY_TYPE_OFFSET_DATA,
-            &payload,
-        );
-        return Ok(out);
-    }
-    // Structured: holes and zeroes travel as OFFSET_HOLE chunks, without data.
-    let mut out = Vec::with_capacity(length + 64);
-    let end = request.offset + length as u64;
-    let mut at = request.offset;
-    let mut rounds = 0;
-    while at < end {
-        rounds += 1;
-        assert!(rounds <= length + 1, "extents make progress");
-        let extents = export.extents(at, end - at).map_err(failure)?;
-        if extents.is_empty() {
-            return Err((EIO, "export reported no extents".into()));
-        }
-        for (extent_length, kind) in extents {
-            let extent_length = extent_length.min(end - at);
-            if extent_length == 0 {
-                continue;
-            }
-            if kind == ExtentKind::Data {
-                let mut payload = at.to_be_bytes().to_vec();
-                payload.resize(8 + extent_length as usize, 0);
-                export.read(at, &mut payload[8..]).map_err(failure)?;
-                structured_chunk(
-                    &mut out,
-                    request.cookie,
-                    0,
-                    REPLY_TYPE_OFFSET_DATA,
-                    &payload,
+fn dispatch(
+    session: &Arc<Session>,
+    shared: &Arc<Shared>,
+    sender: &mpsc::Sender<Outgoing>,
+    handle: u64,
+    command: Command,
+    payload: Vec<u8>,
+    in_flight: InFlight,
+) {
+    let session = session.clone();
+    let shared = shared.clone();
+    let sender = sender.clone();
+    tokio::spawn(async move {
+        let structured = session.structured;
+        let frames = shared
+            .run_blocking(move || execute(&session, handle, command, &payload))
+            .await
+            .unwrap_or_else(|| {
+                let mut frames = Vec::new();
+                encode_error(
+                    &mut frames,
+                    structured,
+                    handle,
+                    p::NBD_EIO,
+                    "export call failed",
                 );
+                frames
+            });
+        // A send error means the client is gone; the reply has nowhere to go.
+        let _ = sender
+            .send(Outgoing {
+                frames,
+                _in_flight: in_flight,
+            })
+            .await;
+    });
+}
+
+/// Performs a validated command against the export and encodes its reply.
+/// Runs on the blocking pool.
+pub fn execute(session: &Session, handle: u64, command: Command, payload: &[u8]) -> Vec<u8> {
+    let export = session.export.as_ref();
+    let structured = session.structured;
+    let mut frames = Vec::new();
+    let result = match command {
+        Command::Read {
+            offset,
+            length,
+            dont_fragment,
+        } => {
+            let result = if structured {
+                read_structured(&mut frames, export, handle, offset, length, dont_fragment)
             } else {
-                let mut payload = at.to_be_bytes().to_vec();
-                payload.extend_from_slice(&(extent_length as u32).to_be_bytes());
-                structured_chunk(
-                    &mut out,
-                    request.cookie,
-                    0,
-                    REPLY_TYPE_OFFSET_HOLE,
-                    &payload,
-                );
+                read_simple(&mut frames, export, handle, offset, length)
+            };
+            if result.is_ok() {
+                return frames;
             }
-            at += extent_length;
+            frames.clear();
+            result
         }
+        Command::Write { offset, fua } => export
+            .write(offset, payload)
+            .and_then(|()| flush_if(export, fua)),
+        Command::Flush => export.flush(),
+        Command::Trim {
+            offset,
+            length,
+            fua,
+        } => export
+            .trim(offset, u64::from(length))
+            .and_then(|()| flush_if(export, fua)),
+        Command::WriteZeroes {
+            offset,
+            length,
+            fua,
+            allow_unmap,
+        } => export
+            .write_zeroes(offset, u64::from(length), allow_unmap)
+            .and_then(|()| flush_if(export, fua)),
+        Command::Cache { offset, length } => export.cache(offset, u64::from(length)),
+        Command::BlockStatus {
+            offset,
+            length,
+            req_one,
+        } => {
+            let context = session.base_allocation_context.expect("validated");
+            match block_status(export, offset, length, req_one) {
+                Ok(extents) => {
+                    p::encode_block_status_chunk(&mut frames, handle, context, &extents);
+                    return frames;
+                }
+                Err(error) => Err(error),
+            }
+        }
+    };
+    match result {
+        Ok(()) => p::encode_simple_reply(&mut frames, handle, 0),
+        Err(error) => encode_error(
+            &mut frames,
+            structured,
+            handle,
+            error.errno(),
+            &error.to_string(),
+        ),
     }
-    structured_chunk(
-        &mut out,
-        request.cookie,
-        REPLY_FLAG_DONE,
-        REPLY_TYPE_NONE,
-        &[],
-    );
-    Ok(out)
+    frames
 }
 
-fn block_status(context: &Context, request: Request) -> Result<Vec<u8>, Failure> {
-    if !context.base_allocation {
-        return Err((EINVAL, "no metadata context negotiated".into()));
+/// FUA is implemented as a flush after the write: the export's flush is grouped.
+fn flush_if(export: &dyn BlockExport, fua: bool) -> Result<(), ExportError> {
+    if fua {
+        export.flush()
+    } else {
+        Ok(())
     }
-    if request.length == 0 {
-        return Err((EINVAL, "zero-length block status".into()));
+}
+
+pub fn encode_error(
+    frames: &mut Vec<u8>,
+    structured: bool,
+    handle: u64,
+    errno: u32,
+    message: &str,
+) {
+    assert_ne!(errno, 0);
+    if structured {
+        p::encode_error_chunk(frames, handle, errno, message);
+    } else {
+        p::encode_simple_reply(frames, handle, errno);
     }
-    let extents = context
-        .export
-        .extents(request.offset, u64::from(request.length))
-        .map_err(failure)?;
-    let mut payload = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
-    let mut count = 0;
-    'outer: for (mut length, kind) in extents {
-        let flags = match kind {
-            ExtentKind::Data => 0,
-            ExtentKind::Zero => STATE_ZERO,
-            ExtentKind::Hole => STATE_HOLE | STATE_ZERO,
-        };
-        while length > 0 {
-            let piece = length.min(MAX_EXTENT_BYTES);
-            payload.extend_from_slice(&(piece as u32).to_be_bytes());
-            payload.extend_from_slice(&flags.to_be_bytes());
-            length -= piece;
-            count += 1;
-            if count >= MAX_STATUS_EXTENTS || request.flags & CMD_FLAG_REQ_ONE != 0 {
-                break 'outer;
-            }
+}
+
+fn read_simple(
+    frames: &mut Vec<u8>,
+    export: &dyn BlockExport,
+    handle: u64,
+    offset: u64,
+    length: u32,
+) -> Result<(), ExportError> {
+    frames.reserve_exact(p::SIMPLE_REPLY_HEADER_BYTES + length as usize);
+    p::encode_simple_reply(frames, handle, 0);
+    let start = frames.len();
+    frames.resize(start + length as usize, 0);
+    export.read(offset, &mut frames[start..])
+}
+
+/// A structured read: hole chunks for runs the export reports as reading zero,
+/// data chunks for the rest (one data chunk when the client asked not to
+/// fragment). The whole reply is built before sending, so the last content
+/// chunk can carry the DONE flag.
+fn read_structured(
+    frames: &mut Vec<u8>,
+    export: &dyn BlockExport,
+    handle: u64,
+    offset: u64,
+    length: u32,
+    dont_fragment: bool,
+) -> Result<(), ExportError> {
+    let runs = if dont_fragment {
+        vec![(u64::from(length), false)]
+    } else {
+        read_runs(export, offset, u64::from(length))
+    };
+    assert!(!runs.is_empty());
+    frames.reserve(length as usize + runs.len() * (p::CHUNK_HEADER_BYTES + 12));
+    let mut position = offset;
+    let mut last_header = 0;
+    for (run_length, zero) in runs {
+        let run = u32::try_from(run_length).expect("runs lie within a u32 request");
+        last_header = frames.len();
+        if zero {
+            p::encode_chunk_header(frames, 0, p::NBD_REPLY_TYPE_OFFSET_HOLE, handle, 12);
+            frames.extend_from_slice(&position.to_be_bytes());
+            frames.extend_from_slice(&run.to_be_bytes());
+        } else {
+            p::encode_chunk_header(frames, 0, p::NBD_REPLY_TYPE_OFFSET_DATA, handle, 8 + run);
+            frames.extend_from_slice(&position.to_be_bytes());
+            let start = frames.len();
+            frames.resize(start + run as usize, 0);
+            export.read(position, &mut frames[start..])?;
+        }
+        position += run_length;
+    }
+    assert_eq!(position, offset + u64::from(length));
+    p::mark_chunk_done(frames, last_header);
+    Ok(())
+}
+
+/// Splits a read into (length, reads-as-zero) runs covering it exactly. If the
+/// export cannot say, the whole read is data.
+fn read_runs(export: &dyn BlockExport, offset: u64, length: u64) -> Vec<(u64, bool)> {
+    let extents = export.extents(offset, length).unwrap_or_default();
+    let mut runs = merge_extents(
+        &extents,
+        length,
+        MAX_READ_CHUNKS - 1,
+        ExtentKind::reads_as_zero,
+    );
+    let covered: u64 = runs.iter().map(|&(run, _)| run).sum();
+    if covered < length {
+        match runs.last_mut() {
+            Some((run, false)) => *run += length - covered,
+            _ => runs.push((length - covered, false)),
         }
     }
-    if count == 0 {
-        return Err((EIO, "export reported no extents".into()));
-    }
-    let mut out = Vec::with_capacity(payload.len() + 20);
-    structured_chunk(
-        &mut out,
-        request.cookie,
-        REPLY_FLAG_DONE,
-        REPLY_TYPE_BLOCK_STATUS,
-        &payload,
+    runs
+}
+
+/// Block status descriptors for `[offset, offset + length)`: at least one, at most
+/// one if `req_one`, merged by state and capped at `MAX_BLOCK_STATUS_EXTENTS`.
+fn block_status(
+    export: &dyn BlockExport,
+    offset: u64,
+    length: u32,
+    req_one: bool,
+) -> Result<Vec<(u32, u32)>, ExportError> {
+    let extents = export.extents(offset, u64::from(length))?;
+    let max_runs = if req_one { 1 } else { MAX_BLOCK_STATUS_EXTENTS };
+    let runs = merge_extents(
+        &extents,
+        u64::from(length),
+        max_runs,
+        ExtentKind::base_allocation_flags,
     );
-    Ok(out)
+    if runs.is_empty() {
+        // The export described nothing: "allocated, contents unknown" is always true.
+        return Ok(vec![(length, 0)]);
+    }
+    let descriptors = runs
+        .into_iter()
+        .map(|(run, flags)| {
+            (
+                u32::try_from(run).expect("runs lie within a u32 request"),
+                flags,
+            )
+        })
+        .collect();
+    Ok(descriptors)
+}
+
+/// Clips the export's extents to `length`, drops empty ones and merges
+/// neighbours with equal `key`, stopping at `max_runs` runs. The result covers
+/// a prefix of the range (all of it when the export covered it).
+pub fn merge_extents<K: PartialEq + Copy>(
+    extents: &[(u64, ExtentKind)],
+    length: u64,
+    max_runs: usize,
+    key: impl Fn(ExtentKind) -> K,
+) -> Vec<(u64, K)> {
+    assert!(max_runs > 0);
+    let mut runs: Vec<(u64, K)> = Vec::new();
+    let mut covered = 0u64;
+    for &(extent_length, kind) in extents {
+        let extent_length = extent_length.min(length - covered);
+        if extent_length == 0 {
+            if covered == length {
+                break;
+            }
+            continue;
+        }
+        let kind = key(kind);
+        let full = runs.len() == max_runs;
+        match runs.last_mut() {
+            Some((run, last)) if *last == kind => *run += extent_length,
+            _ if full => break,
+            _ => runs.push((extent_length, kind)),
+        }
+        covered += extent_length;
+    }
+    assert!(covered <= length && runs.len() <= max_runs);
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p::*;
+
+    const LIMITS: Limits = Limits {
+        size: 1 << 20,
+        read_only: false,
+        structured: true,
+        block_status: true,
+    };
+
+    fn header(command: u16, flags: u16, offset: u64, length: u32) -> RequestHeader {
+        RequestHeader {
+            flags,
+            command,
+            handle: 1,
+            offset,
+            length,
+        }
+    }
+
+    fn errno(limits: &Limits, h: RequestHeader) -> u32 {
+        validate(limits, &h).unwrap_err().errno
+    }
+
+    #[test]
+    fn validate_accepts_good_requests() {
+        assert_eq!(
+            validate(&LIMITS, &header(NBD_CMD_READ, NBD_CMD_FLAG_DF, 0, 4096)),
+            Ok(Command::Read {
+                offset: 0,
+                length: 4096,
+                dont_fragment: true
+            })
+        );
+        assert_eq!(
+            validate(
+                &LIMITS,
+                &header(
+                    NBD_CMD_WRITE_ZEROES,
+                    NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FUA,
+                    4096,
+                    4096
+                )
+            ),
+            Ok(Command::WriteZeroes {
+                offset: 4096,
+                length: 4096,
+                fua: true,
+                allow_unmap: false
+            })
+        );
+        assert_eq!(
+            validate(&LIMITS, &header(NBD_CMD_FLUSH, 0, 0, 0)),
+            Ok(Command::Flush)
+        );
+        // The last byte of the export is in range.
+        assert!(validate(&LIMITS, &header(NBD_CMD_WRITE, 0, (1 << 20) - 1, 1)).is_ok());
+        // FUA is accepted on every command.
+        assert!(validate(&LIMITS, &header(NBD_CMD_READ, NBD_CMD_FLAG_FUA, 0, 1)).is_ok());
+    }
+
+    #[test]
+    fn validate_rejects_bad_requests() {
+        assert_eq!(errno(&LIMITS, header(99, 0, 0, 1)), NBD_EINVAL);
+        assert_eq!(
+            errno(&LIMITS, header(NBD_CMD_WRITE, NBD_CMD_FLAG_DF, 0, 1)),
+            NBD_EINVAL
+        );
+        assert_eq!(
+            errno(&LIMITS, header(NBD_CMD_READ, 1 << 9, 0, 1)),
+            NBD_EINVAL
+        );
+        assert_eq!(errno(&LIMITS, header(NBD_CMD_READ, 0, 0, 0)), NBD_EINVAL);
+        assert_eq!(errno(&LIMITS, header(NBD_CMD_FLUSH, 0, 1, 0)), NBD_EINVAL);
+        assert_eq!(
+            errno(&LIMITS, header(NBD_CMD_READ, 0, 1 << 20, 1)),
+            NBD_EINVAL
+        );
+        assert_eq!(
+            errno(&LIMITS, header(NBD_CMD_WRITE, 0, 1 << 20, 1)),
+            NBD_ENOSPC
+        );
+        assert_eq!(
+            errno(&LIMITS, header(NBD_CMD_TRIM, 0, u64::MAX, 2)),
+            NBD_EINVAL
+        );
+        assert_eq!(
+            errno(
+                &LIMITS,
+                header(NBD_CMD_READ, 0, 0, MAX_REQUEST_PAYLOAD_BYTES + 1)
+            ),
+            NBD_EINVAL
+        );
+        let read_only = Limits {
+            read_only: true,
+            ..LIMITS
+        };
+        assert_eq!(errno(&read_only, header(NBD_CMD_TRIM, 0, 0, 1)), NBD_EPERM);
+        assert!(validate(&read_only, &header(NBD_CMD_READ, 0, 0, 1)).is_ok());
+        let simple = Limits {
+            structured: false,
+            block_status: false,
+            ..LIMITS
+        };
+        assert_eq!(
+            errno(&simple, header(NBD_CMD_READ, NBD_CMD_FLAG_DF, 0, 1)),
+            NBD_EINVAL
+        );
+        assert_eq!(
+            errno(&simple, header(NBD_CMD_BLOCK_STATUS, 0, 0, 1)),
+            NBD_EINVAL
+        );
+    }
+
+    #[test]
+    fn merge_clips_merges_and_caps() {
+        use ExtentKind::*;
+        let extents = [
+            (10, Data),
+            (0, Hole),
+            (5, Data),
+            (7, Hole),
+            (8, Zero),
+            (100, Data),
+        ];
+        let zero = merge_extents(&extents, 40, 16, ExtentKind::reads_as_zero);
+        assert_eq!(zero, vec![(15, false), (15, true), (10, false)]);
+        let flags = merge_extents(&extents, 40, 16, ExtentKind::base_allocation_flags);
+        assert_eq!(flags, vec![(15, 0), (7, 3), (8, 2), (10, 0)]);
+        let capped = merge_extents(&extents, 40, 2, ExtentKind::base_allocation_flags);
+        assert_eq!(capped, vec![(15, 0), (7, 3)]);
+        let short = merge_extents(&[(4, Hole)], 40, 16, ExtentKind::reads_as_zero);
+        assert_eq!(short, vec![(4, true)]);
+    }
 }

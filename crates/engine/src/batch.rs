@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::grain::GrainContent;
 use crate::io::is_data;
@@ -18,6 +18,8 @@ use crate::{Engine, Result, VolumeShared};
 const MAX_BATCH_WRITES: usize = 64;
 /// Most grains committed in one transaction (32 MiB of host data).
 const MAX_BATCH_GRAINS: usize = 8192;
+/// How long a queued writer waits for a leader before trying to lead itself.
+const FOLLOWER_WAIT: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// One host write waiting for a commit.
 pub(crate) struct WriteJob {
@@ -25,6 +27,14 @@ pub(crate) struct WriteJob {
     first_grain: u64,
     contents: Vec<GrainContent>,
     done: Mutex<Option<Result<()>>>,
+    completed: Condvar,
+}
+
+impl WriteJob {
+    fn complete(&self, result: Result<()>) {
+        *self.done.lock() = Some(result);
+        self.completed.notify_one();
+    }
 }
 
 #[derive(Default)]
@@ -46,16 +56,39 @@ impl Engine {
             first_grain,
             contents,
             done: Mutex::new(None),
+            completed: Condvar::new(),
         });
         self.write_queue.jobs.lock().push_back(job.clone());
-        let mut ws = self.writer.lock();
         loop {
-            if let Some(result) = job.done.lock().take() {
-                return result;
+            // Followers wait on their own job, not on the writer mutex: a chain of
+            // mutex hand-offs would wake them one after another just to learn
+            // their write is already committed.
+            {
+                let mut done = job.done.lock();
+                if let Some(result) = done.take() {
+                    return result;
+                }
+                if self.writer.is_locked() {
+                    job.completed.wait_for(&mut done, FOLLOWER_WAIT);
+                    if let Some(result) = done.take() {
+                        return result;
+                    }
+                }
             }
+            if let Some(mut ws) = self.writer.try_lock() {
+                self.lead(&mut ws);
+            }
+        }
+    }
+
+    /// Commits queued writes until the queue is empty.
+    fn lead(&self, ws: &mut WriterState) {
+        loop {
             let batch = self.take_batch();
-            assert!(!batch.is_empty(), "our own job is queued until done");
-            self.commit_batch(&mut ws, &batch);
+            if batch.is_empty() {
+                return;
+            }
+            self.commit_batch(ws, &batch);
         }
     }
 
@@ -73,6 +106,7 @@ impl Engine {
             first_grain,
             contents,
             done: Mutex::new(None),
+            completed: Condvar::new(),
         });
         self.commit_batch(ws, std::slice::from_ref(&job));
         let result = job.done.lock().take();
@@ -108,14 +142,14 @@ impl Engine {
                     .write_jobs
                     .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 for job in batch {
-                    *job.done.lock() = Some(Ok(()));
+                    job.complete(Ok(()));
                 }
             }
-            Err(error) if batch.len() == 1 => *batch[0].done.lock() = Some(Err(error)),
+            Err(error) if batch.len() == 1 => batch[0].complete(Err(error)),
             Err(_) => {
                 for job in batch {
                     let result = self.transact_jobs(ws, std::slice::from_ref(job));
-                    *job.done.lock() = Some(result);
+                    job.complete(result);
                 }
             }
         }

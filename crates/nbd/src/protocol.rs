@@ -46,9 +46,9 @@ pub const NBD_OPT_STARTTLS: u32 = 5;
 pub const NBD_OPT_INFO: u32 = 6;
 pub const NBD_OPT_GO: u32 = 7;
 pub const NBD_OPT_STRUCTURED_REPLY: u32 = 8;
-pub const NBD_OPT_LIST_META_CONTEXT: u32 = 10;
-pub const NBD_OPT_SET_META_CONTEXT: u32 = 11;
-pub const NBD_OPT_EXTENDED_HEADERS: u32 = 12;
+pub const NBD_OPT_LIST_META_CONTEXT: u32 = 9;
+pub const NBD_OPT_SET_META_CONTEXT: u32 = 10;
+pub const NBD_OPT_EXTENDED_HEADERS: u32 = 11;
 
 // Option reply types.
 pub const NBD_REP_ACK: u32 = 1;

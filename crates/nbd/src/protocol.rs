@@ -471,6 +471,41 @@ mod tests {
         u32::from_be_bytes(bytes.try_into().unwrap())
     }
 
+    /// Numbers as assigned by the protocol (and used by libnbd and qemu).
+    #[test]
+    fn assigned_numbers() {
+        let options = [
+            NBD_OPT_EXPORT_NAME,
+            NBD_OPT_ABORT,
+            NBD_OPT_LIST,
+            NBD_OPT_STARTTLS,
+            NBD_OPT_INFO,
+            NBD_OPT_GO,
+            NBD_OPT_STRUCTURED_REPLY,
+            NBD_OPT_LIST_META_CONTEXT,
+            NBD_OPT_SET_META_CONTEXT,
+            NBD_OPT_EXTENDED_HEADERS,
+        ];
+        assert_eq!(options, [1, 2, 3, 5, 6, 7, 8, 9, 10, 11]);
+        let commands = [
+            NBD_CMD_READ,
+            NBD_CMD_WRITE,
+            NBD_CMD_DISC,
+            NBD_CMD_FLUSH,
+            NBD_CMD_TRIM,
+            NBD_CMD_CACHE,
+            NBD_CMD_WRITE_ZEROES,
+            NBD_CMD_BLOCK_STATUS,
+        ];
+        assert_eq!(commands, [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(NBD_REP_ERR_UNSUP, 0x8000_0001);
+        assert_eq!(NBD_REP_ERR_TOO_BIG, 0x8000_0009);
+        assert_eq!(NBD_REPLY_TYPE_ERROR, 0x8001);
+        assert_eq!(NBD_FLAG_SEND_FAST_ZERO, 0x0800);
+        assert_eq!(NBD_FLAG_SEND_CACHE, 0x0400);
+        assert_eq!(OPTION_REPLY_MAGIC, 0x3e889045565a9);
+    }
+
     #[test]
     fn greeting_layout() {
         let greeting = encode_greeting();

@@ -1,0 +1,358 @@
+//! Conformance tests with a hand-rolled client over an in-memory stream: the
+//! corners real clients never exercise (malformed options, oversized payloads,
+//! bad magic, unknown commands) and reply ordering.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{MemoryExport, MemoryProvider};
+use lacuna_nbd::protocol::{self as p, RequestHeader};
+use lacuna_nbd::{
+    BlockExport, ExportError, ExportProvider, ExportSummary, ExtentKind, ServerConfig,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+const SIZE: u64 = 1 << 20;
+
+struct Client {
+    stream: DuplexStream,
+}
+
+struct OptionReply {
+    option: u32,
+    reply_type: u32,
+    data: Vec<u8>,
+}
+
+impl Client {
+    /// Connects and reads the greeting; does not send client flags.
+    async fn connect_with(provider: Arc<dyn ExportProvider>) -> Client {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        tokio::spawn(lacuna_nbd::serve_connection(
+            server,
+            provider,
+            ServerConfig::default(),
+        ));
+        let mut client = Client { stream: client };
+        let mut greeting = [0u8; 18];
+        client.stream.read_exact(&mut greeting).await.unwrap();
+        assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
+        assert_eq!(&greeting[16..], &[0, 3]);
+        client
+    }
+
+    async fn connect() -> Client {
+        let export = MemoryExport::new("disk", SIZE, false);
+        let mut client = Client::connect_with(MemoryProvider::new(&[export])).await;
+        client.send(&3u32.to_be_bytes()).await;
+        client
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    async fn option(&mut self, code: u32, data: &[u8]) {
+        let mut out = p::IHAVEOPT.to_be_bytes().to_vec();
+        out.extend_from_slice(&code.to_be_bytes());
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        out.extend_from_slice(data);
+        self.send(&out).await;
+    }
+
+    async fn option_reply(&mut self) -> OptionReply {
+        let mut header = [0u8; 20];
+        self.stream.read_exact(&mut header).await.unwrap();
+        assert_eq!(&header[..8], &p::OPTION_REPLY_MAGIC.to_be_bytes());
+        let length = u32::from_be_bytes(header[16..20].try_into().unwrap());
+        let mut data = vec![0u8; length as usize];
+        self.stream.read_exact(&mut data).await.unwrap();
+        OptionReply {
+            option: u32::from_be_bytes(header[8..12].try_into().unwrap()),
+            reply_type: u32::from_be_bytes(header[12..16].try_into().unwrap()),
+            data,
+        }
+    }
+
+    /// Structured replies, base:allocation and GO on "disk".
+    async fn negotiate(&mut self) {
+        self.option(p::NBD_OPT_STRUCTURED_REPLY, &[]).await;
+        assert_eq!(self.option_reply().await.reply_type, p::NBD_REP_ACK);
+        let mut go = 4u32.to_be_bytes().to_vec();
+        go.extend_from_slice(b"disk");
+        go.extend_from_slice(&0u16.to_be_bytes());
+        self.option(p::NBD_OPT_GO, &go).await;
+        loop {
+            let reply = self.option_reply().await;
+            if reply.reply_type == p::NBD_REP_ACK {
+                break;
+            }
+            assert_eq!(reply.reply_type, p::NBD_REP_INFO);
+        }
+    }
+
+    async fn request(&mut self, command: u16, flags: u16, handle: u64, offset: u64, length: u32) {
+        let header = RequestHeader {
+            flags,
+            command,
+            handle,
+            offset,
+            length,
+        };
+        self.send(&p::encode_request_header(&header)).await;
+    }
+
+    /// Reads one reply: a structured chunk as (flags, type, handle, payload), or
+    /// a successful simple reply as (DONE, u16::MAX, handle, []).
+    async fn chunk(&mut self) -> (u16, u16, u64, Vec<u8>) {
+        let magic = self.stream.read_u32().await.unwrap();
+        if magic == p::SIMPLE_REPLY_MAGIC {
+            let error = self.stream.read_u32().await.unwrap();
+            let handle = self.stream.read_u64().await.unwrap();
+            assert_eq!(error, 0, "simple replies here are only successes");
+            return (p::NBD_REPLY_FLAG_DONE, u16::MAX, handle, Vec::new());
+        }
+        assert_eq!(magic, p::STRUCTURED_REPLY_MAGIC);
+        let flags = self.stream.read_u16().await.unwrap();
+        let kind = self.stream.read_u16().await.unwrap();
+        let handle = self.stream.read_u64().await.unwrap();
+        let length = self.stream.read_u32().await.unwrap();
+        let mut payload = vec![0u8; length as usize];
+        self.stream.read_exact(&mut payload).await.unwrap();
+        (flags, kind, handle, payload)
+    }
+
+    async fn expect_error(&mut self, handle: u64, errno: u32) {
+        let (flags, kind, got, payload) = self.chunk().await;
+        assert_eq!((kind, got), (p::NBD_REPLY_TYPE_ERROR, handle));
+        assert_ne!(flags & p::NBD_REPLY_FLAG_DONE, 0);
+        assert_eq!(u32::from_be_bytes(payload[0..4].try_into().unwrap()), errno);
+    }
+
+    /// Asserts the server closes the connection.
+    async fn expect_closed(&mut self) {
+        let mut rest = Vec::new();
+        let read =
+            tokio::time::timeout(Duration::from_secs(5), self.stream.read_to_end(&mut rest)).await;
+        assert!(read.is_ok(), "server did not close");
+    }
+}
+
+#[tokio::test]
+async fn unknown_client_flags_drop_the_connection() {
+    let export = MemoryExport::new("disk", SIZE, false);
+    let mut client = Client::connect_with(MemoryProvider::new(&[export])).await;
+    client.send(&0x8000_0003u32.to_be_bytes()).await;
+    client.expect_closed().await;
+}
+
+#[tokio::test]
+async fn option_errors() {
+    let mut client = Client::connect().await;
+    client.option(42, b"whatever").await;
+    let reply = client.option_reply().await;
+    assert_eq!((reply.option, reply.reply_type), (42, p::NBD_REP_ERR_UNSUP));
+    client.option(p::NBD_OPT_STARTTLS, &[]).await;
+    assert_eq!(
+        client.option_reply().await.reply_type,
+        p::NBD_REP_ERR_POLICY
+    );
+    client.option(p::NBD_OPT_EXTENDED_HEADERS, &[]).await;
+    assert_eq!(client.option_reply().await.reply_type, p::NBD_REP_ERR_UNSUP);
+    client.option(p::NBD_OPT_LIST, b"x").await;
+    assert_eq!(
+        client.option_reply().await.reply_type,
+        p::NBD_REP_ERR_INVALID
+    );
+    // Meta contexts need structured replies first.
+    client
+        .option(p::NBD_OPT_LIST_META_CONTEXT, &[0, 0, 0, 0, 0, 0, 0, 0])
+        .await;
+    assert_eq!(
+        client.option_reply().await.reply_type,
+        p::NBD_REP_ERR_INVALID
+    );
+    // GO whose name length runs past the data.
+    client.option(p::NBD_OPT_GO, &[0, 0, 0, 9, b'd']).await;
+    assert_eq!(
+        client.option_reply().await.reply_type,
+        p::NBD_REP_ERR_INVALID
+    );
+    let mut go = 4u32.to_be_bytes().to_vec();
+    go.extend_from_slice(b"nope\0\0");
+    client.option(p::NBD_OPT_GO, &go).await;
+    assert_eq!(
+        client.option_reply().await.reply_type,
+        p::NBD_REP_ERR_UNKNOWN
+    );
+    // Oversized but drainable: refused, and the session continues.
+    client.option(p::NBD_OPT_INFO, &vec![0u8; 100 * 1024]).await;
+    assert_eq!(
+        client.option_reply().await.reply_type,
+        p::NBD_REP_ERR_TOO_BIG
+    );
+    client.option(p::NBD_OPT_LIST, &[]).await;
+    let server = client.option_reply().await;
+    assert_eq!(server.reply_type, p::NBD_REP_SERVER);
+    assert_eq!(&server.data[..8], &[0, 0, 0, 4, b'd', b'i', b's', b'k']);
+    assert_eq!(client.option_reply().await.reply_type, p::NBD_REP_ACK);
+    // Absurd: the connection is dropped.
+    let mut header = p::IHAVEOPT.to_be_bytes().to_vec();
+    header.extend_from_slice(&p::NBD_OPT_INFO.to_be_bytes());
+    header.extend_from_slice(&u32::MAX.to_be_bytes());
+    client.send(&header).await;
+    client.expect_closed().await;
+}
+
+#[tokio::test]
+async fn export_name_reply_honours_no_zeroes() {
+    for (flags, expected) in [(3u32, 10usize), (1, 134)] {
+        let export = MemoryExport::new("disk", SIZE, false);
+        let mut client = Client::connect_with(MemoryProvider::new(&[export])).await;
+        client.send(&flags.to_be_bytes()).await;
+        client.option(p::NBD_OPT_EXPORT_NAME, b"disk").await;
+        let mut reply = vec![0u8; expected];
+        client.stream.read_exact(&mut reply).await.unwrap();
+        assert_eq!(u64::from_be_bytes(reply[0..8].try_into().unwrap()), SIZE);
+        assert!(reply[10..].iter().all(|&b| b == 0));
+        // Transmission follows directly: a simple reply to a flush.
+        client.request(p::NBD_CMD_FLUSH, 0, 5, 0, 0).await;
+        let mut simple = [0u8; 16];
+        client.stream.read_exact(&mut simple).await.unwrap();
+        assert_eq!(&simple[0..8], &[0x67, 0x44, 0x66, 0x98, 0, 0, 0, 0]);
+        assert_eq!(u64::from_be_bytes(simple[8..16].try_into().unwrap()), 5);
+    }
+    // An unknown name cannot be refused politely: the server hangs up.
+    let mut client = Client::connect().await;
+    client.option(p::NBD_OPT_EXPORT_NAME, b"nope").await;
+    client.expect_closed().await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_errors_and_the_session_continues() {
+    let mut client = Client::connect().await;
+    client.negotiate().await;
+    client.request(42, 0, 1, 0, 1).await;
+    client.expect_error(1, p::NBD_EINVAL).await;
+    client.request(p::NBD_CMD_BLOCK_STATUS, 0, 2, 0, 4096).await;
+    client.expect_error(2, p::NBD_EINVAL).await; // no context selected
+    client.request(p::NBD_CMD_READ, 1 << 9, 3, 0, 4096).await;
+    client.expect_error(3, p::NBD_EINVAL).await; // unknown flag
+    client.request(p::NBD_CMD_WRITE, 0, 4, SIZE - 1, 2).await;
+    client.send(&[1, 2]).await;
+    client.expect_error(4, p::NBD_ENOSPC).await;
+    // An oversized write is drained, refused, and the stream stays framed.
+    let length = 40 << 20;
+    client.request(p::NBD_CMD_WRITE, 0, 5, 0, length).await;
+    let payload = vec![7u8; length as usize];
+    client.send(&payload).await;
+    client.expect_error(5, p::NBD_EINVAL).await;
+    client
+        .request(p::NBD_CMD_READ, p::NBD_CMD_FLAG_DF, 6, 0, 4096)
+        .await;
+    let (flags, kind, handle, payload) = client.chunk().await;
+    assert_eq!((kind, handle), (p::NBD_REPLY_TYPE_OFFSET_DATA, 6));
+    assert_ne!(flags & p::NBD_REPLY_FLAG_DONE, 0);
+    assert_eq!(payload.len(), 8 + 4096);
+    assert!(
+        payload[8..].iter().all(|&b| b == 0),
+        "the drained write did not land"
+    );
+    // A payload too large to drain ends the connection.
+    client.request(p::NBD_CMD_WRITE, 0, 7, 0, 100 << 20).await;
+    client.expect_closed().await;
+}
+
+#[tokio::test]
+async fn bad_request_magic_drops_the_connection() {
+    let mut client = Client::connect().await;
+    client.negotiate().await;
+    client.send(&[0u8; 28]).await;
+    client.expect_closed().await;
+}
+
+#[tokio::test]
+async fn disconnect_completes_in_flight_requests_first() {
+    let mut client = Client::connect().await;
+    client.negotiate().await;
+    for handle in 0..100u64 {
+        client
+            .request(p::NBD_CMD_WRITE, 0, handle, handle * 4096, 4096)
+            .await;
+        client.send(&[handle as u8; 4096]).await;
+    }
+    client.request(p::NBD_CMD_DISC, 0, 999, 0, 0).await;
+    let mut handles = Vec::new();
+    for _ in 0..100 {
+        let (_, _, handle, _) = client.chunk().await;
+        handles.push(handle);
+    }
+    handles.sort_unstable();
+    assert_eq!(handles, (0..100).collect::<Vec<_>>());
+    client.expect_closed().await;
+}
+
+/// An export whose reads at offset 0 are slow, to observe out-of-order replies.
+struct SlowStart(Arc<MemoryExport>);
+
+impl BlockExport for SlowStart {
+    fn size_bytes(&self) -> Result<u64, ExportError> {
+        self.0.size_bytes()
+    }
+    fn description(&self) -> String {
+        self.0.description()
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+        if offset == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        self.0.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), ExportError> {
+        self.0.write(offset, data)
+    }
+    fn trim(&self, offset: u64, length: u64) -> Result<(), ExportError> {
+        self.0.trim(offset, length)
+    }
+    fn write_zeroes(&self, offset: u64, length: u64, allow_unmap: bool) -> Result<(), ExportError> {
+        self.0.write_zeroes(offset, length, allow_unmap)
+    }
+    fn flush(&self) -> Result<(), ExportError> {
+        self.0.flush()
+    }
+    fn extents(&self, _offset: u64, length: u64) -> Result<Vec<(u64, ExtentKind)>, ExportError> {
+        Ok(vec![(length, ExtentKind::Data)])
+    }
+}
+
+struct SlowProvider;
+
+impl ExportProvider for SlowProvider {
+    fn list(&self) -> Vec<ExportSummary> {
+        Vec::new()
+    }
+    fn open(&self, _name: &str) -> Option<Arc<dyn BlockExport>> {
+        Some(Arc::new(SlowStart(MemoryExport::new("disk", SIZE, false))))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_are_sent_as_requests_complete() {
+    let mut client = Client::connect_with(Arc::new(SlowProvider)).await;
+    client.send(&3u32.to_be_bytes()).await;
+    client.negotiate().await;
+    client.request(p::NBD_CMD_READ, 0, 1, 0, 4096).await;
+    client.request(p::NBD_CMD_READ, 0, 2, 4096, 4096).await;
+    let (_, _, first, _) = client.chunk().await;
+    let (_, _, second, _) = client.chunk().await;
+    assert_eq!(
+        (first, second),
+        (2, 1),
+        "the fast read overtakes the slow one"
+    );
+}

@@ -99,6 +99,8 @@ impl Engine {
         let shared = Arc::new(volume_shared(&rec, RangeMap::default()));
         volumes.insert(name.to_string(), shared.clone());
         drop(volumes);
+        // A control-plane change is durable once acknowledged.
+        self.flush()?;
         Ok(self.info_of(&shared))
     }
 
@@ -122,6 +124,7 @@ impl Engine {
         shared.deleted.store(true, Ordering::SeqCst);
         volumes.remove(name);
         drop((ws, view, volumes));
+        self.flush()?;
         self.wake_reclaimer();
         Ok(())
     }
@@ -157,6 +160,7 @@ impl Engine {
         view.size_bytes = size_bytes;
         shared.bitmap.lock().resize(grains_of(size_bytes));
         drop((ws, view));
+        self.flush()?;
         Ok(self.info_of(&shared))
     }
 

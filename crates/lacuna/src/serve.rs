@@ -1,0 +1,87 @@
+//! `lacuna serve`: opens the engine on the data directory and serves NBD and the
+//! control API until SIGINT / SIGTERM, then flushes and closes cleanly.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use lacuna_engine::{Engine, EngineConfig};
+
+use crate::nbd_export::VolumeExports;
+
+/// Capacity used when none is given: 16 GiB, or half the free space of the data
+/// directory's filesystem if that is less, so a default start never fills a
+/// small disk.
+pub const DEFAULT_CAPACITY_BYTES: u64 = 16 << 30;
+
+pub struct ServeConfig {
+    pub data_dir: PathBuf,
+    pub capacity_bytes: Option<u64>,
+    pub nbd_listen: SocketAddr,
+    pub api_listen: SocketAddr,
+}
+
+fn free_bytes_of(dir: &std::path::Path) -> Option<u64> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: path is a valid C string and stat a valid out-pointer.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut stat) };
+    (rc == 0).then(|| stat.f_bavail as u64 * stat.f_frsize as u64)
+}
+
+pub fn default_capacity(data_dir: &std::path::Path) -> u64 {
+    let half_free = free_bytes_of(data_dir).map(|f| f / 2).unwrap_or(DEFAULT_CAPACITY_BYTES);
+    let capacity = DEFAULT_CAPACITY_BYTES.min(half_free);
+    capacity - capacity % (1 << 20)
+}
+
+pub fn run(config: ServeConfig) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
+    let capacity_bytes = config.capacity_bytes.unwrap_or_else(|| default_capacity(&config.data_dir));
+    let engine = Engine::open(EngineConfig {
+        data_dir: config.data_dir.clone(),
+        capacity_bytes,
+    })
+    .with_context(|| format!("opening the array in {}", config.data_dir.display()))?;
+    let token = lacuna_api::load_or_create_token(&config.data_dir).context("creating the API token")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(64)
+        .build()
+        .context("starting the runtime")?;
+    let result = runtime.block_on(serve_all(engine.clone(), &config, capacity_bytes, token));
+    let closed = engine.close().context("closing the array");
+    result.and(closed)
+}
+
+async fn serve_all(engine: Arc<Engine>, config: &ServeConfig, capacity_bytes: u64, token: String) -> anyhow::Result<()> {
+    let nbd_listener = tokio::net::TcpListener::bind(config.nbd_listen)
+        .await
+        .with_context(|| format!("binding NBD to {}", config.nbd_listen))?;
+    let api_listener = tokio::net::TcpListener::bind(config.api_listen)
+        .await
+        .with_context(|| format!("binding the API to {}", config.api_listen))?;
+    println!(
+        "lacuna: data directory {}, capacity {} bytes ({:.1} GiB)\nlacuna: NBD on {} (nbd://{}/VOLUME)\nlacuna: API on http://{} (token in {})",
+        config.data_dir.display(),
+        capacity_bytes,
+        capacity_bytes as f64 / (1u64 << 30) as f64,
+        nbd_listener.local_addr()?,
+        nbd_listener.local_addr()?,
+        api_listener.local_addr()?,
+        config.data_dir.join("api-token").display()
+    );
+    let provider = Arc::new(VolumeExports { engine: engine.clone() });
+    let nbd = lacuna_nbd::serve(nbd_listener, provider, lacuna_nbd::ServerConfig::default());
+    let api = lacuna_api::serve(api_listener, lacuna_api::ApiState::new(engine, token));
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = nbd => r.context("NBD server failed")?,
+        r = api => r.context("API server failed")?,
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+        _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
+    }
+    Ok(())
+}

@@ -1,1 +1,112 @@
-fn main() {}
+//! `lacuna`: the daemon (`lacuna serve`) and the CLI that drives it through the
+//! control API.
+
+mod cli;
+mod nbd_export;
+mod serve;
+mod size;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "lacuna",
+    version,
+    about = "Lacuna: a software storage array (thin, deduplicated, compressed volumes over NBD)"
+)]
+struct Cli {
+    /// The API to talk to.
+    #[arg(
+        long,
+        global = true,
+        env = "LACUNA_API",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    api: String,
+    /// The API token (default: read from the data directory's api-token).
+    #[arg(long, global = true, env = "LACUNA_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Data directory (for `serve`, and where the CLI finds the API token).
+    #[arg(
+        long,
+        global = true,
+        env = "LACUNA_DATA_DIR",
+        default_value = "./lacuna-data"
+    )]
+    data_dir: PathBuf,
+    /// Print the API's JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the array: NBD and the control API on loopback by default.
+    Serve(ServeArgs),
+    /// Create, list, show, resize and delete volumes.
+    #[command(subcommand)]
+    Volume(cli::VolumeCommand),
+    /// Array-wide reports.
+    #[command(subcommand)]
+    Array(cli::ArrayCommand),
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Physical capacity the array may use (e.g. 64G); default: 16 GiB or half the
+    /// free space of the data directory's filesystem, whichever is less.
+    #[arg(long, value_parser = size::parse_size)]
+    capacity: Option<u64>,
+    /// NBD listen address.
+    #[arg(long, default_value = "127.0.0.1:10809")]
+    nbd_listen: SocketAddr,
+    /// Control API listen address.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    api_listen: SocketAddr,
+    /// Log filter (e.g. info, debug, lacuna_nbd=debug).
+    #[arg(long, env = "LACUNA_LOG", default_value = "info")]
+    log: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => {
+            init_logging(&args.log);
+            serve::run(serve::ServeConfig {
+                data_dir: cli.data_dir,
+                capacity_bytes: args.capacity,
+                nbd_listen: args.nbd_listen,
+                api_listen: args.api_listen,
+            })
+        }
+        Command::Volume(command) => cli::Client::new(&cli.api, cli.token, &cli.data_dir)
+            .and_then(|c| c.volume(command, cli.json)),
+        Command::Array(command) => cli::Client::new(&cli.api, cli.token, &cli.data_dir)
+            .and_then(|c| c.array(command, cli.json)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // One line: the error and its causes, no backtrace.
+            let chain: Vec<String> = error.chain().map(|e| e.to_string()).collect();
+            eprintln!("lacuna: {}", chain.join(": "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -36,7 +36,9 @@ struct VolumeExport {
 fn export_error(error: EngineError) -> ExportError {
     match error {
         EngineError::NoSpace(m) => ExportError::NoSpace(m),
-        EngineError::OutOfRange { .. } | EngineError::InvalidArgument(_) => ExportError::Invalid(error.to_string()),
+        EngineError::OutOfRange { .. } | EngineError::InvalidArgument(_) => {
+            ExportError::Invalid(error.to_string())
+        }
         other => {
             tracing::error!("volume I/O failed: {other}");
             ExportError::Io(other.to_string())
@@ -70,7 +72,9 @@ impl BlockExport for VolumeExport {
     }
 
     fn write_zeroes(&self, offset: u64, length: u64, allow_unmap: bool) -> Result<(), ExportError> {
-        self.volume.write_zeroes(offset, length, allow_unmap).map_err(export_error)
+        self.volume
+            .write_zeroes(offset, length, allow_unmap)
+            .map_err(export_error)
     }
 
     fn flush(&self) -> Result<(), ExportError> {

@@ -31,7 +31,9 @@ fn free_bytes_of(dir: &std::path::Path) -> Option<u64> {
 }
 
 pub fn default_capacity(data_dir: &std::path::Path) -> u64 {
-    let half_free = free_bytes_of(data_dir).map(|f| f / 2).unwrap_or(DEFAULT_CAPACITY_BYTES);
+    let half_free = free_bytes_of(data_dir)
+        .map(|f| f / 2)
+        .unwrap_or(DEFAULT_CAPACITY_BYTES);
     let capacity = DEFAULT_CAPACITY_BYTES.min(half_free);
     capacity - capacity % (1 << 20)
 }
@@ -39,13 +41,16 @@ pub fn default_capacity(data_dir: &std::path::Path) -> u64 {
 pub fn run(config: ServeConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
-    let capacity_bytes = config.capacity_bytes.unwrap_or_else(|| default_capacity(&config.data_dir));
+    let capacity_bytes = config
+        .capacity_bytes
+        .unwrap_or_else(|| default_capacity(&config.data_dir));
     let engine = Engine::open(EngineConfig {
         data_dir: config.data_dir.clone(),
         capacity_bytes,
     })
     .with_context(|| format!("opening the array in {}", config.data_dir.display()))?;
-    let token = lacuna_api::load_or_create_token(&config.data_dir).context("creating the API token")?;
+    let token =
+        lacuna_api::load_or_create_token(&config.data_dir).context("creating the API token")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(64)
@@ -56,7 +61,12 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
     result.and(closed)
 }
 
-async fn serve_all(engine: Arc<Engine>, config: &ServeConfig, capacity_bytes: u64, token: String) -> anyhow::Result<()> {
+async fn serve_all(
+    engine: Arc<Engine>,
+    config: &ServeConfig,
+    capacity_bytes: u64,
+    token: String,
+) -> anyhow::Result<()> {
     let nbd_listener = tokio::net::TcpListener::bind(config.nbd_listen)
         .await
         .with_context(|| format!("binding NBD to {}", config.nbd_listen))?;
@@ -73,7 +83,9 @@ async fn serve_all(engine: Arc<Engine>, config: &ServeConfig, capacity_bytes: u6
         api_listener.local_addr()?,
         config.data_dir.join("api-token").display()
     );
-    let provider = Arc::new(VolumeExports { engine: engine.clone() });
+    let provider = Arc::new(VolumeExports {
+        engine: engine.clone(),
+    });
     let nbd = lacuna_nbd::serve(nbd_listener, provider, lacuna_nbd::ServerConfig::default());
     let api = lacuna_api::serve(api_listener, lacuna_api::ApiState::new(engine, token));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -55,7 +55,8 @@ fn allowed_after(journal: &str, durable: &mut [u32]) -> Vec<(u64, Allowed)> {
     };
     let op = |line: &str| -> Option<(u64, u32)> {
         let parts: Vec<&str> = line.split(' ').collect();
-        (parts.len() == 5 && parts[0] == "I").then(|| (parts[2].parse().unwrap(), parts[4].parse().unwrap()))
+        (parts.len() == 5 && parts[0] == "I")
+            .then(|| (parts[2].parse().unwrap(), parts[4].parse().unwrap()))
     };
     for line in before {
         if let Some((grain, tag)) = op(line) {
@@ -77,12 +78,20 @@ fn allowed_after(journal: &str, durable: &mut [u32]) -> Vec<(u64, Allowed)> {
 }
 
 fn spawn_worker(daemon: &Daemon, journal: &std::path::Path, worker: u64, seed: u64) -> Child {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/crash_workload.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/support/crash_workload.py"
+    );
     Command::new("/usr/bin/python3")
         .arg(script)
         .arg(daemon.uri("crash"))
         .arg(journal)
-        .args([worker.to_string(), WORKERS.to_string(), GRAINS.to_string(), seed.to_string()])
+        .args([
+            worker.to_string(),
+            WORKERS.to_string(),
+            GRAINS.to_string(),
+            seed.to_string(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -101,21 +110,39 @@ impl Rng {
 
 #[test]
 fn sigkill_at_random_moments_loses_nothing_flushed() {
-    let iterations: u64 = std::env::var("CRASH_ITERATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
-    let seed: u64 = std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
-    });
+    let iterations: u64 = std::env::var("CRASH_ITERATIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
+    let seed: u64 = std::env::var("CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
     eprintln!("crash test: {iterations} iterations, CRASH_SEED={seed}");
     let mut rng = Rng(seed);
     let dir = support::temp_dir("crash");
     let mut durable = vec![0u32; GRAINS as usize];
     {
         let daemon = Daemon::start(&dir);
-        daemon.cli_ok(&["volume", "create", "crash", "--size", &(GRAINS * 4096).to_string()]);
+        daemon.cli_ok(&[
+            "volume",
+            "create",
+            "crash",
+            "--size",
+            &(GRAINS * 4096).to_string(),
+        ]);
     }
     for iteration in 1..=iterations {
         let mut daemon = Daemon::start(&dir);
-        let journals: Vec<_> = (0..WORKERS).map(|w| dir.join(format!("journal-{iteration}-{w}"))).collect();
+        let journals: Vec<_> = (0..WORKERS)
+            .map(|w| dir.join(format!("journal-{iteration}-{w}")))
+            .collect();
         let mut workers: Vec<Child> = (0..WORKERS)
             .map(|w| spawn_worker(&daemon, &journals[w as usize], w, iteration))
             .collect();
@@ -140,11 +167,17 @@ fn sigkill_at_random_moments_loses_nothing_flushed() {
                 allowed_all[grain as usize] = Some(set);
             }
         }
-        assert!(ops > 0, "iteration {iteration}: the workload did nothing; daemon log:\n{}", daemon.log());
+        assert!(
+            ops > 0,
+            "iteration {iteration}: the workload did nothing; daemon log:\n{}",
+            daemon.log()
+        );
         for grain in 0..GRAINS {
             let at = (grain * 4096) as usize;
             let found = decode_grain(grain, &bytes[at..at + 4096]);
-            let allowed = allowed_all[grain as usize].clone().unwrap_or_else(|| [durable[grain as usize]].into());
+            let allowed = allowed_all[grain as usize]
+                .clone()
+                .unwrap_or_else(|| [durable[grain as usize]].into());
             match found {
                 Some(tag) if allowed.contains(&tag) => durable[grain as usize] = tag,
                 other => panic!(

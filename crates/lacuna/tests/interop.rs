@@ -39,7 +39,13 @@ fn nbdinfo_reports_export_and_exact_map() {
     assert_eq!(export["can_zero"], true, "{info}");
     assert_eq!(export["can_fast_zero"], true, "{info}");
     assert_eq!(json["protocol"], "newstyle-fixed", "{info}");
-    for can in ["trim", "zero", "fast-zero", "multi-conn", "structured-reply"] {
+    for can in [
+        "trim",
+        "zero",
+        "fast-zero",
+        "multi-conn",
+        "structured-reply",
+    ] {
         let out = tool("nbdinfo", &["--can", can, &uri]);
         assert!(out.status.success(), "nbdinfo --can {can} failed");
     }
@@ -49,10 +55,15 @@ fn nbdinfo_reports_export_and_exact_map() {
     tool_ok(
         "qemu-io",
         &[
-            "-f", "raw", &uri,
-            "-c", "write -P 0xab 1M 2M",
-            "-c", "write -z 4M 1M",
-            "-c", "discard 2M 512k",
+            "-f",
+            "raw",
+            &uri,
+            "-c",
+            "write -P 0xab 1M 2M",
+            "-c",
+            "write -z 4M 1M",
+            "-c",
+            "discard 2M 512k",
         ],
     );
     let rows = map_rows(&uri);
@@ -66,7 +77,10 @@ fn nbdinfo_reports_export_and_exact_map() {
         (5 << 20, 59 << 20, "hole,zero".to_string()),
     ];
     assert_eq!(rows, expect);
-    let list = tool_ok("nbdinfo", &["--list", &format!("nbd://127.0.0.1:{}", daemon.nbd_port)]);
+    let list = tool_ok(
+        "nbdinfo",
+        &["--list", &format!("nbd://127.0.0.1:{}", daemon.nbd_port)],
+    );
     assert!(list.contains("vol1"), "{list}");
 }
 
@@ -77,35 +91,62 @@ fn qemu_io_write_read_zero_discard_and_aio() {
     tool_ok(
         "qemu-io",
         &[
-            "-f", "raw", &uri,
-            "-c", "write -P 0x5a 0 1M",
-            "-c", "write -P 0x11 1000 3000",   // unaligned, inside one grain
-            "-c", "aio_write -P 0x22 2M 64k",
-            "-c", "aio_write -P 0x33 3M 64k",
-            "-c", "aio_flush",
-            "-c", "write -z 8M 1M",
-            "-c", "write -z -u 9M 1M",
-            "-c", "discard 512k 512k",
+            "-f",
+            "raw",
+            &uri,
+            "-c",
+            "write -P 0x5a 0 1M",
+            "-c",
+            "write -P 0x11 1000 3000", // unaligned, inside one grain
+            "-c",
+            "aio_write -P 0x22 2M 64k",
+            "-c",
+            "aio_write -P 0x33 3M 64k",
+            "-c",
+            "aio_flush",
+            "-c",
+            "write -z 8M 1M",
+            "-c",
+            "write -z -u 9M 1M",
+            "-c",
+            "discard 512k 512k",
         ],
     );
     let out = tool_ok(
         "qemu-io",
         &[
-            "-f", "raw", &uri,
-            "-c", "read -P 0x5a 0 1000",
-            "-c", "read -P 0x11 1000 3000",
-            "-c", "read -P 0x5a 4000 520288",
-            "-c", "read -P 0 512k 512k",
-            "-c", "read -P 0x22 2M 64k",
-            "-c", "read -P 0x33 3M 64k",
-            "-c", "read -P 0 8M 2M",
-            "-c", "aio_read -P 0x22 2M 4k",
+            "-f",
+            "raw",
+            &uri,
+            "-c",
+            "read -P 0x5a 0 1000",
+            "-c",
+            "read -P 0x11 1000 3000",
+            "-c",
+            "read -P 0x5a 4000 520288",
+            "-c",
+            "read -P 0 512k 512k",
+            "-c",
+            "read -P 0x22 2M 64k",
+            "-c",
+            "read -P 0x33 3M 64k",
+            "-c",
+            "read -P 0 8M 2M",
+            "-c",
+            "aio_read -P 0x22 2M 4k",
         ],
     );
     assert!(!out.contains("Pattern verification failed"), "{out}");
     let out = tool("qemu-io", &["-f", "raw", &uri, "-c", "read -P 0x99 0 4k"]);
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("Pattern verification failed"), "the negative check must fail: {text}");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("Pattern verification failed"),
+        "the negative check must fail: {text}"
+    );
     let vread = tool_ok("qemu-io", &["-f", "raw", &uri, "-c", "read -v 2M 16"]);
     assert!(vread.contains("22 22 22 22"), "{vread}");
 }
@@ -126,12 +167,50 @@ fn qemu_img_convert_compare_and_nbdcopy_both_ways() {
     }
     std::fs::write(&src, &bytes).unwrap();
     let qcow = dir.join("src.qcow2");
-    tool_ok("qemu-img", &["convert", "-f", "raw", "-O", "qcow2", src.to_str().unwrap(), qcow.to_str().unwrap()]);
+    tool_ok(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "qcow2",
+            src.to_str().unwrap(),
+            qcow.to_str().unwrap(),
+        ],
+    );
     let uri = daemon.uri("img");
-    tool_ok("qemu-img", &["convert", "-n", "-f", "qcow2", "-O", "raw", qcow.to_str().unwrap(), &uri]);
-    let cmp = tool("qemu-img", &["compare", "-f", "qcow2", "-F", "raw", qcow.to_str().unwrap(), &uri]);
+    tool_ok(
+        "qemu-img",
+        &[
+            "convert",
+            "-n",
+            "-f",
+            "qcow2",
+            "-O",
+            "raw",
+            qcow.to_str().unwrap(),
+            &uri,
+        ],
+    );
+    let cmp = tool(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "qcow2",
+            "-F",
+            "raw",
+            qcow.to_str().unwrap(),
+            &uri,
+        ],
+    );
     // compare reports a size mismatch only if the extra 16 MiB were not zero.
-    assert!(cmp.status.success(), "{}", String::from_utf8_lossy(&cmp.stdout));
+    assert!(
+        cmp.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cmp.stdout)
+    );
     let info = tool_ok("qemu-img", &["info", "-f", "raw", &uri]);
     assert!(info.contains("64 MiB"), "{info}");
     // nbdcopy out to a file and back into a second volume.
@@ -141,15 +220,37 @@ fn qemu_img_convert_compare_and_nbdcopy_both_ways() {
     assert_eq!(&copied[..bytes.len()], &bytes[..]);
     assert!(copied[bytes.len()..].iter().all(|&b| b == 0));
     daemon.cli_ok(&["volume", "create", "img2", "--size", "64M"]);
-    tool_ok("nbdcopy", &["--flush", out.to_str().unwrap(), &daemon.uri("img2")]);
-    let cmp = tool("qemu-img", &["compare", "-f", "raw", "-F", "raw", out.to_str().unwrap(), &daemon.uri("img2")]);
-    assert!(cmp.status.success(), "{}", String::from_utf8_lossy(&cmp.stdout));
+    tool_ok(
+        "nbdcopy",
+        &["--flush", out.to_str().unwrap(), &daemon.uri("img2")],
+    );
+    let cmp = tool(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            out.to_str().unwrap(),
+            &daemon.uri("img2"),
+        ],
+    );
+    assert!(
+        cmp.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cmp.stdout)
+    );
     // Dedup: the second copy added almost nothing physical.
     let show = daemon.cli_ok(&["--json", "volume", "show", "img2"]);
     let v: serde_json::Value = serde_json::from_str(&show).unwrap();
     assert_eq!(v["unique_physical_bytes"], 0, "{show}");
-    let space: serde_json::Value = serde_json::from_str(&daemon.cli_ok(&["--json", "array", "space"])).unwrap();
-    assert!(space["data_reduction_ratio"].as_f64().unwrap() > 2.0, "{space}");
+    let space: serde_json::Value =
+        serde_json::from_str(&daemon.cli_ok(&["--json", "array", "space"])).unwrap();
+    assert!(
+        space["data_reduction_ratio"].as_f64().unwrap() > 2.0,
+        "{space}"
+    );
 }
 
 #[test]
@@ -181,7 +282,10 @@ except nbd.Error as e:
 h.flush()
 print("ok")
 "#;
-    let out = tool_ok("nbdsh", &["--base-allocation", "-u", &daemon.uri("sh"), "-c", script]);
+    let out = tool_ok(
+        "nbdsh",
+        &["--base-allocation", "-u", &daemon.uri("sh"), "-c", script],
+    );
     assert_eq!(out.trim(), "ok");
 }
 
@@ -190,9 +294,16 @@ fn fio_verified_random_and_sequential_mixes() {
     let daemon = daemon_with_volume("fio", "fio", "256M");
     let uri = format!("--uri={}", daemon.uri("fio"));
     let common = [
-        "--name=verify", "--ioengine=nbd", uri.as_str(), "--size=64M", "--iodepth=16",
-        "--verify=crc32c", "--do_verify=1", "--verify_fatal=1",
-        "--buffer_compress_percentage=50", "--dedupe_percentage=30",
+        "--name=verify",
+        "--ioengine=nbd",
+        uri.as_str(),
+        "--size=64M",
+        "--iodepth=16",
+        "--verify=crc32c",
+        "--do_verify=1",
+        "--verify_fatal=1",
+        "--buffer_compress_percentage=50",
+        "--dedupe_percentage=30",
     ];
     let mixes: [&[&str]; 4] = [
         &["--rw=randwrite", "--bs=4k"],
@@ -206,7 +317,11 @@ fn fio_verified_random_and_sequential_mixes() {
         let args: Vec<&str> = common.iter().chain(mix.iter()).copied().collect();
         let out = tool("fio", &args);
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "fio {mix:?} failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "fio {mix:?} failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(text.contains("err= 0"), "{text}");
         assert!(!text.contains("verify: bad"), "{text}");
     }
@@ -217,10 +332,17 @@ fn cli_reports_volume_and_array_space() {
     let daemon = daemon_with_volume("cli", "c1", "100M");
     let list = daemon.cli_ok(&["volume", "list"]);
     assert!(list.contains("c1"), "{list}");
-    tool_ok("qemu-io", &["-f", "raw", &daemon.uri("c1"), "-c", "write -P 0x31 0 10M"]);
-    let v: serde_json::Value = serde_json::from_str(&daemon.cli_ok(&["--json", "volume", "show", "c1"])).unwrap();
+    tool_ok(
+        "qemu-io",
+        &["-f", "raw", &daemon.uri("c1"), "-c", "write -P 0x31 0 10M"],
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&daemon.cli_ok(&["--json", "volume", "show", "c1"])).unwrap();
     assert_eq!(v["written_bytes"], 10 << 20, "{v}");
-    assert!((v["thin_provisioning_percent"].as_f64().unwrap() - 90.0).abs() < 0.01, "{v}");
+    assert!(
+        (v["thin_provisioning_percent"].as_f64().unwrap() - 90.0).abs() < 0.01,
+        "{v}"
+    );
     let human = daemon.cli_ok(&["volume", "show", "c1"]);
     assert!(human.contains("thin"), "{human}");
     daemon.cli_ok(&["volume", "resize", "c1", "--size", "200M"]);
@@ -230,7 +352,10 @@ fn cli_reports_volume_and_array_space() {
     assert!(space.to_lowercase().contains("capacity"), "{space}");
     daemon.cli_ok(&["volume", "delete", "c1"]);
     let out = tool("nbdinfo", &[&daemon.uri("c1")]);
-    assert!(!out.status.success(), "a deleted volume is no longer exported");
+    assert!(
+        !out.status.success(),
+        "a deleted volume is no longer exported"
+    );
     // Unknown volume: one-line error, non-zero exit.
     let out = daemon.cli(&["volume", "show", "nope"]);
     assert!(!out.status.success());

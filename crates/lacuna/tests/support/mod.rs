@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_lacuna");
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub fn temp_dir(tag: &str) -> PathBuf {
@@ -69,7 +73,11 @@ impl Daemon {
         let deadline = Instant::now() + Duration::from_secs(60);
         for port in [self.nbd_port, self.api_port] {
             while TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "daemon did not start; log:\n{}", self.log());
+                assert!(
+                    Instant::now() < deadline,
+                    "daemon did not start; log:\n{}",
+                    self.log()
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
         }

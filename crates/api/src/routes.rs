@@ -53,7 +53,7 @@ where
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(value)) => Ok(Body(value)),
-            Err(rejection) => Err(ApiError(StatusCode::BAD_REQUEST, rejection.body_text())),
+            Err(rejection) => Err(ApiError(rejection.status(), rejection.body_text())),
         }
     }
 }

@@ -362,3 +362,21 @@ fn cli_reports_volume_and_array_space() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn cli_without_a_daemon_prints_one_line_naming_the_address() {
+    let dir = support::temp_dir("nodaemon");
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(dir.join("data/api-token"), "x").unwrap();
+    let port = support::free_port();
+    let out = std::process::Command::new(support::BIN)
+        .args(["--api", &format!("http://127.0.0.1:{port}"), "--data-dir"])
+        .arg(dir.join("data"))
+        .args(["volume", "list"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+}

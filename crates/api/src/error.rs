@@ -1,0 +1,90 @@
+//! Every failure the API reports, and how each becomes an HTTP status with a JSON
+//! body `{"error": "..."}`. Clients (the CLI among them) print the message as is,
+//! so messages are written for a person, not for a parser.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use lacuna_engine::EngineError;
+
+/// A failed request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// What the engine refused or failed to do; the status follows the variant.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The request body or path could not be understood (malformed JSON, a missing
+    /// or unknown field, a wrong type).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The request body is larger than the API accepts.
+    #[error("request body too large (limit {limit_bytes} bytes)")]
+    BodyTooLarge { limit_bytes: usize },
+    /// A body was sent without `Content-Type: application/json`.
+    #[error("expected a JSON body with 'Content-Type: application/json'")]
+    UnsupportedMediaType,
+    #[error("missing or invalid bearer token (see <data-dir>/api-token)")]
+    Unauthorized,
+    #[error("no such endpoint: {method} {path}")]
+    NoRoute { method: String, path: String },
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    /// A bug or a crashed worker, not the caller's fault.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Engine(e) => match e {
+                EngineError::VolumeNotFound(_) => StatusCode::NOT_FOUND,
+                EngineError::VolumeExists(_) => StatusCode::CONFLICT,
+                EngineError::InvalidArgument(_) | EngineError::OutOfRange { .. } => {
+                    StatusCode::BAD_REQUEST
+                }
+                EngineError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
+                EngineError::Corruption(_) | EngineError::Io { .. } | EngineError::Metadata(_) => {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
+            },
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NoRoute { .. } => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// The JSON body of every error response.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            // The caller only sees the message; keep the details in the daemon log.
+            tracing::error!(error = ?self, "API request failed");
+        }
+        let mut response = (
+            status,
+            Json(ErrorBody {
+                error: self.to_string(),
+            }),
+        )
+            .into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"lacuna\""),
+            );
+        }
+        response
+    }
+}

@@ -1,0 +1,83 @@
+//! Extractors whose rejections are [`ApiError`]s, so a malformed body or path gets
+//! the same JSON error shape as every other failure instead of axum's plain text.
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::BODY_LIMIT_BYTES;
+
+/// A JSON request body.
+pub struct JsonBody<T>(pub T);
+
+impl<S, T> FromRequest<S> for JsonBody<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(value)) => Ok(JsonBody(value)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ApiError {
+    match rejection {
+        JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType,
+        JsonRejection::JsonDataError(e) => ApiError::BadRequest(format!(
+            "invalid request body: {}",
+            error_source_text(&e)
+        )),
+        JsonRejection::JsonSyntaxError(e) => ApiError::BadRequest(format!(
+            "malformed JSON in request body: {}",
+            error_source_text(&e)
+        )),
+        other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge {
+            limit_bytes: BODY_LIMIT_BYTES,
+        },
+        other => ApiError::BadRequest(format!("cannot read request body: {}", other.body_text())),
+    }
+}
+
+/// axum's rejection text is generic ("Failed to parse the request body as JSON");
+/// serde's message underneath says what is wrong and where.
+fn error_source_text(e: &dyn std::error::Error) -> String {
+    let mut innermost = e;
+    while let Some(source) = innermost.source() {
+        innermost = source;
+    }
+    innermost.to_string()
+}
+
+/// The single path parameter of a route (a volume name).
+pub struct PathParam(pub String);
+
+impl<S> FromRequestParts<S> for PathParam
+where
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(PathParam(value)),
+            Err(rejection) => Err(path_rejection(rejection)),
+        }
+    }
+}
+
+fn path_rejection(rejection: PathRejection) -> ApiError {
+    if rejection.status().is_server_error() {
+        ApiError::Internal(rejection.body_text())
+    } else {
+        ApiError::BadRequest(rejection.body_text())
+    }
+}

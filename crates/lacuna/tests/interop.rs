@@ -302,6 +302,7 @@ fn fio_verified_random_and_sequential_mixes() {
         "--verify=crc32c",
         "--do_verify=1",
         "--verify_fatal=1",
+        "--verify_state_save=0",
         "--buffer_compress_percentage=50",
         "--dedupe_percentage=30",
     ];

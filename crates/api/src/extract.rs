@@ -9,7 +9,7 @@ use axum::Json;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
-use crate::BODY_LIMIT_BYTES;
+use crate::MAX_BODY_BYTES;
 
 /// A JSON request body.
 pub struct JsonBody<T>(pub T);
@@ -32,16 +32,15 @@ where
 fn json_rejection(rejection: JsonRejection) -> ApiError {
     match rejection {
         JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType,
-        JsonRejection::JsonDataError(e) => ApiError::BadRequest(format!(
-            "invalid request body: {}",
-            error_source_text(&e)
-        )),
+        JsonRejection::JsonDataError(e) => {
+            ApiError::BadRequest(format!("invalid request body: {}", error_source_text(&e)))
+        }
         JsonRejection::JsonSyntaxError(e) => ApiError::BadRequest(format!(
             "malformed JSON in request body: {}",
             error_source_text(&e)
         )),
         other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge {
-            limit_bytes: BODY_LIMIT_BYTES,
+            limit_bytes: MAX_BODY_BYTES,
         },
         other => ApiError::BadRequest(format!("cannot read request body: {}", other.body_text())),
     }

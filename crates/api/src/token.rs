@@ -63,7 +63,10 @@ fn read_token(path: &Path) -> io::Result<String> {
     if token.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{} is empty; delete it to generate a new token", path.display()),
+            format!(
+                "{} is empty; delete it to generate a new token",
+                path.display()
+            ),
         ));
     }
     Ok(token.to_string())

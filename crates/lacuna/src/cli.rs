@@ -1,29 +1,34 @@
-//! The CLI's commands: each is one API call, printed as a table or key: value
-//! lines (or the API's JSON with `--json`).
+//! The CLI's commands: each is one API call, printed for a person (tables and
+//! `key: value` lines) or, with `--json`, as the API's JSON unchanged.
 
-use std::path::Path;
-
-use anyhow::{anyhow, bail, Context};
+use anyhow::Context;
 use clap::Subcommand;
+use lacuna_api::{CreateVolumeRequest, ResizeVolumeRequest};
+use lacuna_engine::{SpaceReport, VolumeInfo};
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
+use crate::client::{path_segment, Client, Method};
 use crate::size::{format_size, parse_size};
+use crate::table::{space_details, volume_details, volume_table};
 
 #[derive(Subcommand)]
 pub enum VolumeCommand {
-    /// Create a thin volume.
+    /// Create a thin-provisioned volume (exported over NBD under its name).
     Create {
         name: String,
+        /// Size, e.g. 100G, 1.5T, 512M (binary units); a multiple of 512 bytes.
         #[arg(long, value_parser = parse_size)]
         size: u64,
     },
     /// List volumes.
     List,
-    /// Show one volume's space figures.
+    /// Show one volume's size and space figures.
     Show { name: String },
-    /// Grow or shrink a volume.
+    /// Grow or shrink a volume (shrinking discards data beyond the new end).
     Resize {
         name: String,
+        /// New size, e.g. 200G.
         #[arg(long, value_parser = parse_size)]
         size: u64,
     },
@@ -37,266 +42,72 @@ pub enum ArrayCommand {
     Space,
 }
 
-pub struct Client {
-    base: String,
-    token: String,
-    agent: ureq::Agent,
-}
-
-impl Client {
-    pub fn new(api: &str, token: Option<String>, data_dir: &Path) -> anyhow::Result<Client> {
-        let token = match token {
-            Some(t) => t,
-            None => {
-                let path = data_dir.join("api-token");
-                std::fs::read_to_string(&path)
-                    .map(|t| t.trim().to_string())
-                    .with_context(|| {
-                        format!(
-                            "no API token: cannot read {} (use --token or --data-dir)",
-                            path.display()
-                        )
-                    })?
-            }
-        };
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(std::time::Duration::from_secs(60)))
-            .build()
-            .into();
-        Ok(Client {
-            base: api.trim_end_matches('/').to_string(),
-            token,
-            agent,
-        })
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
-        let url = format!("{}{}", self.base, path);
-        let auth = format!("Bearer {}", self.token);
-        let response = match (method, body) {
-            ("GET", _) => self.agent.get(&url).header("Authorization", &auth).call(),
-            ("DELETE", _) => self
-                .agent
-                .delete(&url)
-                .header("Authorization", &auth)
-                .call(),
-            ("POST", Some(b)) => self
-                .agent
-                .post(&url)
-                .header("Authorization", &auth)
-                .send_json(b),
-            ("PATCH", Some(b)) => self
-                .agent
-                .patch(&url)
-                .header("Authorization", &auth)
-                .send_json(b),
-            _ => unreachable!("every call site passes a body where needed"),
-        };
-        let mut response = response.map_err(|e| {
-            anyhow!(
-                "cannot reach the Lacuna API at {} (is 'lacuna serve' running?): {e}",
-                self.base
-            )
-        })?;
-        let status = response.status();
-        let text = response.body_mut().read_to_string().unwrap_or_default();
-        let value: Value = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
-        if !status.is_success() {
-            let message = value
-                .get("error")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| value.to_string());
-            bail!("{message}");
+pub fn run_volume(client: &Client, command: VolumeCommand, as_json: bool) -> anyhow::Result<()> {
+    match command {
+        VolumeCommand::Create { name, size } => {
+            let body = serde_json::to_value(CreateVolumeRequest {
+                name,
+                size_bytes: size,
+            })?;
+            let answer = client.call(Method::Post, "/v1/volumes", Some(&body))?;
+            print(as_json, &answer, |v: VolumeInfo| {
+                format!("created volume {} ({})", v.name, format_size(v.size_bytes))
+            })
         }
-        Ok(value)
-    }
-
-    pub fn volume(&self, command: VolumeCommand, as_json: bool) -> anyhow::Result<()> {
-        match command {
-            VolumeCommand::Create { name, size } => {
-                let v = self.call(
-                    "POST",
-                    "/v1/volumes",
-                    Some(json!({ "name": name, "size_bytes": size })),
-                )?;
-                print_or(as_json, &v, || {
-                    format!("created volume {} ({})", name, format_size(size))
-                });
-            }
-            VolumeCommand::List => {
-                let v = self.call("GET", "/v1/volumes", None)?;
-                print_or(as_json, &v, || volume_table(&v));
-            }
-            VolumeCommand::Show { name } => {
-                let v = self.call("GET", &format!("/v1/volumes/{name}"), None)?;
-                print_or(as_json, &v, || volume_details(&v));
-            }
-            VolumeCommand::Resize { name, size } => {
-                let v = self.call(
-                    "PATCH",
-                    &format!("/v1/volumes/{name}"),
-                    Some(json!({ "size_bytes": size })),
-                )?;
-                print_or(as_json, &v, || {
-                    format!("resized volume {} to {}", name, format_size(size))
-                });
-            }
-            VolumeCommand::Delete { name } => {
-                self.call("DELETE", &format!("/v1/volumes/{name}"), None)?;
-                print_or(as_json, &json!({ "deleted": name }), || {
-                    format!("deleted volume {name}")
-                });
-            }
+        VolumeCommand::List => {
+            let answer = client.call(Method::Get, "/v1/volumes", None)?;
+            print(as_json, &answer, |volumes: Vec<VolumeInfo>| {
+                volume_table(&volumes)
+            })
         }
-        Ok(())
-    }
-
-    pub fn array(&self, command: ArrayCommand, as_json: bool) -> anyhow::Result<()> {
-        match command {
-            ArrayCommand::Space => {
-                let v = self.call("GET", "/v1/array/space", None)?;
-                print_or(as_json, &v, || space_details(&v));
-            }
+        VolumeCommand::Show { name } => {
+            let path = format!("/v1/volumes/{}", path_segment(&name));
+            let answer = client.call(Method::Get, &path, None)?;
+            print(as_json, &answer, |v: VolumeInfo| volume_details(&v))
         }
-        Ok(())
+        VolumeCommand::Resize { name, size } => {
+            let path = format!("/v1/volumes/{}", path_segment(&name));
+            let body = serde_json::to_value(ResizeVolumeRequest { size_bytes: size })?;
+            let answer = client.call(Method::Patch, &path, Some(&body))?;
+            print(as_json, &answer, |v: VolumeInfo| {
+                format!("resized volume {} to {}", v.name, format_size(v.size_bytes))
+            })
+        }
+        VolumeCommand::Delete { name } => {
+            let path = format!("/v1/volumes/{}", path_segment(&name));
+            client.call(Method::Delete, &path, None)?;
+            // The API answers 204 with no body; give --json users something to parse.
+            print(as_json, &json!({ "deleted": name }), |_: Value| {
+                format!("deleted volume {name}")
+            })
+        }
     }
 }
 
-fn print_or(as_json: bool, value: &Value, human: impl FnOnce() -> String) {
+pub fn run_array(client: &Client, command: ArrayCommand, as_json: bool) -> anyhow::Result<()> {
+    match command {
+        ArrayCommand::Space => {
+            let answer = client.call(Method::Get, "/v1/array/space", None)?;
+            print(as_json, &answer, |s: SpaceReport| space_details(&s))
+        }
+    }
+}
+
+/// Prints the API's JSON as is, or decodes it into the type the human rendering
+/// needs: a daemon speaking a different API version then fails loudly instead of
+/// printing zeroes for fields it no longer sends.
+fn print<T: DeserializeOwned>(
+    as_json: bool,
+    answer: &Value,
+    human: impl FnOnce(T) -> String,
+) -> anyhow::Result<()> {
     if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(value).expect("JSON values print")
-        );
+        println!("{}", serde_json::to_string_pretty(answer)?);
     } else {
-        println!("{}", human());
+        let decoded = T::deserialize(answer).context(
+            "unexpected answer from the API (is the daemon the same version as this CLI?)",
+        )?;
+        println!("{}", human(decoded));
     }
-}
-
-fn bytes(v: &Value, key: &str) -> String {
-    format_size(v[key].as_u64().unwrap_or(0))
-}
-
-fn ratio(v: &Value, key: &str) -> String {
-    format!("{:.2}:1", v[key].as_f64().unwrap_or(1.0))
-}
-
-/// Renders rows as left-aligned columns.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<String>| {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    let mut out = vec![line(header.iter().map(|h| h.to_string()).collect())];
-    out.extend(rows.iter().map(|r| line(r.clone())));
-    out.join("\n")
-}
-
-fn volume_table(v: &Value) -> String {
-    let rows: Vec<Vec<String>> = v
-        .as_array()
-        .map(|a| a.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .map(|vol| {
-            vec![
-                vol["name"].as_str().unwrap_or("?").to_string(),
-                bytes(vol, "size_bytes"),
-                bytes(vol, "written_bytes"),
-                format!(
-                    "{:.1}%",
-                    vol["thin_provisioning_percent"].as_f64().unwrap_or(0.0)
-                ),
-                ratio(vol, "data_reduction_ratio"),
-            ]
-        })
-        .collect();
-    table(&["NAME", "SIZE", "WRITTEN", "THIN", "REDUCTION"], &rows)
-}
-
-fn volume_details(v: &Value) -> String {
-    [
-        ("name", v["name"].as_str().unwrap_or("?").to_string()),
-        ("size", bytes(v, "size_bytes")),
-        ("written", bytes(v, "written_bytes")),
-        (
-            "thin_provisioning",
-            format!(
-                "{:.2}%",
-                v["thin_provisioning_percent"].as_f64().unwrap_or(0.0)
-            ),
-        ),
-        ("logical data", bytes(v, "logical_data_bytes")),
-        ("unique physical", bytes(v, "unique_physical_bytes")),
-        ("shared physical", bytes(v, "shared_physical_bytes")),
-        ("data reduction", ratio(v, "data_reduction_ratio")),
-    ]
-    .iter()
-    .map(|(k, val)| format!("{:<18} {val}", format!("{k}:")))
-    .collect::<Vec<_>>()
-    .join("\n")
-}
-
-fn space_details(v: &Value) -> String {
-    [
-        ("capacity", bytes(v, "capacity_bytes")),
-        ("physical used", bytes(v, "physical_used_bytes")),
-        ("  live", bytes(v, "live_physical_bytes")),
-        ("  stale (reclaim)", bytes(v, "stale_bytes")),
-        ("free", bytes(v, "free_bytes")),
-        ("provisioned", bytes(v, "provisioned_bytes")),
-        ("logical data", bytes(v, "logical_data_bytes")),
-        ("reclaim backlog", bytes(v, "reclaim_backlog_bytes")),
-        ("data reduction", ratio(v, "data_reduction_ratio")),
-        ("total reduction", ratio(v, "total_reduction_ratio")),
-        ("volumes", v["volume_count"].to_string()),
-    ]
-    .iter()
-    .map(|(k, val)| format!("{:<20} {val}", format!("{k}:")))
-    .collect::<Vec<_>>()
-    .join("\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_aligns_columns() {
-        let t = table(
-            &["A", "BB"],
-            &[
-                vec!["xyz".into(), "1".into()],
-                vec!["q".into(), "22".into()],
-            ],
-        );
-        assert_eq!(t, "A    BB\nxyz  1\nq    22");
-    }
-
-    #[test]
-    fn details_show_thin_provisioning() {
-        let v = json!({"name": "v", "size_bytes": 1u64 << 30, "written_bytes": 1u64 << 29, "thin_provisioning_percent": 50.0,
-            "logical_data_bytes": 1u64 << 29, "unique_physical_bytes": 1u64 << 28, "shared_physical_bytes": 0, "data_reduction_ratio": 2.0});
-        let text = volume_details(&v);
-        assert!(text.contains("thin_provisioning: 50.00%"), "{text}");
-        assert!(text.contains("data reduction:    2.00:1"), "{text}");
-    }
+    Ok(())
 }

@@ -2,9 +2,11 @@
 //! control API.
 
 mod cli;
+mod client;
 mod nbd_export;
 mod serve;
 mod size;
+mod table;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -86,17 +88,18 @@ fn main() -> ExitCode {
                 api_listen: args.api_listen,
             })
         }
-        Command::Volume(command) => cli::Client::new(&cli.api, cli.token, &cli.data_dir)
-            .and_then(|c| c.volume(command, cli.json)),
-        Command::Array(command) => cli::Client::new(&cli.api, cli.token, &cli.data_dir)
-            .and_then(|c| c.array(command, cli.json)),
+        Command::Volume(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+            .and_then(|c| cli::run_volume(&c, command, cli.json)),
+        Command::Array(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+            .and_then(|c| cli::run_array(&c, command, cli.json)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            // One line: the error and its causes, no backtrace.
+            // One line: the error and its causes, no backtrace, so scripts and
+            // people see the cause at once.
             let chain: Vec<String> = error.chain().map(|e| e.to_string()).collect();
-            eprintln!("lacuna: {}", chain.join(": "));
+            eprintln!("lacuna: {}", chain.join(": ").replace('\n', " "));
             ExitCode::FAILURE
         }
     }

@@ -340,6 +340,17 @@ pub(crate) fn recover(
         let (id, grains) = item.map_err(kv_error)?;
         ws.doomed.insert(id.value(), grains.value());
     }
+    for item in txn
+        .open_table(meta::BLOCKS)
+        .map_err(kv_error)?
+        .iter()
+        .map_err(kv_error)?
+    {
+        let (id, value) = item.map_err(kv_error)?;
+        let rec = BlockRec::decode(value.value())?;
+        ws.dedup
+            .insert(crate::tx::dedup_key(&rec.fingerprint), id.value());
+    }
     reconcile_segments(store, &mut ws)?;
     // New writes always go to a fresh segment: nothing is ever appended after a
     // tail that a crash may have torn.

@@ -18,7 +18,6 @@ impl Engine {
         let txn = self.begin_read()?;
         let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
         let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;
-        let dedup = txn.open_table(meta::DEDUP).map_err(kv_error)?;
         let mut refs: HashMap<u64, u64> = HashMap::new();
         for item in maps.iter().map_err(kv_error)? {
             let (_, value) = item.map_err(kv_error)?;
@@ -38,12 +37,7 @@ impl Engine {
                     rec.refcount
                 ));
             }
-            if dedup
-                .get(&rec.fingerprint[..])
-                .map_err(kv_error)?
-                .map(|v| v.value())
-                != Some(id)
-            {
+            if ws.dedup.get(&crate::tx::dedup_key(&rec.fingerprint)) != Some(&id) {
                 problems.push(format!("block {id}: not in the dedup index"));
             }
             *live.entry(rec.segment).or_default() += rec.record_bytes();
@@ -51,7 +45,7 @@ impl Engine {
         for (id, count) in refs {
             problems.push(format!("block {id}: {count} mappings but no block"));
         }
-        if dedup.len().map_err(kv_error)? != blocks.len().map_err(kv_error)? {
+        if ws.dedup.len() as u64 != blocks.len().map_err(kv_error)? {
             problems.push("dedup index and block table differ in size".into());
         }
         for (id, state) in &ws.segments {

@@ -14,8 +14,6 @@ use crate::EngineError;
 pub const MAPPINGS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("mappings");
 /// block id → [`BlockRec`]: where a block's record lives and who references it.
 pub const BLOCKS: TableDefinition<u64, &[u8]> = TableDefinition::new("blocks");
-/// fingerprint → block id: the dedup index.
-pub const DEDUP: TableDefinition<&[u8], u64> = TableDefinition::new("dedup");
 /// (volume id, first grain) → [`RangeRec`]: unmap / zero / pattern range records.
 pub const RANGES: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("ranges");
 /// volume name → JSON [`crate::catalog::VolumeRec`].

@@ -18,7 +18,7 @@ use crate::meta::{self, kv_error, MapValue, RangeKind};
 use crate::{Engine, Result};
 
 /// Mappings dropped per transaction.
-const BATCH_MAPPINGS: usize = 1024;
+const BATCH_MAPPINGS: usize = 256;
 /// How long the reclaimer sleeps when idle before checking again.
 const IDLE_WAIT: Duration = Duration::from_millis(500);
 /// Writes not flushed by a host are made durable in the background after this

@@ -37,6 +37,11 @@ pub struct WriterState {
     pub dirty_segments: BTreeSet<SegmentId>,
     /// Sealed segments with no live record, freed after the next durable commit.
     pub pending_free: BTreeSet<SegmentId>,
+    /// The dedup index: a 64-bit fingerprint prefix → block id, kept in memory
+    /// (rebuilt from the block table at open). A random-key B-tree insert per new
+    /// block was the largest cost of the write path; a hit is still verified
+    /// against the block record's full 128-bit fingerprint.
+    pub dedup: std::collections::HashMap<u64, u64>,
     /// Segments whose accounting changed since the last durable commit.
     pub changed_segments: BTreeSet<SegmentId>,
     /// Deleted volumes still holding mappings: id → grains.
@@ -73,7 +78,6 @@ pub struct Tables<'t> {
     txn: &'t WriteTransaction,
     pub maps: Table<'t, (u64, u64), &'static [u8]>,
     pub blocks: Table<'t, u64, &'static [u8]>,
-    pub dedup: Table<'t, &'static [u8], u64>,
     ranges: Option<Table<'t, (u64, u64), &'static [u8]>>,
     volumes: Option<Table<'t, &'static str, &'static [u8]>>,
     doomed: Option<Table<'t, u64, u64>>,
@@ -85,7 +89,6 @@ impl<'t> Tables<'t> {
             txn,
             maps: txn.open_table(meta::MAPPINGS).map_err(kv_error)?,
             blocks: txn.open_table(meta::BLOCKS).map_err(kv_error)?,
-            dedup: txn.open_table(meta::DEDUP).map_err(kv_error)?,
             ranges: None,
             volumes: None,
             doomed: None,
@@ -118,7 +121,6 @@ impl<'t> Tables<'t> {
 pub fn create_tables(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
     txn.open_table(meta::BLOCKS).map_err(kv_error)?;
-    txn.open_table(meta::DEDUP).map_err(kv_error)?;
     txn.open_table(meta::RANGES).map_err(kv_error)?;
     txn.open_table(meta::VOLUMES).map_err(kv_error)?;
     txn.open_table(meta::SEGMENTS).map_err(kv_error)?;
@@ -170,6 +172,16 @@ pub struct TxState {
     pub records_written: u64,
     /// Segments whose live bytes may have reached zero.
     maybe_dead: BTreeSet<SegmentId>,
+    /// Dedup index entries of blocks created in this transaction.
+    dedup_added: std::collections::HashMap<u64, u64>,
+    /// Blocks deleted in this transaction, and their index keys.
+    freed_blocks: std::collections::HashSet<u64>,
+    freed_keys: Vec<(u64, u64)>,
+}
+
+/// The dedup index key of a fingerprint.
+pub fn dedup_key(fingerprint: &[u8; 16]) -> u64 {
+    u64::from_le_bytes(fingerprint[..8].try_into().expect("8 bytes"))
 }
 
 impl TxState {
@@ -186,6 +198,9 @@ impl TxState {
             capacity_bytes: ws.capacity_bytes,
             records_written: 0,
             maybe_dead: BTreeSet::new(),
+            dedup_added: std::collections::HashMap::new(),
+            freed_blocks: std::collections::HashSet::new(),
+            freed_keys: Vec::new(),
         }
     }
 
@@ -240,13 +255,14 @@ impl TxState {
         t: &mut Tables,
         data: &DataGrain,
     ) -> Result<u64> {
-        if let Some(id) = t
-            .dedup
-            .get(&data.fingerprint[..])
-            .map_err(kv_error)?
-            .map(|v| v.value())
-        {
+        let key = dedup_key(&data.fingerprint);
+        let candidate = self.dedup_lookup(ws, key);
+        if let Some(id) = candidate {
             let mut rec = self.block(t, id)?;
+            if rec.fingerprint != data.fingerprint {
+                // A 64-bit prefix collision: store the grain as a new block.
+                return self.store_new_block(ws, t, data);
+            }
             rec.refcount = rec
                 .refcount
                 .checked_add(1)
@@ -255,6 +271,23 @@ impl TxState {
             self.records_written += 1;
             return Ok(id);
         }
+        self.store_new_block(ws, t, data)
+    }
+
+    fn dedup_lookup(&self, ws: &WriterState, key: u64) -> Option<u64> {
+        self.dedup_added
+            .get(&key)
+            .or_else(|| ws.dedup.get(&key))
+            .copied()
+            .filter(|id| !self.freed_blocks.contains(id))
+    }
+
+    fn store_new_block(
+        &mut self,
+        ws: &WriterState,
+        t: &mut Tables,
+        data: &DataGrain,
+    ) -> Result<u64> {
         self.next_block_id += 1;
         let id = self.next_block_id;
         let header = RecordHeader {
@@ -284,10 +317,8 @@ impl TxState {
             fingerprint: data.fingerprint,
         };
         t.blocks.insert(id, &rec.encode()[..]).map_err(kv_error)?;
-        t.dedup
-            .insert(&data.fingerprint[..], id)
-            .map_err(kv_error)?;
-        self.records_written += 2;
+        self.dedup_added.insert(dedup_key(&data.fingerprint), id);
+        self.records_written += 1;
         Ok(id)
     }
 
@@ -314,8 +345,8 @@ impl TxState {
             return Ok(());
         }
         t.blocks.remove(id).map_err(kv_error)?;
-        t.dedup.remove(&rec.fingerprint[..]).map_err(kv_error)?;
-        self.records_written += 1;
+        self.freed_blocks.insert(id);
+        self.freed_keys.push((dedup_key(&rec.fingerprint), id));
         self.seg_delta.entry(rec.segment).or_default().1 -= rec.record_bytes() as i64;
         self.maybe_dead.insert(rec.segment);
         Ok(())
@@ -410,6 +441,14 @@ impl TxState {
         ws.next_segment_id = self.next_segment_id;
         ws.open_segment = self.open_segment;
         ws.dirty_segments.extend(self.appends.keys().copied());
+        for (key, id) in self.dedup_added {
+            ws.dedup.insert(key, id);
+        }
+        for (key, id) in self.freed_keys {
+            if ws.dedup.get(&key) == Some(&id) {
+                ws.dedup.remove(&key);
+            }
+        }
         for id in self.maybe_dead {
             let state = ws.segments.get(&id).copied().unwrap_or_default();
             if id != ws.open_segment && state.live_bytes == 0 {

@@ -31,6 +31,20 @@ pub(crate) struct WriteJob {
 }
 
 impl WriteJob {
+    fn new(
+        volume: Arc<VolumeShared>,
+        first_grain: u64,
+        contents: Vec<GrainContent>,
+    ) -> Arc<WriteJob> {
+        Arc::new(WriteJob {
+            volume,
+            first_grain,
+            contents,
+            done: Mutex::new(None),
+            completed: Condvar::new(),
+        })
+    }
+
     fn complete(&self, result: Result<()>) {
         *self.done.lock() = Some(result);
         self.completed.notify_one();
@@ -51,13 +65,7 @@ impl Engine {
         first_grain: u64,
         contents: Vec<GrainContent>,
     ) -> Result<()> {
-        let job = Arc::new(WriteJob {
-            volume,
-            first_grain,
-            contents,
-            done: Mutex::new(None),
-            completed: Condvar::new(),
-        });
+        let job = WriteJob::new(volume, first_grain, contents);
         self.write_queue.jobs.lock().push_back(job.clone());
         loop {
             // Followers wait on their own job, not on the writer mutex: a chain of
@@ -101,13 +109,7 @@ impl Engine {
         first_grain: u64,
         contents: Vec<GrainContent>,
     ) -> Result<()> {
-        let job = Arc::new(WriteJob {
-            volume,
-            first_grain,
-            contents,
-            done: Mutex::new(None),
-            completed: Condvar::new(),
-        });
+        let job = WriteJob::new(volume, first_grain, contents);
         self.commit_batch(ws, std::slice::from_ref(&job));
         let result = job.done.lock().take();
         result.expect("a committed batch completes its jobs")

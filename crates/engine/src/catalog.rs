@@ -133,12 +133,7 @@ impl Engine {
     /// record) so a later grow exposes zeroes, never old data.
     pub fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo> {
         validate_size(size_bytes)?;
-        let shared = self
-            .volumes
-            .read()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))?;
+        let shared = self.shared_volume(name)?;
         let old_size = shared.view.read().size_bytes;
         if size_bytes < old_size {
             self.write_range(&shared, size_bytes, old_size - size_bytes, RangeKind::Hole)?;
@@ -165,12 +160,7 @@ impl Engine {
     }
 
     pub fn volume_info(&self, name: &str) -> Result<VolumeInfo> {
-        let shared = self
-            .volumes
-            .read()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))?;
+        let shared = self.shared_volume(name)?;
         Ok(self.info_of(&shared))
     }
 

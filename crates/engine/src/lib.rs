@@ -180,13 +180,16 @@ impl Engine {
         &self.config.data_dir
     }
 
-    pub fn open_volume(self: &Arc<Self>, name: &str) -> Result<Volume> {
-        let shared = self
-            .volumes
+    pub(crate) fn shared_volume(&self, name: &str) -> Result<Arc<VolumeShared>> {
+        self.volumes
             .read()
             .get(name)
             .cloned()
-            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))?;
+            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))
+    }
+
+    pub fn open_volume(self: &Arc<Self>, name: &str) -> Result<Volume> {
+        let shared = self.shared_volume(name)?;
         Ok(Volume {
             engine: self.clone(),
             shared,

@@ -313,7 +313,7 @@ pub(crate) fn recover(
     {
         let (id, value) = item.map_err(kv_error)?;
         let (written_bytes, live_bytes) = value.value();
-        ws.segments.insert(
+        ws.load_segment(
             id.value(),
             SegState {
                 written_bytes,

@@ -57,6 +57,15 @@ impl Engine {
                 ));
             }
         }
+        let written_sum: u64 = ws.segments.values().map(|s| s.written_bytes).sum();
+        let live_sum: u64 = ws.segments.values().map(|s| s.live_bytes).sum();
+        if (written_sum, live_sum) != (ws.used_bytes(), ws.live_bytes()) {
+            problems.push(format!(
+                "segment totals {}/{} but segments sum to {written_sum}/{live_sum}",
+                ws.used_bytes(),
+                ws.live_bytes()
+            ));
+        }
         for (id, bytes) in live {
             problems.push(format!(
                 "segment {id}: unknown but blocks hold {bytes} bytes"

@@ -230,9 +230,7 @@ impl Engine {
             .map_err(kv_error)?;
         txn.set_quick_repair(true);
         for id in &freeing {
-            let state = ws.segments.remove(id).unwrap_or_default();
-            assert_eq!(state.live_bytes, 0, "freeing segment {id} with live data");
-            ws.changed_segments.insert(*id);
+            ws.remove_segment(*id);
         }
         tx::persist_writer_state(&txn, &mut ws)?;
         txn.commit().map_err(kv_error)?;

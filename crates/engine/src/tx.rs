@@ -27,7 +27,11 @@ pub struct SegState {
 /// State shared by every writer, guarded by the engine's writer mutex.
 #[derive(Debug, Default)]
 pub struct WriterState {
+    /// Per-segment accounting; change it only through the methods below, which
+    /// keep `totals` equal to its sum (the write path needs the sum per
+    /// transaction and must not walk every segment for it).
     pub segments: BTreeMap<SegmentId, SegState>,
+    pub(crate) totals: SegState,
     pub open_segment: SegmentId,
     pub next_block_id: u64,
     pub next_seq: u64,
@@ -51,11 +55,59 @@ pub struct WriterState {
 
 impl WriterState {
     pub fn used_bytes(&self) -> u64 {
-        self.segments.values().map(|s| s.written_bytes).sum()
+        self.totals.written_bytes
     }
 
     pub fn live_bytes(&self) -> u64 {
-        self.segments.values().map(|s| s.live_bytes).sum()
+        self.totals.live_bytes
+    }
+
+    /// Adds a segment's accounting as loaded at recovery.
+    pub fn load_segment(&mut self, id: SegmentId, state: SegState) {
+        assert!(
+            state.live_bytes <= state.written_bytes,
+            "segment {id}: {state:?}"
+        );
+        let previous = self.segments.insert(id, state);
+        assert!(previous.is_none(), "segment {id} loaded twice");
+        self.totals.written_bytes += state.written_bytes;
+        self.totals.live_bytes += state.live_bytes;
+    }
+
+    /// Forgets a freed segment; it must hold no live record.
+    pub fn remove_segment(&mut self, id: SegmentId) {
+        let state = self.segments.remove(&id).unwrap_or_default();
+        assert_eq!(state.live_bytes, 0, "freeing segment {id} with live data");
+        self.totals.written_bytes -= state.written_bytes;
+        self.changed_segments.insert(id);
+    }
+
+    /// Applies a committed change of a segment's written and live bytes.
+    fn adjust_segment(&mut self, id: SegmentId, written_delta: i64, live_delta: i64) {
+        let state = self.segments.entry(id).or_default();
+        state.written_bytes = state
+            .written_bytes
+            .checked_add_signed(written_delta)
+            .expect("written bytes");
+        state.live_bytes = state
+            .live_bytes
+            .checked_add_signed(live_delta)
+            .expect("live bytes");
+        assert!(
+            state.live_bytes <= state.written_bytes,
+            "segment {id}: {state:?}"
+        );
+        self.totals.written_bytes = self
+            .totals
+            .written_bytes
+            .checked_add_signed(written_delta)
+            .expect("total written");
+        self.totals.live_bytes = self
+            .totals
+            .live_bytes
+            .checked_add_signed(live_delta)
+            .expect("total live");
+        self.changed_segments.insert(id);
     }
 
     /// The open segment holds records but none is live: seal it so it can be freed.
@@ -420,20 +472,7 @@ impl TxState {
     /// Applies a committed transaction's effects to the shared writer state.
     fn apply_to(self, ws: &mut WriterState) {
         for (&id, &(written_delta, live_delta)) in &self.seg_delta {
-            ws.changed_segments.insert(id);
-            let state = ws.segments.entry(id).or_default();
-            state.written_bytes = state
-                .written_bytes
-                .checked_add_signed(written_delta)
-                .expect("written bytes");
-            state.live_bytes = state
-                .live_bytes
-                .checked_add_signed(live_delta)
-                .expect("live bytes");
-            assert!(
-                state.live_bytes <= state.written_bytes,
-                "segment {id}: {state:?}"
-            );
+            ws.adjust_segment(id, written_delta, live_delta);
         }
         ws.next_block_id = self.next_block_id;
         ws.next_seq = self.next_seq;

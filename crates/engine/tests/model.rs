@@ -262,6 +262,7 @@ fn space_returns_after_unmap_and_delete() {
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum();
     assert_eq!(seg_bytes, 0);
+    engine.check_consistency().unwrap();
     drop((a, b));
     engine.close().unwrap();
     drop(engine);

@@ -13,6 +13,15 @@ fn daemon_with_volume(tag: &str, name: &str, size: &str) -> Daemon {
     daemon
 }
 
+/// Runs qemu-io on a raw NBD export with one `-c` per command; fails on error.
+fn qemu_io(uri: &str, commands: &[&str]) -> String {
+    let mut args = vec!["-f", "raw", uri];
+    for command in commands {
+        args.extend(["-c", command]);
+    }
+    tool_ok("qemu-io", &args)
+}
+
 fn map_rows(uri: &str) -> Vec<(u64, u64, String)> {
     tool_ok("nbdinfo", &["--map", uri])
         .lines()
@@ -52,19 +61,9 @@ fn nbdinfo_reports_export_and_exact_map() {
     // An empty volume is one hole.
     assert_eq!(map_rows(&uri), vec![(0, 64 << 20, "hole,zero".to_string())]);
     // Data at 1 MiB, written zeroes (kept allocated) at 4 MiB, a trimmed hole in the data.
-    tool_ok(
-        "qemu-io",
-        &[
-            "-f",
-            "raw",
-            &uri,
-            "-c",
-            "write -P 0xab 1M 2M",
-            "-c",
-            "write -z 4M 1M",
-            "-c",
-            "discard 2M 512k",
-        ],
+    qemu_io(
+        &uri,
+        &["write -P 0xab 1M 2M", "write -z 4M 1M", "discard 2M 512k"],
     );
     let rows = map_rows(&uri);
     let expect = vec![
@@ -88,51 +87,29 @@ fn nbdinfo_reports_export_and_exact_map() {
 fn qemu_io_write_read_zero_discard_and_aio() {
     let daemon = daemon_with_volume("qemuio", "disk", "32M");
     let uri = daemon.uri("disk");
-    tool_ok(
-        "qemu-io",
+    qemu_io(
+        &uri,
         &[
-            "-f",
-            "raw",
-            &uri,
-            "-c",
             "write -P 0x5a 0 1M",
-            "-c",
             "write -P 0x11 1000 3000", // unaligned, inside one grain
-            "-c",
             "aio_write -P 0x22 2M 64k",
-            "-c",
             "aio_write -P 0x33 3M 64k",
-            "-c",
             "aio_flush",
-            "-c",
             "write -z 8M 1M",
-            "-c",
             "write -z -u 9M 1M",
-            "-c",
             "discard 512k 512k",
         ],
     );
-    let out = tool_ok(
-        "qemu-io",
+    let out = qemu_io(
+        &uri,
         &[
-            "-f",
-            "raw",
-            &uri,
-            "-c",
             "read -P 0x5a 0 1000",
-            "-c",
             "read -P 0x11 1000 3000",
-            "-c",
             "read -P 0x5a 4000 520288",
-            "-c",
             "read -P 0 512k 512k",
-            "-c",
             "read -P 0x22 2M 64k",
-            "-c",
             "read -P 0x33 3M 64k",
-            "-c",
             "read -P 0 8M 2M",
-            "-c",
             "aio_read -P 0x22 2M 4k",
         ],
     );
@@ -147,7 +124,7 @@ fn qemu_io_write_read_zero_discard_and_aio() {
         text.contains("Pattern verification failed"),
         "the negative check must fail: {text}"
     );
-    let vread = tool_ok("qemu-io", &["-f", "raw", &uri, "-c", "read -v 2M 16"]);
+    let vread = qemu_io(&uri, &["read -v 2M 16"]);
     assert!(vread.contains("22 22 22 22"), "{vread}");
 }
 
@@ -333,10 +310,7 @@ fn cli_reports_volume_and_array_space() {
     let daemon = daemon_with_volume("cli", "c1", "100M");
     let list = daemon.cli_ok(&["volume", "list"]);
     assert!(list.contains("c1"), "{list}");
-    tool_ok(
-        "qemu-io",
-        &["-f", "raw", &daemon.uri("c1"), "-c", "write -P 0x31 0 10M"],
-    );
+    qemu_io(&daemon.uri("c1"), &["write -P 0x31 0 10M"]);
     let v: serde_json::Value =
         serde_json::from_str(&daemon.cli_ok(&["--json", "volume", "show", "c1"])).unwrap();
     assert_eq!(v["written_bytes"], 10 << 20, "{v}");

@@ -307,11 +307,9 @@ impl Engine {
                     .map_err(kv_error)?;
             }
             st.records_written += (edits.removed_starts.len() + edits.upserted.len()) as u64;
-            Ok(rec)
+            Ok(edits)
         })
-        .map(|rec| {
-            view.ranges.insert(start, rec);
-        })?;
+        .map(|edits| view.ranges.apply(edits))?;
         drop(ws);
         let data = matches!(kind, RangeKind::Pattern(p) if p != 0);
         vol.bitmap

@@ -103,6 +103,18 @@ impl RangeMap {
         edits
     }
 
+    /// Applies edits planned (by [`RangeMap::insert`] on a copy holding the
+    /// affected records) once they are committed.
+    pub fn apply(&mut self, edits: RangeEdits) {
+        for start in edits.removed_starts {
+            self.by_start.remove(&start);
+        }
+        for (start, rec) in edits.upserted {
+            assert!(start < rec.end_grain);
+            self.by_start.insert(start, rec);
+        }
+    }
+
     /// Removes the record starting at `start`.
     pub fn remove(&mut self, start: u64) -> Option<RangeRec> {
         self.by_start.remove(&start)
@@ -194,6 +206,21 @@ mod tests {
         assert_eq!(over.len(), 3);
         assert_eq!(over[0].0, 20);
         assert_eq!(over[2].1.end_grain, 90);
+    }
+
+    #[test]
+    fn planned_edits_applied_equal_a_direct_insert() {
+        let mut live = RangeMap::default();
+        for (s, e, q) in [(0, 10, 1), (20, 30, 2), (40, 50, 3), (60, 70, 4)] {
+            live.insert(s, rec(e, q));
+        }
+        let mut direct = live.clone();
+        direct.insert(5, rec(45, 9));
+        let edits = live.clone_overlapping(5, 45).insert(5, rec(45, 9));
+        live.apply(edits);
+        let a: Vec<_> = live.iter().map(|(s, r)| (s, *r)).collect();
+        let b: Vec<_> = direct.iter().map(|(s, r)| (s, *r)).collect();
+        assert_eq!(a, b);
     }
 
     #[test]

@@ -169,10 +169,10 @@ impl Engine {
     /// Drops a batch of a deleted volume's mappings; forgets the volume when none
     /// are left.
     fn reclaim_doomed_step(&self) -> Result<bool> {
-        let Some(volume) = self.writer.lock().doomed.keys().next().copied() else {
+        let mut ws = self.writer.lock();
+        let Some(volume) = ws.doomed.keys().next().copied() else {
             return Ok(false);
         };
-        let mut ws = self.writer.lock();
         let finished = self.transact(&mut ws, false, |st, t, _| {
             let mut grains = Vec::new();
             for item in t

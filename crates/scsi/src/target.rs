@@ -1,0 +1,112 @@
+//! The boundary a transport calls: one I_T nexus per initiator port, commands with their
+//! data already gathered, task management, and the outcome to send back.
+//!
+//! Why commands arrive with all Data-Out gathered: the transport knows the expected transfer
+//! length from its own PDU header (iSCSI's ExpectedDataTransferLength), so it can solicit the
+//! data (R2T) before calling in. The SCSI layer then works on whole buffers and never waits
+//! on the network, and the transport never parses a CDB.
+
+/// An I_T nexus: one initiator port talking to one target port (SAM-5). Unit attentions and
+/// persistent-reservation registrations are kept per nexus.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ItNexus {
+    /// The initiator's name without port suffix (iSCSI: its IQN). LUN masking is by this name.
+    pub initiator_name: String,
+    /// The initiator port identifier (iSCSI: `"<iqn>,i,0x<ISID as 12 hex digits>"`). Used as
+    /// the TransportID in persistent reservations.
+    pub initiator_port: String,
+    /// Relative target port identifier (1-based), reported in VPD 83h.
+    pub relative_target_port: u16,
+}
+
+/// SAM task attribute of a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskAttribute {
+    Simple,
+    Ordered,
+    HeadOfQueue,
+    Aca,
+}
+
+/// One SCSI command as delivered by a transport.
+#[derive(Debug)]
+pub struct Command<'a> {
+    /// The 8-byte LUN field decoded to a flat LUN number (SAM-5 single-level addressing).
+    pub lun: u64,
+    pub cdb: &'a [u8],
+    /// All Data-Out bytes the initiator sent (may be shorter or longer than the CDB implies;
+    /// the SCSI layer checks and answers with the right sense).
+    pub data_out: &'a [u8],
+    /// Expected Data-In length from the transport header: allocation-length truncation is
+    /// the SCSI layer's job, residual accounting is the transport's.
+    pub expected_data_in_bytes: u32,
+    pub task_tag: u32,
+    pub attribute: TaskAttribute,
+}
+
+/// SAM status codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ScsiStatus {
+    Good = 0x00,
+    CheckCondition = 0x02,
+    ConditionMet = 0x04,
+    Busy = 0x08,
+    ReservationConflict = 0x18,
+    TaskSetFull = 0x28,
+    AcaActive = 0x30,
+    TaskAborted = 0x40,
+}
+
+/// What goes back to the initiator for one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutcome {
+    pub status: ScsiStatus,
+    /// Data-In bytes, already truncated to the CDB's allocation length.
+    pub data_in: Vec<u8>,
+    /// Sense data (fixed or descriptor format as the unit is configured); empty unless
+    /// status is CHECK CONDITION.
+    pub sense: Vec<u8>,
+}
+
+/// SAM task management functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskManagementFunction {
+    AbortTask { referenced_task_tag: u32 },
+    AbortTaskSet,
+    ClearTaskSet,
+    ClearAca,
+    LogicalUnitReset,
+    TargetWarmReset,
+    TargetColdReset,
+}
+
+/// SAM task management service responses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskManagementResponse {
+    FunctionComplete,
+    TaskDoesNotExist,
+    LunDoesNotExist,
+    FunctionNotSupported,
+    FunctionRejected,
+}
+
+/// What a transport calls. `execute` blocks (storage I/O): transports call it from a
+/// blocking context (e.g. `tokio::task::spawn_blocking`) and may call it concurrently for
+/// commands that SAM allows to run concurrently.
+pub trait ScsiTarget: Send + Sync {
+    /// A new nexus exists (iSCSI: a session completed login). Power-on unit attentions start
+    /// here.
+    fn nexus_created(&self, nexus: &ItNexus);
+    /// The nexus is gone (logout or connection loss without reinstatement).
+    fn nexus_dropped(&self, nexus: &ItNexus);
+    fn execute(&self, nexus: &ItNexus, command: Command<'_>) -> CommandOutcome;
+    /// Side effects of task management on the SCSI state (unit attentions, reservations).
+    /// Aborting commands still queued in the transport is the transport's own job.
+    fn task_management(
+        &self,
+        nexus: &ItNexus,
+        lun: u64,
+        function: TaskManagementFunction,
+    ) -> TaskManagementResponse;
+}

@@ -1,0 +1,1870 @@
+//! One TCP connection: login, then the full feature phase — commands in CmdSN order,
+//! Data-Out gathering with R2T, Data-In and status, NOP-In/Out, text, task management,
+//! logout and Reject.
+//!
+//! Why this shape: three tasks per connection. A reader task only frames PDUs (reading is
+//! not cancel-safe, so it never sits in a `select!`). The processing loop owns the
+//! connection state (commands gathering data, the CmdSN reorder buffer, R2T bookkeeping) and
+//! never blocks on the SCSI layer. A writer task owns the socket's write half and StatSN, so
+//! sequence numbers are stamped in the order PDUs hit the wire. Commands run on executor
+//! tasks that call the blocking SCSI layer through `spawn_blocking`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lacuna_scsi::target::{
+    Command, CommandOutcome, ScsiStatus, TaskAttribute, TaskManagementFunction,
+    TaskManagementResponse,
+};
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+use tokio::time::Instant;
+
+use crate::discovery;
+use crate::login::{self, Login, LoginOutcome, LoginReply, LoginStatus, LoginStep, SessionType};
+use crate::pdu::{
+    self, Digests, Header, PduError, RawPdu, ReadOutcome, RejectReason, RESERVED_TAG,
+};
+use crate::server::Target;
+use crate::session::{Admission, Session, SessionKey, TaskControl};
+use crate::text::{self, Pairs};
+
+/// PDUs queued for the writer before senders wait.
+const OUTBOUND_QUEUE_LEN: usize = 64;
+/// Framed PDUs queued between the reader task and the processing loop.
+const INBOUND_QUEUE_LEN: usize = 8;
+/// Task tags remembered after an abort, so late Data-Out for them is dropped quietly.
+const ABORTED_TAGS_REMEMBERED: usize = 256;
+/// How long a new login waits for the session it reinstates to close.
+const REINSTATEMENT_WAIT: Duration = Duration::from_secs(10);
+
+/// What the processing loop and executors hand to the writer.
+pub(crate) enum Outbound {
+    /// A PDU whose StatSN/ExpCmdSN/MaxCmdSN the writer fills in.
+    Pdu { header: Header, data: Vec<u8> },
+    /// A finished command: Data-In PDUs and, unless the status rode on the last Data-In, a
+    /// SCSI Response.
+    Complete(Completion),
+    /// Flush and close the connection (after a Logout Response).
+    Close,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Residual {
+    pub overflow: bool,
+    pub underflow: bool,
+    pub bytes: u32,
+}
+
+impl Residual {
+    /// Residual of a transfer: what the command moved against what the initiator expected.
+    pub fn of(transferred_bytes: u64, expected_bytes: u32) -> Residual {
+        let expected = u64::from(expected_bytes);
+        let bytes = transferred_bytes
+            .abs_diff(expected)
+            .min(u64::from(u32::MAX)) as u32;
+        Residual {
+            overflow: transferred_bytes > expected,
+            underflow: transferred_bytes < expected,
+            bytes,
+        }
+    }
+}
+
+pub(crate) struct Completion {
+    pub itt: u32,
+    pub lun_field: [u8; 8],
+    /// iSCSI service response: 0 completed at target, 1 target failure.
+    pub response: u8,
+    pub status: u8,
+    pub sense: Vec<u8>,
+    /// Data-In to send, already cut to the expected length.
+    pub data_in: Vec<u8>,
+    /// Residual of the main direction (Data-In for reads, Data-Out for writes).
+    pub residual: Residual,
+    /// Residual of the read direction of a bidirectional command.
+    pub bidi_read_residual: Residual,
+    /// R2Ts sent for the command (part of ExpDataSN).
+    pub r2t_count: u32,
+    /// Whether the command had its R bit (only those get Data-In).
+    pub read: bool,
+}
+
+/// Entry point for an accepted TCP connection.
+pub(crate) async fn run(stream: TcpStream, target: Arc<Target>) {
+    let peer = stream.peer_addr().ok();
+    let _ = stream.set_nodelay(true);
+    let (read_half, write_half) = stream.into_split();
+    let mut reader = BufReader::new(read_half);
+    let mut writer = BufWriter::new(write_half);
+    let login_timeout = target.config.timeouts.login;
+    let established = tokio::time::timeout(
+        login_timeout,
+        login_phase(&mut reader, &mut writer, &target),
+    )
+    .await;
+    let (session, stat_sn) = match established {
+        Ok(Ok(Some(established))) => established,
+        Ok(Ok(None)) => return,
+        Ok(Err(error)) => {
+            tracing::debug!(?peer, %error, "login ended");
+            return;
+        }
+        Err(_) => {
+            tracing::info!(?peer, "login timed out");
+            return;
+        }
+    };
+    tracing::info!(
+        ?peer,
+        initiator = %session.key.initiator_name,
+        tsih = session.tsih,
+        session_type = ?session.session_type,
+        "iSCSI session established"
+    );
+    full_feature_phase(reader, writer, target.clone(), session.clone(), stat_sn).await;
+    teardown(&target, &session).await;
+}
+
+/// Runs the login exchange. `Ok(None)` when the login failed and was answered.
+async fn login_phase(
+    reader: &mut BufReader<OwnedReadHalf>,
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    target: &Arc<Target>,
+) -> Result<Option<(Arc<Session>, u32)>, PduError> {
+    let mut login = Login::new(&target.config, target.policy.as_ref());
+    let mut stat_sn: Option<u32> = None;
+    loop {
+        let outcome = pdu::read_pdu(
+            reader,
+            Digests::default(),
+            login::LOGIN_DATA_SEGMENT_MAX_BYTES,
+        )
+        .await?;
+        let raw = match outcome {
+            ReadOutcome::Pdu(raw) => raw,
+            ReadOutcome::DataSegmentTooLong { len_bytes, .. } => {
+                tracing::info!(len_bytes, "login PDU data segment too long");
+                return Ok(None);
+            }
+        };
+        let request = match Header::parse(&raw.bhs) {
+            Ok(Header::LoginRequest(request)) => request,
+            _ => {
+                // Anything but a Login Request during login (RFC 7143 §6.10): 02/0B.
+                let request = login_request_fallback(&raw);
+                let reply = failure_reply(LoginStatus::INVALID_DURING_LOGIN);
+                let sn = *stat_sn.get_or_insert(request.exp_stat_sn);
+                send_login_reply(writer, &request, &reply, 0, sn, target).await?;
+                return Ok(None);
+            }
+        };
+        let sn = *stat_sn.get_or_insert(request.exp_stat_sn);
+        stat_sn = Some(sn.wrapping_add(1));
+        match login.step(&request, &raw.data) {
+            LoginStep::Continue(reply) => {
+                send_login_reply(writer, &request, &reply, 0, sn, target).await?;
+            }
+            LoginStep::Fail(reply, why) => {
+                tracing::info!(status = ?reply.status, why, "login refused");
+                send_login_reply(writer, &request, &reply, 0, sn, target).await?;
+                return Ok(None);
+            }
+            LoginStep::Complete(reply, outcome) => {
+                let session = match admit_session(target, &request, *outcome).await {
+                    Ok(session) => session,
+                    Err(status) => {
+                        tracing::info!(?status, "session refused");
+                        let failure = failure_reply(status);
+                        send_login_reply(writer, &request, &failure, 0, sn, target).await?;
+                        return Ok(None);
+                    }
+                };
+                send_login_reply(writer, &request, &reply, session.tsih, sn, target).await?;
+                if session.session_type == SessionType::Normal {
+                    let scsi = target.scsi.clone();
+                    let nexus = session.nexus.clone();
+                    let _ = tokio::task::spawn_blocking(move || scsi.nexus_created(&nexus)).await;
+                }
+                return Ok(Some((session, sn.wrapping_add(1))));
+            }
+        }
+    }
+}
+
+fn login_request_fallback(raw: &RawPdu) -> pdu::LoginRequest {
+    let mut isid = [0u8; 6];
+    isid.copy_from_slice(&raw.bhs[8..14]);
+    pdu::LoginRequest {
+        transit: false,
+        continue_bit: false,
+        current_stage: 0,
+        next_stage: 0,
+        version_max: 0,
+        version_min: 0,
+        isid,
+        tsih: 0,
+        initiator_task_tag: u32::from_be_bytes([
+            raw.bhs[16],
+            raw.bhs[17],
+            raw.bhs[18],
+            raw.bhs[19],
+        ]),
+        cid: 0,
+        cmd_sn: u32::from_be_bytes([raw.bhs[24], raw.bhs[25], raw.bhs[26], raw.bhs[27]]),
+        exp_stat_sn: u32::from_be_bytes([raw.bhs[28], raw.bhs[29], raw.bhs[30], raw.bhs[31]]),
+    }
+}
+
+fn failure_reply(status: LoginStatus) -> LoginReply {
+    LoginReply {
+        transit: false,
+        current_stage: 0,
+        next_stage: 0,
+        status,
+        text: Pairs::default(),
+    }
+}
+
+async fn send_login_reply(
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    request: &pdu::LoginRequest,
+    reply: &LoginReply,
+    tsih: u16,
+    stat_sn: u32,
+    target: &Target,
+) -> Result<(), PduError> {
+    let data = reply.text.encode();
+    let window = target.config.limits.command_window;
+    let header = Header::LoginResponse(pdu::LoginResponse {
+        transit: reply.transit,
+        continue_bit: false,
+        current_stage: reply.current_stage,
+        next_stage: reply.next_stage,
+        version_max: 0,
+        version_active: 0,
+        isid: request.isid,
+        tsih,
+        initiator_task_tag: request.initiator_task_tag,
+        stat_sn,
+        exp_cmd_sn: request.cmd_sn,
+        max_cmd_sn: request.cmd_sn.wrapping_add(window).wrapping_sub(1),
+        status_class: reply.status.class,
+        status_detail: reply.status.detail,
+    });
+    pdu::write_pdu(writer, &header, &[], &data, Digests::default()).await?;
+    writer.flush().await?;
+    Ok(())
+}
+
+/// Creates the session a completed login asked for, reinstating an older one with the same
+/// initiator port.
+async fn admit_session(
+    target: &Target,
+    request: &pdu::LoginRequest,
+    outcome: LoginOutcome,
+) -> Result<Arc<Session>, LoginStatus> {
+    let key = SessionKey {
+        initiator_name: outcome.initiator_name.clone(),
+        isid: outcome.isid,
+    };
+    let existing = target.registry.get(&key);
+    if outcome.tsih != 0 {
+        // A second connection or connection reinstatement: MaxConnections is 1 here.
+        return Err(match existing {
+            Some(session) if session.tsih == outcome.tsih => LoginStatus::TOO_MANY_CONNECTIONS,
+            _ => LoginStatus::SESSION_DOES_NOT_EXIST,
+        });
+    }
+    let limits = &target.config.limits;
+    let session = Arc::new(Session::new(
+        target.registry.allocate_tsih(),
+        key,
+        outcome.session_type,
+        outcome.params,
+        request.cmd_sn,
+        limits.command_window,
+    ));
+    if outcome.session_type == SessionType::Discovery {
+        return Ok(session);
+    }
+    if let Some(old) = existing {
+        tracing::info!(tsih = old.tsih, "reinstating session");
+        old.request_close();
+        if tokio::time::timeout(REINSTATEMENT_WAIT, old.wait_closed())
+            .await
+            .is_err()
+        {
+            return Err(LoginStatus::TARGET_ERROR);
+        }
+    }
+    target
+        .registry
+        .insert(session.clone(), limits.max_sessions)
+        .map_err(|_| LoginStatus::OUT_OF_RESOURCES)?;
+    Ok(session)
+}
+
+/// After the full feature phase: wait for running commands, forget the session, tell the
+/// SCSI layer the nexus is gone.
+async fn teardown(target: &Target, session: &Arc<Session>) {
+    session.abort_tasks(|_, _| true);
+    session.wait_for_all_tasks().await;
+    if session.session_type == SessionType::Normal {
+        target.registry.remove(session);
+        let scsi = target.scsi.clone();
+        let nexus = session.nexus.clone();
+        let _ = tokio::task::spawn_blocking(move || scsi.nexus_dropped(&nexus)).await;
+    }
+    session.mark_closed();
+    tracing::info!(tsih = session.tsih, "iSCSI session closed");
+}
+
+// ---------------------------------------------------------------------------------------
+// Full feature phase.
+
+/// A SCSI command as accepted, before its data is complete.
+struct PendingCommand {
+    itt: u32,
+    lun: u64,
+    lun_field: [u8; 8],
+    cdb: Vec<u8>,
+    attribute: TaskAttribute,
+    read: bool,
+    write: bool,
+    expected_data_transfer_bytes: u32,
+    expected_data_in_bytes: u32,
+    /// Non-immediate commands hold a CmdSN window slot until answered.
+    holds_slot: bool,
+}
+
+/// A command ready for the SCSI layer (or already answered by the transport).
+struct ReadyCommand {
+    command: PendingCommand,
+    data_out: Vec<u8>,
+    r2t_count: u32,
+    /// Set when the transport answers itself (e.g. a write above the transfer limit).
+    answer: Option<CommandOutcome>,
+}
+
+struct R2tState {
+    target_transfer_tag: u32,
+    buffer_offset: u32,
+    desired_bytes: u32,
+    received_bytes: u32,
+    next_data_sn: u32,
+}
+
+/// Data-Out gathering of one write.
+struct WriteGather {
+    command: PendingCommand,
+    buffer: Vec<u8>,
+    received_bytes: u32,
+    /// Unsolicited Data-Out still expected (command F bit was 0).
+    unsolicited_open: bool,
+    unsolicited_next_data_sn: u32,
+    /// Unsolicited bytes allowed: min(FirstBurstLength, EDTL).
+    unsolicited_limit_bytes: u32,
+    r2ts: Vec<R2tState>,
+    next_r2t_offset: u32,
+    r2t_count: u32,
+    /// Above the transfer limit: data is checked but not kept.
+    discard: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum FatalError {
+    #[error("{0}")]
+    Pdu(#[from] PduError),
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+    #[error("writer gone")]
+    WriterGone,
+}
+
+enum Flow {
+    Continue,
+    Close,
+}
+
+/// One slot of the in-order dispatch queue.
+enum Slot {
+    Gathering,
+    Ready(Box<ReadyCommand>),
+}
+
+struct Connection {
+    target: Arc<Target>,
+    session: Arc<Session>,
+    out: mpsc::Sender<Outbound>,
+    dispatch: mpsc::UnboundedSender<Dispatch>,
+    order_lock: Arc<RwLock<()>>,
+    gathering: HashMap<u32, WriteGather>,
+    /// Non-immediate commands in CmdSN order; dispatched from the front.
+    order: VecDeque<(u32, Slot)>,
+    /// Command PDUs that arrived ahead of ExpCmdSN, keyed by CmdSN.
+    held: BTreeMap<u32, RawPdu>,
+    aborted_tags: VecDeque<u32>,
+    next_transfer_tag: u32,
+    /// Pending Text Response continuation: (ITT, TTT, remaining bytes).
+    text_out: Option<(u32, u32, Vec<u8>)>,
+    /// Text Request continuation from the initiator: (ITT, bytes so far).
+    text_in: Option<(u32, Vec<u8>)>,
+}
+
+/// A command handed to the dispatcher, which takes the ordering lock in CmdSN order.
+struct Dispatch {
+    ready: ReadyCommand,
+    control: Arc<TaskControl>,
+}
+
+async fn full_feature_phase(
+    reader: BufReader<OwnedReadHalf>,
+    writer: BufWriter<OwnedWriteHalf>,
+    target: Arc<Target>,
+    session: Arc<Session>,
+    stat_sn: u32,
+) {
+    let params = &session.params;
+    let digests = Digests {
+        header: params.header_digest,
+        data: params.data_digest,
+    };
+    let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE_LEN);
+    let (in_tx, mut in_rx) = mpsc::channel(INBOUND_QUEUE_LEN);
+    let (dispatch_tx, dispatch_rx) = mpsc::unbounded_channel();
+    let order_lock = Arc::new(RwLock::new(()));
+    let writer_task = tokio::spawn(write_loop(
+        writer,
+        out_rx,
+        session.clone(),
+        digests,
+        stat_sn,
+        target.config.timeouts.write,
+    ));
+    let reader_task = tokio::spawn(read_loop(
+        reader,
+        digests,
+        params.max_recv_data_segment_bytes,
+        in_tx,
+    ));
+    let dispatcher_task = tokio::spawn(dispatch_loop(
+        dispatch_rx,
+        order_lock.clone(),
+        target.clone(),
+        session.clone(),
+        out_tx.clone(),
+    ));
+    let mut connection = Connection {
+        target: target.clone(),
+        session: session.clone(),
+        out: out_tx,
+        dispatch: dispatch_tx,
+        order_lock,
+        gathering: HashMap::new(),
+        order: VecDeque::new(),
+        held: BTreeMap::new(),
+        aborted_tags: VecDeque::new(),
+        next_transfer_tag: 1,
+        text_out: None,
+        text_in: None,
+    };
+    let result = connection.serve(&mut in_rx).await;
+    if let Err(error) = &result {
+        tracing::info!(tsih = session.tsih, %error, "connection closing");
+    }
+    reader_task.abort();
+    // Commands still gathering data never reached the SCSI layer: just drop them.
+    drop(connection);
+    dispatcher_task.abort();
+    let _ = dispatcher_task.await;
+    // Executors still running hold senders; the writer ends when they are done or gone.
+    session.abort_tasks(|_, _| true);
+    session.wait_for_all_tasks().await;
+    let _ = writer_task.await;
+}
+
+async fn read_loop(
+    mut reader: BufReader<OwnedReadHalf>,
+    digests: Digests,
+    max_data_bytes: u32,
+    tx: mpsc::Sender<Result<ReadOutcome, PduError>>,
+) {
+    loop {
+        let result = pdu::read_pdu(&mut reader, digests, max_data_bytes).await;
+        let stop = result.is_err();
+        if tx.send(result).await.is_err() || stop {
+            return;
+        }
+    }
+}
+
+impl Connection {
+    async fn serve(
+        &mut self,
+        inbound: &mut mpsc::Receiver<Result<ReadOutcome, PduError>>,
+    ) -> Result<(), FatalError> {
+        let timeouts = self.target.config.timeouts.clone();
+        let mut shutdown = self.target.shutdown.clone();
+        let mut close_requested = self.session.close_requested();
+        let mut idle_deadline = Instant::now() + timeouts.nop_in_interval;
+        let mut ping: Option<u32> = None;
+        let mut shutdown_deadline: Option<Instant> = None;
+        loop {
+            let deadline = match shutdown_deadline {
+                Some(at) => at.min(idle_deadline),
+                None => idle_deadline,
+            };
+            tokio::select! {
+                received = inbound.recv() => {
+                    let Some(received) = received else { return Ok(()) };
+                    idle_deadline = Instant::now() + timeouts.nop_in_interval;
+                    ping = None;
+                    let flow = match received? {
+                        ReadOutcome::Pdu(raw) => self.on_pdu(raw).await?,
+                        ReadOutcome::DataSegmentTooLong { bhs, len_bytes } => {
+                            self.on_oversized(bhs, len_bytes).await?
+                        }
+                    };
+                    if let Flow::Close = flow {
+                        return Ok(());
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    if shutdown_deadline.is_some_and(|at| Instant::now() >= at) {
+                        return Ok(());
+                    }
+                    if Instant::now() >= idle_deadline {
+                        if ping.is_some() {
+                            return Err(FatalError::Protocol("NOP-In ping not answered".into()));
+                        }
+                        let tag = self.allocate_transfer_tag();
+                        self.send_nop_in_ping(tag).await?;
+                        ping = Some(tag);
+                        idle_deadline = Instant::now() + timeouts.nop_in_timeout;
+                    }
+                }
+                _ = wait_until_set(&mut shutdown), if shutdown_deadline.is_none() => {
+                    shutdown_deadline = Some(Instant::now() + timeouts.shutdown_grace);
+                    self.send_logout_request(timeouts.shutdown_grace).await?;
+                }
+                _ = wait_until_set(&mut close_requested) => {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn allocate_transfer_tag(&mut self) -> u32 {
+        let tag = self.next_transfer_tag;
+        self.next_transfer_tag = self.next_transfer_tag.wrapping_add(1);
+        if self.next_transfer_tag == RESERVED_TAG {
+            self.next_transfer_tag = 1;
+        }
+        tag
+    }
+
+    async fn send(&self, header: Header, data: Vec<u8>) -> Result<(), FatalError> {
+        self.out
+            .send(Outbound::Pdu { header, data })
+            .await
+            .map_err(|_| FatalError::WriterGone)
+    }
+
+    async fn reject(
+        &self,
+        reason: RejectReason,
+        bhs: &[u8; pdu::BHS_LEN_BYTES],
+    ) -> Result<(), FatalError> {
+        tracing::debug!(?reason, opcode = bhs[0] & 0x3f, "reject");
+        let header = Header::Reject(pdu::Reject {
+            reason: reason as u8,
+            stat_sn: 0,
+            exp_cmd_sn: 0,
+            max_cmd_sn: 0,
+            data_sn: 0,
+        });
+        self.send(header, bhs.to_vec()).await
+    }
+
+    async fn send_nop_in_ping(&self, tag: u32) -> Result<(), FatalError> {
+        let header = Header::NopIn(pdu::NopIn {
+            lun: [0; 8],
+            initiator_task_tag: RESERVED_TAG,
+            target_transfer_tag: tag,
+            stat_sn: 0,
+            exp_cmd_sn: 0,
+            max_cmd_sn: 0,
+        });
+        self.send(header, Vec::new()).await
+    }
+
+    async fn send_logout_request(&self, grace: Duration) -> Result<(), FatalError> {
+        let header = Header::AsyncMessage(pdu::AsyncMessage {
+            lun: [0; 8],
+            stat_sn: 0,
+            exp_cmd_sn: 0,
+            max_cmd_sn: 0,
+            // Event 1: the target requests a logout within Parameter3 seconds.
+            async_event: 1,
+            async_vcode: 0,
+            parameter1: 0,
+            parameter2: 0,
+            parameter3: grace.as_secs().clamp(1, 3600) as u16,
+        });
+        self.send(header, Vec::new()).await
+    }
+
+    /// A PDU whose data segment exceeded MaxRecvDataSegmentLength (already skipped).
+    async fn on_oversized(
+        &mut self,
+        bhs: [u8; pdu::BHS_LEN_BYTES],
+        len_bytes: u32,
+    ) -> Result<Flow, FatalError> {
+        tracing::info!(len_bytes, "data segment above MaxRecvDataSegmentLength");
+        if let Ok(header) = Header::parse(&bhs) {
+            // A rejected command still consumes its CmdSN so later commands are not stuck.
+            if let Some(cmd_sn) = non_immediate_cmd_sn(&header) {
+                let mut window = self.session.window.lock();
+                if window.admit(cmd_sn) == Admission::Next {
+                    window.advance(false);
+                }
+            }
+        }
+        self.reject(RejectReason::ProtocolError, &bhs).await?;
+        Ok(Flow::Continue)
+    }
+
+    async fn on_pdu(&mut self, raw: RawPdu) -> Result<Flow, FatalError> {
+        let header = match Header::parse(&raw.bhs) {
+            Ok(header) => header,
+            Err(_) => {
+                self.reject(RejectReason::CommandNotSupported, &raw.bhs)
+                    .await?;
+                return Ok(Flow::Continue);
+            }
+        };
+        let Some(cmd_sn) = non_immediate_cmd_sn(&header) else {
+            return self.process(header, raw).await;
+        };
+        let admission = self.session.window.lock().admit(cmd_sn);
+        match admission {
+            Admission::Next => {
+                let flow = self.process(header, raw).await?;
+                if let Flow::Close = flow {
+                    return Ok(flow);
+                }
+                self.process_held().await
+            }
+            Admission::Ahead { .. } => {
+                self.held.insert(cmd_sn, raw);
+                Ok(Flow::Continue)
+            }
+            Admission::Outside => {
+                tracing::debug!(cmd_sn, "CmdSN outside the window: discarded");
+                Ok(Flow::Continue)
+            }
+        }
+    }
+
+    /// Processes held PDUs whose CmdSN is now next.
+    async fn process_held(&mut self) -> Result<Flow, FatalError> {
+        loop {
+            let exp_cmd_sn = self.session.window.lock().exp_cmd_sn();
+            let Some(raw) = self.held.remove(&exp_cmd_sn) else {
+                return Ok(Flow::Continue);
+            };
+            let header = Header::parse(&raw.bhs).expect("held PDUs were parsed before");
+            if let Flow::Close = self.process(header, raw).await? {
+                return Ok(Flow::Close);
+            }
+        }
+    }
+
+    /// Handles one PDU whose CmdSN (if any) is ExpCmdSN. Consumes the CmdSN.
+    async fn process(&mut self, header: Header, raw: RawPdu) -> Result<Flow, FatalError> {
+        match header {
+            Header::ScsiCommand(command) => self.on_scsi_command(command, raw).await,
+            Header::DataOut(data_out) => self.on_data_out(data_out, raw).await,
+            Header::NopOut(nop) => self.on_nop_out(nop, raw).await,
+            Header::TextRequest(request) => {
+                self.consume_cmd_sn(request.immediate, request.cmd_sn);
+                self.on_text(request, raw).await
+            }
+            Header::TaskManagementRequest(request) => {
+                self.consume_cmd_sn(request.immediate, request.cmd_sn);
+                self.on_task_management(request).await
+            }
+            Header::LogoutRequest(request) => {
+                self.consume_cmd_sn(request.immediate, request.cmd_sn);
+                self.on_logout(request).await
+            }
+            Header::LoginRequest(_) => {
+                // Login in full feature phase is a protocol error (RFC 7143 §6).
+                self.reject(RejectReason::ProtocolError, &raw.bhs).await?;
+                Ok(Flow::Continue)
+            }
+            Header::SnackRequest(_) => {
+                // ErrorRecoveryLevel 0 has no SNACK.
+                self.reject(RejectReason::ProtocolError, &raw.bhs).await?;
+                Ok(Flow::Continue)
+            }
+            _ => {
+                // Target opcodes sent by the initiator.
+                self.reject(RejectReason::ProtocolError, &raw.bhs).await?;
+                Ok(Flow::Continue)
+            }
+        }
+    }
+
+    fn consume_cmd_sn(&self, immediate: bool, cmd_sn: u32) {
+        if immediate {
+            return;
+        }
+        let mut window = self.session.window.lock();
+        assert_eq!(window.admit(cmd_sn), Admission::Next);
+        window.advance(false);
+    }
+
+    // -- NOP ------------------------------------------------------------------------------
+
+    async fn on_nop_out(&mut self, nop: pdu::NopOut, raw: RawPdu) -> Result<Flow, FatalError> {
+        if nop.initiator_task_tag == RESERVED_TAG {
+            // Answer to a ping of ours (or a bare keepalive): nothing to send.
+            return Ok(Flow::Continue);
+        }
+        self.consume_cmd_sn(nop.immediate, nop.cmd_sn);
+        let header = Header::NopIn(pdu::NopIn {
+            lun: nop.lun,
+            initiator_task_tag: nop.initiator_task_tag,
+            target_transfer_tag: RESERVED_TAG,
+            stat_sn: 0,
+            exp_cmd_sn: 0,
+            max_cmd_sn: 0,
+        });
+        // The ping data is echoed; it is already bounded by MaxRecvDataSegmentLength, and
+        // cut to what the initiator accepts.
+        let mut data = raw.data;
+        data.truncate(self.session.params.max_send_data_segment_bytes as usize);
+        self.send(header, data).await?;
+        Ok(Flow::Continue)
+    }
+
+    // -- SCSI commands ------------------------------------------------------------------
+
+    async fn on_scsi_command(
+        &mut self,
+        command: pdu::ScsiCommand,
+        raw: RawPdu,
+    ) -> Result<Flow, FatalError> {
+        let verdict = self.check_scsi_command(&command, &raw);
+        let pending = match verdict {
+            Ok(pending) => pending,
+            Err(reason) => {
+                self.consume_cmd_sn(command.immediate, command.cmd_sn);
+                self.reject(reason, &raw.bhs).await?;
+                return Ok(Flow::Continue);
+            }
+        };
+        if pending.holds_slot {
+            let mut window = self.session.window.lock();
+            assert_eq!(window.admit(command.cmd_sn), Admission::Next);
+            window.advance(true);
+        }
+        let itt = pending.itt;
+        if pending.holds_slot {
+            self.order.push_back((itt, Slot::Gathering));
+        }
+        let wants_data = pending.write && pending.expected_data_transfer_bytes > 0;
+        if !wants_data {
+            let ready = ReadyCommand {
+                command: pending,
+                data_out: Vec::new(),
+                r2t_count: 0,
+                answer: None,
+            };
+            return self.on_ready(ready).await;
+        }
+        let params = &self.session.params;
+        let edtl = pending.expected_data_transfer_bytes;
+        let discard = edtl > self.target.config.limits.max_write_transfer_bytes;
+        let mut gather = WriteGather {
+            buffer: if discard {
+                Vec::new()
+            } else {
+                vec![0u8; edtl as usize]
+            },
+            received_bytes: 0,
+            unsolicited_open: !command.final_bit,
+            unsolicited_next_data_sn: 0,
+            unsolicited_limit_bytes: params.first_burst_bytes.min(edtl),
+            r2ts: Vec::new(),
+            next_r2t_offset: 0,
+            r2t_count: 0,
+            discard,
+            command: pending,
+        };
+        gather.accept(0, &raw.data);
+        if !gather.unsolicited_open {
+            gather.next_r2t_offset = gather.received_bytes;
+        }
+        self.gathering.insert(itt, gather);
+        self.progress_write(itt).await
+    }
+
+    /// Validates a SCSI Command PDU; the error is the Reject reason.
+    fn check_scsi_command(
+        &self,
+        command: &pdu::ScsiCommand,
+        raw: &RawPdu,
+    ) -> Result<PendingCommand, RejectReason> {
+        let params = &self.session.params;
+        if self.session.session_type == SessionType::Discovery {
+            return Err(RejectReason::ProtocolError);
+        }
+        let itt = command.initiator_task_tag;
+        if itt == RESERVED_TAG {
+            return Err(RejectReason::InvalidPduField);
+        }
+        if self.gathering.contains_key(&itt) || self.session.has_task(itt) {
+            return Err(RejectReason::TaskInProgress);
+        }
+        let edtl = command.expected_data_transfer_bytes;
+        let immediate_bytes = raw.data.len() as u32;
+        if immediate_bytes > 0
+            && (!command.write
+                || !params.immediate_data
+                || immediate_bytes > params.first_burst_bytes.min(edtl))
+        {
+            return Err(RejectReason::ProtocolError);
+        }
+        let unsolicited_follows = command.write && !command.final_bit;
+        if unsolicited_follows
+            && (params.initial_r2t || immediate_bytes >= edtl.min(params.first_burst_bytes))
+        {
+            return Err(RejectReason::ProtocolError);
+        }
+        if !command.write && !command.final_bit {
+            return Err(RejectReason::ProtocolError);
+        }
+        let limits = &self.target.config.limits;
+        let in_flight = self.gathering.len() + self.session.task_count();
+        if command.immediate
+            && in_flight >= (limits.command_window + limits.immediate_commands_max) as usize
+        {
+            return Err(RejectReason::ImmediateCommandReject);
+        }
+        let (cdb, bidi_read_bytes) = command_cdb(command, &raw.ahs)?;
+        let expected_data_in_bytes = match (command.read, command.write) {
+            (true, true) => bidi_read_bytes.unwrap_or(0),
+            (true, false) => edtl,
+            _ => 0,
+        };
+        Ok(PendingCommand {
+            itt,
+            lun: pdu::decode_lun(&command.lun),
+            lun_field: command.lun,
+            cdb,
+            attribute: task_attribute(command.attribute),
+            read: command.read,
+            write: command.write,
+            expected_data_transfer_bytes: edtl,
+            expected_data_in_bytes,
+            holds_slot: !command.immediate,
+        })
+    }
+
+    /// Sends R2Ts that may go out now and hands the command on once all data arrived.
+    async fn progress_write(&mut self, itt: u32) -> Result<Flow, FatalError> {
+        let params = self.session.params.clone();
+        let mut r2ts = Vec::new();
+        {
+            let Some(gather) = self.gathering.get_mut(&itt) else {
+                return Ok(Flow::Continue);
+            };
+            let edtl = gather.command.expected_data_transfer_bytes;
+            if gather.received_bytes == edtl && gather.r2ts.is_empty() && !gather.unsolicited_open {
+                let gather = self.gathering.remove(&itt).expect("present");
+                let ready = gather.into_ready(&self.target);
+                return self.on_ready(ready).await;
+            }
+            while !gather.unsolicited_open
+                && gather.r2ts.len() < usize::from(params.max_outstanding_r2t)
+                && gather.next_r2t_offset < edtl
+            {
+                let offset = gather.next_r2t_offset;
+                let desired_bytes = params.max_burst_bytes.min(edtl - offset);
+                let tag = self.next_transfer_tag;
+                self.next_transfer_tag = match self.next_transfer_tag.wrapping_add(1) {
+                    RESERVED_TAG => 1,
+                    next => next,
+                };
+                gather.r2ts.push(R2tState {
+                    target_transfer_tag: tag,
+                    buffer_offset: offset,
+                    desired_bytes,
+                    received_bytes: 0,
+                    next_data_sn: 0,
+                });
+                r2ts.push(Header::ReadyToTransfer(pdu::ReadyToTransfer {
+                    lun: gather.command.lun_field,
+                    initiator_task_tag: itt,
+                    target_transfer_tag: tag,
+                    stat_sn: 0,
+                    exp_cmd_sn: 0,
+                    max_cmd_sn: 0,
+                    r2t_sn: gather.r2t_count,
+                    buffer_offset: offset,
+                    desired_transfer_bytes: desired_bytes,
+                }));
+                gather.r2t_count += 1;
+                gather.next_r2t_offset = offset + desired_bytes;
+            }
+        }
+        for r2t in r2ts {
+            self.send(r2t, Vec::new()).await?;
+        }
+        Ok(Flow::Continue)
+    }
+
+    async fn on_data_out(
+        &mut self,
+        data_out: pdu::DataOut,
+        raw: RawPdu,
+    ) -> Result<Flow, FatalError> {
+        let itt = data_out.initiator_task_tag;
+        let Some(gather) = self.gathering.get_mut(&itt) else {
+            if self.aborted_tags.contains(&itt) {
+                return Ok(Flow::Continue);
+            }
+            self.reject(RejectReason::ProtocolError, &raw.bhs).await?;
+            return Ok(Flow::Continue);
+        };
+        gather
+            .on_data_out(&data_out, &raw.data)
+            .map_err(FatalError::Protocol)?;
+        self.progress_write(itt).await
+    }
+
+    /// A command has all its data: queue it in CmdSN order or, if immediate, dispatch.
+    async fn on_ready(&mut self, ready: ReadyCommand) -> Result<Flow, FatalError> {
+        if !ready.command.holds_slot {
+            self.dispatch(ready);
+            return Ok(Flow::Continue);
+        }
+        let itt = ready.command.itt;
+        let slot = self
+            .order
+            .iter_mut()
+            .find(|(tag, slot)| *tag == itt && matches!(slot, Slot::Gathering))
+            .expect("a slot for every command that holds one");
+        slot.1 = Slot::Ready(Box::new(ready));
+        self.drain_order();
+        Ok(Flow::Continue)
+    }
+
+    fn drain_order(&mut self) {
+        while matches!(self.order.front(), Some((_, Slot::Ready(_)))) {
+            let Some((_, Slot::Ready(ready))) = self.order.pop_front() else {
+                unreachable!("checked above");
+            };
+            self.dispatch(*ready);
+        }
+    }
+
+    fn dispatch(&mut self, ready: ReadyCommand) {
+        let itt = ready.command.itt;
+        let Some(control) = self.session.add_task(itt, ready.command.lun) else {
+            // Checked at admission; a duplicate here would be a bug in this module.
+            unreachable!("task tag {itt:#x} dispatched twice");
+        };
+        if ready.command.attribute == TaskAttribute::HeadOfQueue {
+            tokio::spawn(execute(
+                self.target.clone(),
+                self.session.clone(),
+                control,
+                ready,
+                OrderGuard::None,
+                self.out.clone(),
+            ));
+            return;
+        }
+        // The dispatcher lives as long as the connection; a send error means it is ending.
+        let _ = self.dispatch.send(Dispatch { ready, control });
+        let _ = &self.order_lock;
+    }
+
+    // -- Text ---------------------------------------------------------------------------
+
+    async fn on_text(
+        &mut self,
+        request: pdu::TextRequest,
+        raw: RawPdu,
+    ) -> Result<Flow, FatalError> {
+        let itt = request.initiator_task_tag;
+        let max_send = self.session.params.max_send_data_segment_bytes as usize;
+        // The initiator asks for the next part of a long answer.
+        if request.target_transfer_tag != RESERVED_TAG {
+            let Some((pending_itt, tag, rest)) = self.text_out.take() else {
+                self.reject(RejectReason::InvalidPduField, &raw.bhs).await?;
+                return Ok(Flow::Continue);
+            };
+            if pending_itt != itt || tag != request.target_transfer_tag {
+                self.reject(RejectReason::InvalidPduField, &raw.bhs).await?;
+                return Ok(Flow::Continue);
+            }
+            return self.send_text_part(itt, &request.lun, rest, max_send).await;
+        }
+        self.text_out = None;
+        let text_max = self.target.config.limits.text_max_bytes;
+        let mut text = match self.text_in.take() {
+            Some((pending_itt, text)) if pending_itt == itt => text,
+            _ => Vec::new(),
+        };
+        if text.len() + raw.data.len() > text_max {
+            self.reject(RejectReason::ProtocolError, &raw.bhs).await?;
+            return Ok(Flow::Continue);
+        }
+        text.extend_from_slice(&raw.data);
+        if request.continue_bit {
+            self.text_in = Some((itt, text));
+            let tag = self.allocate_transfer_tag();
+            let header = text_response(itt, request.lun, tag, false, false);
+            self.send(header, Vec::new()).await?;
+            return Ok(Flow::Continue);
+        }
+        let answer = match text::parse(&text, text_max) {
+            Ok(offered) => self.answer_text(&offered),
+            Err(error) => {
+                tracing::debug!(%error, "text request");
+                self.reject(RejectReason::ProtocolError, &raw.bhs).await?;
+                return Ok(Flow::Continue);
+            }
+        };
+        self.send_text_part(itt, &request.lun, answer.encode(), max_send)
+            .await
+    }
+
+    fn answer_text(&self, offered: &Pairs) -> Pairs {
+        let mut answer = Pairs::default();
+        for (key, value) in &offered.0 {
+            if key == "SendTargets" {
+                let targets = discovery::send_targets(
+                    value,
+                    &self.target.config.target_name,
+                    &self.target.portals,
+                );
+                answer.0.extend(targets.0);
+            } else if key.starts_with("X-") || key.starts_with("X#") {
+                answer.push(key, text::NOT_UNDERSTOOD);
+            } else {
+                // Renegotiation in full feature phase is not offered.
+                answer.push(key, text::REJECT);
+            }
+        }
+        answer
+    }
+
+    async fn send_text_part(
+        &mut self,
+        itt: u32,
+        lun: &[u8; 8],
+        mut text: Vec<u8>,
+        max_send_bytes: usize,
+    ) -> Result<Flow, FatalError> {
+        if text.len() <= max_send_bytes {
+            let header = text_response(itt, *lun, RESERVED_TAG, true, false);
+            self.send(header, text).await?;
+            return Ok(Flow::Continue);
+        }
+        let rest = text.split_off(max_send_bytes);
+        let tag = self.allocate_transfer_tag();
+        self.text_out = Some((itt, tag, rest));
+        let header = text_response(itt, *lun, tag, false, true);
+        self.send(header, text).await?;
+        Ok(Flow::Continue)
+    }
+
+    // -- Task management ----------------------------------------------------------------
+
+    async fn on_task_management(
+        &mut self,
+        request: pdu::TaskManagementRequest,
+    ) -> Result<Flow, FatalError> {
+        let lun = pdu::decode_lun(&request.lun);
+        let function = match request.function {
+            1 => TaskManagementFunction::AbortTask {
+                referenced_task_tag: request.referenced_task_tag,
+            },
+            2 => TaskManagementFunction::AbortTaskSet,
+            3 => TaskManagementFunction::ClearAca,
+            4 => TaskManagementFunction::ClearTaskSet,
+            5 => TaskManagementFunction::LogicalUnitReset,
+            6 => TaskManagementFunction::TargetWarmReset,
+            7 => TaskManagementFunction::TargetColdReset,
+            // TASK REASSIGN needs ErrorRecoveryLevel 2.
+            8 => {
+                return self
+                    .send_tmf_response(request.initiator_task_tag, TMF_REASSIGN_NOT_SUPPORTED)
+                    .await
+            }
+            _ => {
+                return self
+                    .send_tmf_response(request.initiator_task_tag, TMF_NOT_SUPPORTED)
+                    .await
+            }
+        };
+        if self.session.session_type == SessionType::Discovery {
+            return self
+                .send_tmf_response(request.initiator_task_tag, TMF_NOT_SUPPORTED)
+                .await;
+        }
+        let (local_found, dispatched) = match function {
+            TaskManagementFunction::AbortTask {
+                referenced_task_tag,
+            } => self.abort_local(|itt, _| itt == referenced_task_tag, referenced_task_tag),
+            TaskManagementFunction::AbortTaskSet
+            | TaskManagementFunction::ClearTaskSet
+            | TaskManagementFunction::LogicalUnitReset => {
+                self.abort_local(|_, task_lun| task_lun == lun, RESERVED_TAG)
+            }
+            TaskManagementFunction::TargetWarmReset | TaskManagementFunction::TargetColdReset => {
+                self.abort_local(|_, _| true, RESERVED_TAG)
+            }
+            TaskManagementFunction::ClearAca => (false, Vec::new()),
+        };
+        let cold_reset = function == TaskManagementFunction::TargetColdReset;
+        // Waiting for running commands must not stall this loop: finish in a task.
+        let session = self.session.clone();
+        let target = self.target.clone();
+        let out = self.out.clone();
+        let itt = request.initiator_task_tag;
+        tokio::spawn(async move {
+            session.wait_for_tasks(&dispatched).await;
+            let response = match function {
+                TaskManagementFunction::AbortTask { .. } => {
+                    if local_found || !dispatched.is_empty() {
+                        TMF_FUNCTION_COMPLETE
+                    } else {
+                        TMF_TASK_DOES_NOT_EXIST
+                    }
+                }
+                _ => {
+                    let scsi = target.scsi.clone();
+                    let nexus = session.nexus.clone();
+                    let result = tokio::task::spawn_blocking(move || {
+                        scsi.task_management(&nexus, lun, function)
+                    })
+                    .await;
+                    match result {
+                        Ok(response) => tmf_code(response),
+                        Err(_) => TMF_FUNCTION_REJECTED,
+                    }
+                }
+            };
+            let header = Header::TaskManagementResponse(pdu::TaskManagementResponse {
+                response,
+                initiator_task_tag: itt,
+                stat_sn: 0,
+                exp_cmd_sn: 0,
+                max_cmd_sn: 0,
+            });
+            let _ = out
+                .send(Outbound::Pdu {
+                    header,
+                    data: Vec::new(),
+                })
+                .await;
+            if cold_reset {
+                // A cold reset ends every connection of the session after the response.
+                let _ = out.send(Outbound::Close).await;
+                session.request_close();
+            }
+        });
+        Ok(Flow::Continue)
+    }
+
+    /// Aborts matching commands of this connection: those still gathering data are dropped
+    /// here; dispatched ones are flagged and their tags returned to wait for.
+    fn abort_local(&mut self, matches: impl Fn(u32, u64) -> bool, _hint: u32) -> (bool, Vec<u32>) {
+        let doomed: Vec<u32> = self
+            .gathering
+            .iter()
+            .filter(|(itt, gather)| matches(**itt, gather.command.lun))
+            .map(|(itt, _)| *itt)
+            .collect();
+        let mut found = !doomed.is_empty();
+        for itt in doomed {
+            let gather = self.gathering.remove(&itt).expect("listed above");
+            self.forget_aborted(itt, gather.command.holds_slot);
+        }
+        let queued: Vec<u32> = self
+            .order
+            .iter()
+            .filter_map(|(itt, slot)| match slot {
+                Slot::Ready(ready) if matches(*itt, ready.command.lun) => Some(*itt),
+                _ => None,
+            })
+            .collect();
+        for itt in queued {
+            found = true;
+            self.order.retain(|(tag, _)| *tag != itt);
+            self.forget_aborted(itt, true);
+        }
+        self.drain_order();
+        let dispatched = self
+            .session
+            .abort_tasks(|itt, control| matches(itt, control.lun));
+        (found, dispatched)
+    }
+
+    fn forget_aborted(&mut self, itt: u32, holds_slot: bool) {
+        self.order.retain(|(tag, _)| *tag != itt);
+        if holds_slot {
+            self.session.window.lock().release();
+        }
+        if self.aborted_tags.len() == ABORTED_TAGS_REMEMBERED {
+            self.aborted_tags.pop_front();
+        }
+        self.aborted_tags.push_back(itt);
+    }
+
+    async fn send_tmf_response(&self, itt: u32, response: u8) -> Result<Flow, FatalError> {
+        let header = Header::TaskManagementResponse(pdu::TaskManagementResponse {
+            response,
+            initiator_task_tag: itt,
+            stat_sn: 0,
+            exp_cmd_sn: 0,
+            max_cmd_sn: 0,
+        });
+        self.send(header, Vec::new()).await?;
+        Ok(Flow::Continue)
+    }
+
+    // -- Logout -------------------------------------------------------------------------
+
+    async fn on_logout(&mut self, request: pdu::LogoutRequest) -> Result<Flow, FatalError> {
+        // 0 close the session, 1 close this connection (the only one), 2 recovery (ERL 2).
+        let response = match request.reason {
+            0 | 1 => 0,
+            _ => 2,
+        };
+        if response == 0 {
+            // Commands still gathering data are dropped; dispatched ones finish first so
+            // their responses precede the Logout Response.
+            let tags: Vec<u32> = self.gathering.keys().copied().collect();
+            for itt in tags {
+                let gather = self.gathering.remove(&itt).expect("listed above");
+                self.forget_aborted(itt, gather.command.holds_slot);
+            }
+            self.session.wait_for_all_tasks().await;
+        }
+        let header = Header::LogoutResponse(pdu::LogoutResponse {
+            response,
+            initiator_task_tag: request.initiator_task_tag,
+            stat_sn: 0,
+            exp_cmd_sn: 0,
+            max_cmd_sn: 0,
+            time2wait_seconds: 0,
+            time2retain_seconds: 0,
+        });
+        self.send(header, Vec::new()).await?;
+        if response != 0 {
+            return Ok(Flow::Continue);
+        }
+        self.out
+            .send(Outbound::Close)
+            .await
+            .map_err(|_| FatalError::WriterGone)?;
+        Ok(Flow::Close)
+    }
+}
+
+impl WriteGather {
+    /// Appends data at `offset` (already validated by the caller).
+    fn accept(&mut self, offset: u32, data: &[u8]) {
+        let end = offset as usize + data.len();
+        assert!(end <= self.command.expected_data_transfer_bytes as usize);
+        if !self.discard {
+            self.buffer[offset as usize..end].copy_from_slice(data);
+        }
+        self.received_bytes += data.len() as u32;
+    }
+
+    /// Checks one Data-Out against the unsolicited burst or its R2T (DataSN, offset,
+    /// length) and keeps its data. Errors are fatal at ErrorRecoveryLevel 0.
+    fn on_data_out(&mut self, data_out: &pdu::DataOut, data: &[u8]) -> Result<(), String> {
+        let len = data.len() as u32;
+        let itt = data_out.initiator_task_tag;
+        if data_out.target_transfer_tag == RESERVED_TAG {
+            if !self.unsolicited_open {
+                return Err(format!("unsolicited Data-Out for {itt:#x} not expected"));
+            }
+            if data_out.data_sn != self.unsolicited_next_data_sn {
+                return Err(format!(
+                    "DataSN {} for {itt:#x}, expected {}",
+                    data_out.data_sn, self.unsolicited_next_data_sn
+                ));
+            }
+            let end = u64::from(data_out.buffer_offset) + u64::from(len);
+            if data_out.buffer_offset != self.received_bytes
+                || end > u64::from(self.unsolicited_limit_bytes)
+            {
+                return Err(format!("unsolicited Data-Out offset/length for {itt:#x}"));
+            }
+            self.accept(data_out.buffer_offset, data);
+            self.unsolicited_next_data_sn += 1;
+            if data_out.final_bit {
+                self.unsolicited_open = false;
+                self.next_r2t_offset = self.received_bytes;
+            }
+            return Ok(());
+        }
+        let Some(index) = self
+            .r2ts
+            .iter()
+            .position(|r2t| r2t.target_transfer_tag == data_out.target_transfer_tag)
+        else {
+            return Err(format!("Data-Out for {itt:#x} with unknown TTT"));
+        };
+        let r2t = &mut self.r2ts[index];
+        if data_out.data_sn != r2t.next_data_sn {
+            return Err(format!(
+                "DataSN {} for {itt:#x}, expected {}",
+                data_out.data_sn, r2t.next_data_sn
+            ));
+        }
+        let expected_offset = r2t.buffer_offset + r2t.received_bytes;
+        if data_out.buffer_offset != expected_offset || r2t.received_bytes + len > r2t.desired_bytes
+        {
+            return Err(format!(
+                "Data-Out offset/length for {itt:#x} outside its R2T"
+            ));
+        }
+        r2t.received_bytes += len;
+        r2t.next_data_sn += 1;
+        let done = r2t.received_bytes == r2t.desired_bytes;
+        if data_out.final_bit != done {
+            return Err(format!(
+                "F bit of Data-Out for {itt:#x} does not end its R2T"
+            ));
+        }
+        self.accept(data_out.buffer_offset, data);
+        if done {
+            self.r2ts.remove(index);
+        }
+        Ok(())
+    }
+
+    fn into_ready(self, target: &Target) -> ReadyCommand {
+        let answer = self.discard.then(|| {
+            tracing::info!(
+                edtl = self.command.expected_data_transfer_bytes,
+                max = target.config.limits.max_write_transfer_bytes,
+                "write above the transfer limit"
+            );
+            CommandOutcome {
+                status: ScsiStatus::CheckCondition,
+                data_in: Vec::new(),
+                sense: invalid_field_in_cdb_sense(),
+            }
+        });
+        ReadyCommand {
+            command: self.command,
+            data_out: self.buffer,
+            r2t_count: self.r2t_count,
+            answer,
+        }
+    }
+}
+
+/// Fixed-format sense: ILLEGAL REQUEST, INVALID FIELD IN CDB (24h/00h).
+fn invalid_field_in_cdb_sense() -> Vec<u8> {
+    let mut sense = vec![0u8; 18];
+    sense[0] = 0x70;
+    sense[2] = 0x05;
+    sense[7] = 10;
+    sense[12] = 0x24;
+    sense
+}
+
+fn text_response(itt: u32, lun: [u8; 8], tag: u32, final_bit: bool, continue_bit: bool) -> Header {
+    Header::TextResponse(pdu::TextResponse {
+        final_bit,
+        continue_bit,
+        lun,
+        initiator_task_tag: itt,
+        target_transfer_tag: tag,
+        stat_sn: 0,
+        exp_cmd_sn: 0,
+        max_cmd_sn: 0,
+    })
+}
+
+/// CmdSN of a command PDU that is not immediate; `None` for everything else (including
+/// NOP-Out answers to pings, which carry no new CmdSN).
+/// Resolves once the flag is true (or its sender is gone), holding no borrow across awaits.
+pub(crate) async fn wait_until_set(flag: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = flag.wait_for(|set| *set).await.map(|_| ());
+}
+
+fn non_immediate_cmd_sn(header: &Header) -> Option<u32> {
+    match header {
+        Header::ScsiCommand(h) if !h.immediate => Some(h.cmd_sn),
+        Header::NopOut(h) if !h.immediate && h.initiator_task_tag != RESERVED_TAG => Some(h.cmd_sn),
+        Header::TextRequest(h) if !h.immediate => Some(h.cmd_sn),
+        Header::TaskManagementRequest(h) if !h.immediate => Some(h.cmd_sn),
+        Header::LogoutRequest(h) if !h.immediate => Some(h.cmd_sn),
+        _ => None,
+    }
+}
+
+fn task_attribute(attribute: u8) -> TaskAttribute {
+    match attribute {
+        2 => TaskAttribute::Ordered,
+        3 => TaskAttribute::HeadOfQueue,
+        4 => TaskAttribute::Aca,
+        _ => TaskAttribute::Simple,
+    }
+}
+
+/// The CDB (with an extended-CDB AHS appended) and the bidirectional read length, if given.
+fn command_cdb(
+    command: &pdu::ScsiCommand,
+    ahs: &[u8],
+) -> Result<(Vec<u8>, Option<u32>), RejectReason> {
+    let mut cdb = command.cdb.to_vec();
+    let mut bidi_read_bytes = None;
+    for segment in pdu::parse_ahs(ahs).map_err(|_| RejectReason::InvalidPduField)? {
+        match segment.ahs_type {
+            pdu::AHS_TYPE_EXTENDED_CDB => cdb.extend_from_slice(segment.specific),
+            pdu::AHS_TYPE_BIDI_READ_LENGTH if segment.specific.len() == 4 => {
+                let bytes = segment.specific;
+                bidi_read_bytes =
+                    Some(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
+            }
+            _ => return Err(RejectReason::InvalidPduField),
+        }
+    }
+    Ok((cdb, bidi_read_bytes))
+}
+
+const TMF_FUNCTION_COMPLETE: u8 = 0;
+const TMF_TASK_DOES_NOT_EXIST: u8 = 1;
+const TMF_LUN_DOES_NOT_EXIST: u8 = 2;
+const TMF_REASSIGN_NOT_SUPPORTED: u8 = 4;
+const TMF_NOT_SUPPORTED: u8 = 5;
+const TMF_FUNCTION_REJECTED: u8 = 255;
+
+fn tmf_code(response: TaskManagementResponse) -> u8 {
+    match response {
+        TaskManagementResponse::FunctionComplete => TMF_FUNCTION_COMPLETE,
+        TaskManagementResponse::TaskDoesNotExist => TMF_TASK_DOES_NOT_EXIST,
+        TaskManagementResponse::LunDoesNotExist => TMF_LUN_DOES_NOT_EXIST,
+        TaskManagementResponse::FunctionNotSupported => TMF_NOT_SUPPORTED,
+        TaskManagementResponse::FunctionRejected => TMF_FUNCTION_REJECTED,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Dispatch and execution.
+
+enum OrderGuard {
+    None,
+    Shared(#[allow(dead_code)] OwnedRwLockReadGuard<()>),
+    Exclusive(#[allow(dead_code)] OwnedRwLockWriteGuard<()>),
+}
+
+/// Takes the ordering lock for each command in CmdSN order (shared for SIMPLE, exclusive for
+/// ORDERED, SAM-5 §8.6), then starts its executor. Tokio's RwLock is fair, so an ORDERED
+/// command waits for every earlier command and every later one waits for it.
+async fn dispatch_loop(
+    mut rx: mpsc::UnboundedReceiver<Dispatch>,
+    order_lock: Arc<RwLock<()>>,
+    target: Arc<Target>,
+    session: Arc<Session>,
+    out: mpsc::Sender<Outbound>,
+) {
+    while let Some(Dispatch { ready, control }) = rx.recv().await {
+        let guard = match ready.command.attribute {
+            TaskAttribute::Ordered => OrderGuard::Exclusive(order_lock.clone().write_owned().await),
+            _ => OrderGuard::Shared(order_lock.clone().read_owned().await),
+        };
+        tokio::spawn(execute(
+            target.clone(),
+            session.clone(),
+            control,
+            ready,
+            guard,
+            out.clone(),
+        ));
+    }
+}
+
+async fn execute(
+    target: Arc<Target>,
+    session: Arc<Session>,
+    control: Arc<TaskControl>,
+    ready: ReadyCommand,
+    guard: OrderGuard,
+    out: mpsc::Sender<Outbound>,
+) {
+    let ReadyCommand {
+        command,
+        data_out,
+        r2t_count,
+        answer,
+    } = ready;
+    let itt = command.itt;
+    let outcome = match answer {
+        Some(answer) => Some(Ok(answer)),
+        None if control.aborted.load(Ordering::SeqCst) => None,
+        None => {
+            let scsi = target.scsi.clone();
+            let nexus = session.nexus.clone();
+            let cdb = command.cdb.clone();
+            let (lun, attribute, expected) = (
+                command.lun,
+                command.attribute,
+                command.expected_data_in_bytes,
+            );
+            let data_len = data_out.len();
+            let result = tokio::task::spawn_blocking(move || {
+                scsi.execute(
+                    &nexus,
+                    Command {
+                        lun,
+                        cdb: &cdb,
+                        data_out: &data_out,
+                        expected_data_in_bytes: expected,
+                        task_tag: itt,
+                        attribute,
+                    },
+                )
+            })
+            .await;
+            debug_assert!(data_len <= u32::MAX as usize);
+            Some(result.map_err(|error| error.to_string()))
+        }
+    };
+    drop(guard);
+    if command.holds_slot {
+        session.window.lock().release();
+    }
+    let aborted = control.aborted.load(Ordering::SeqCst);
+    if let (false, Some(outcome)) = (aborted, outcome) {
+        let completion = completion(&command, r2t_count, outcome);
+        let _ = out.send(Outbound::Complete(completion)).await;
+    }
+    session.remove_task(itt);
+}
+
+/// Turns the SCSI layer's outcome into what goes on the wire, with residuals.
+fn completion(
+    command: &PendingCommand,
+    r2t_count: u32,
+    outcome: Result<CommandOutcome, String>,
+) -> Completion {
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            tracing::error!(itt = command.itt, %error, "SCSI layer failed a command");
+            return Completion {
+                itt: command.itt,
+                lun_field: command.lun_field,
+                response: 1,
+                status: 0,
+                sense: Vec::new(),
+                data_in: Vec::new(),
+                residual: Residual::default(),
+                bidi_read_residual: Residual::default(),
+                r2t_count,
+                read: false,
+            };
+        }
+    };
+    let mut data_in = outcome.data_in;
+    let produced_bytes = data_in.len() as u64;
+    let read_residual = Residual::of(produced_bytes, command.expected_data_in_bytes);
+    if !command.read {
+        data_in.clear();
+    }
+    data_in.truncate(command.expected_data_in_bytes as usize);
+    // Write residuals: the boundary reports no Data-Out length from the CDB, so the
+    // transport can only say the whole ExpectedDataTransferLength was transferred.
+    let write_residual = Residual::default();
+    let (residual, bidi_read_residual) = match (command.read, command.write) {
+        (true, true) => (write_residual, read_residual),
+        (true, false) => (read_residual, Residual::default()),
+        _ => (write_residual, Residual::default()),
+    };
+    Completion {
+        itt: command.itt,
+        lun_field: command.lun_field,
+        response: 0,
+        status: outcome.status as u8,
+        sense: outcome.sense,
+        data_in,
+        residual,
+        bidi_read_residual,
+        r2t_count,
+        read: command.read,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Writer.
+
+struct Writer {
+    socket: BufWriter<OwnedWriteHalf>,
+    session: Arc<Session>,
+    digests: Digests,
+    stat_sn: u32,
+}
+
+async fn write_loop(
+    socket: BufWriter<OwnedWriteHalf>,
+    mut rx: mpsc::Receiver<Outbound>,
+    session: Arc<Session>,
+    digests: Digests,
+    stat_sn: u32,
+    write_timeout: Duration,
+) {
+    let mut writer = Writer {
+        socket,
+        session,
+        digests,
+        stat_sn,
+    };
+    while let Some(first) = rx.recv().await {
+        let batch = async {
+            let mut next = Some(first);
+            while let Some(outbound) = next {
+                if !writer.write(outbound).await? {
+                    return Ok::<bool, std::io::Error>(false);
+                }
+                next = rx.try_recv().ok();
+            }
+            writer.socket.flush().await?;
+            Ok(true)
+        };
+        match tokio::time::timeout(write_timeout, batch).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => break,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "write failed");
+                break;
+            }
+            Err(_) => {
+                tracing::info!("write timed out");
+                break;
+            }
+        }
+    }
+    let _ = writer.socket.flush().await;
+    let _ = writer.socket.shutdown().await;
+}
+
+impl Writer {
+    /// Writes one outbound item; false means close.
+    async fn write(&mut self, outbound: Outbound) -> std::io::Result<bool> {
+        match outbound {
+            Outbound::Pdu { mut header, data } => {
+                self.stamp(&mut header);
+                pdu::write_pdu(&mut self.socket, &header, &[], &data, self.digests).await?;
+            }
+            Outbound::Complete(completion) => self.write_completion(completion).await?,
+            Outbound::Close => {
+                self.socket.flush().await?;
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Fills StatSN (advancing it for status-bearing PDUs), ExpCmdSN and MaxCmdSN.
+    fn stamp(&mut self, header: &mut Header) {
+        let (exp_cmd_sn, max_cmd_sn) = self.session.window_snapshot();
+        let current = self.stat_sn;
+        let mut advance = || {
+            self.stat_sn = self.stat_sn.wrapping_add(1);
+            current
+        };
+        match header {
+            Header::ScsiResponse(h) => {
+                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
+            }
+            Header::DataIn(h) => {
+                h.stat_sn = if h.status_present { advance() } else { 0 };
+                (h.exp_cmd_sn, h.max_cmd_sn) = (exp_cmd_sn, max_cmd_sn);
+            }
+            Header::NopIn(h) => {
+                // A ping of the target's own does not advance StatSN (RFC 7143 §11.19.1).
+                h.stat_sn = if h.initiator_task_tag == RESERVED_TAG {
+                    current
+                } else {
+                    advance()
+                };
+                (h.exp_cmd_sn, h.max_cmd_sn) = (exp_cmd_sn, max_cmd_sn);
+            }
+            Header::ReadyToTransfer(h) => {
+                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (current, exp_cmd_sn, max_cmd_sn)
+            }
+            Header::TaskManagementResponse(h) => {
+                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
+            }
+            Header::TextResponse(h) => {
+                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
+            }
+            Header::LogoutResponse(h) => {
+                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
+            }
+            Header::AsyncMessage(h) => {
+                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
+            }
+            Header::Reject(h) => {
+                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
+            }
+            _ => unreachable!("the target sends only target opcodes"),
+        }
+    }
+
+    /// Data-In PDUs cut at MaxRecvDataSegmentLength and sequences at MaxBurstLength; the
+    /// status rides on the last Data-In when there is no sense data (phase collapse).
+    async fn write_completion(&mut self, completion: Completion) -> std::io::Result<()> {
+        let params = &self.session.params;
+        let segment_max_bytes = params.max_send_data_segment_bytes.max(512) as usize;
+        let burst_max_bytes = params.max_burst_bytes.max(512) as usize;
+        let data = &completion.data_in;
+        let collapse = completion.response == 0
+            && completion.status == ScsiStatus::Good as u8
+            && completion.sense.is_empty()
+            && completion.read
+            && !data.is_empty()
+            && completion.bidi_read_residual == Residual::default();
+        let mut offset = 0usize;
+        let mut data_sn = 0u32;
+        while offset < data.len() {
+            let burst_end = (offset / burst_max_bytes + 1) * burst_max_bytes;
+            let end = data.len().min(offset + segment_max_bytes).min(burst_end);
+            let last = end == data.len();
+            let status_present = last && collapse;
+            let mut header = Header::DataIn(pdu::DataIn {
+                final_bit: last || end == burst_end,
+                acknowledge: false,
+                residual_overflow: status_present && completion.residual.overflow,
+                residual_underflow: status_present && completion.residual.underflow,
+                status_present,
+                status: if status_present { completion.status } else { 0 },
+                lun: completion.lun_field,
+                initiator_task_tag: completion.itt,
+                target_transfer_tag: RESERVED_TAG,
+                stat_sn: 0,
+                exp_cmd_sn: 0,
+                max_cmd_sn: 0,
+                data_sn,
+                buffer_offset: offset as u32,
+                residual_bytes: if status_present {
+                    completion.residual.bytes
+                } else {
+                    0
+                },
+            });
+            self.stamp(&mut header);
+            pdu::write_pdu(
+                &mut self.socket,
+                &header,
+                &[],
+                &data[offset..end],
+                self.digests,
+            )
+            .await?;
+            data_sn += 1;
+            offset = end;
+        }
+        if collapse {
+            return Ok(());
+        }
+        let sense_data = if completion.sense.is_empty() {
+            Vec::new()
+        } else {
+            let len = completion.sense.len().min(usize::from(u16::MAX)) as u16;
+            let mut segment = len.to_be_bytes().to_vec();
+            segment.extend_from_slice(&completion.sense[..usize::from(len)]);
+            segment
+        };
+        let mut header = Header::ScsiResponse(pdu::ScsiResponse {
+            bidi_read_overflow: completion.bidi_read_residual.overflow,
+            bidi_read_underflow: completion.bidi_read_residual.underflow,
+            residual_overflow: completion.residual.overflow,
+            residual_underflow: completion.residual.underflow,
+            response: completion.response,
+            status: completion.status,
+            initiator_task_tag: completion.itt,
+            snack_tag: 0,
+            stat_sn: 0,
+            exp_cmd_sn: 0,
+            max_cmd_sn: 0,
+            exp_data_sn: data_sn + completion.r2t_count,
+            bidi_read_residual_bytes: completion.bidi_read_residual.bytes,
+            residual_bytes: completion.residual.bytes,
+        });
+        self.stamp(&mut header);
+        pdu::write_pdu(&mut self.socket, &header, &[], &sense_data, self.digests).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn residuals_compare_transferred_with_expected() {
+        assert_eq!(
+            Residual::of(512, 0),
+            Residual {
+                overflow: true,
+                underflow: false,
+                bytes: 512
+            }
+        );
+        assert_eq!(
+            Residual::of(512, 10000),
+            Residual {
+                overflow: false,
+                underflow: true,
+                bytes: 9488
+            }
+        );
+        assert_eq!(Residual::of(512, 512), Residual::default());
+    }
+
+    #[test]
+    fn sense_for_oversized_writes_is_invalid_field_in_cdb() {
+        let sense = invalid_field_in_cdb_sense();
+        assert_eq!(
+            (sense[0], sense[2] & 0x0f, sense[12], sense[13]),
+            (0x70, 0x05, 0x24, 0x00)
+        );
+    }
+
+    #[test]
+    fn ping_answers_carry_no_cmd_sn() {
+        let nop = |itt| {
+            Header::NopOut(pdu::NopOut {
+                immediate: false,
+                lun: [0; 8],
+                initiator_task_tag: itt,
+                target_transfer_tag: 7,
+                cmd_sn: 5,
+                exp_stat_sn: 0,
+            })
+        };
+        assert_eq!(non_immediate_cmd_sn(&nop(RESERVED_TAG)), None);
+        assert_eq!(non_immediate_cmd_sn(&nop(1)), Some(5));
+    }
+}

@@ -1,0 +1,111 @@
+//! Serving portals: accept connections on every listener into one target, and shut down
+//! cleanly (ask initiators to log out, then close).
+//!
+//! Why one call serves several listeners: sessions, TSIHs and session reinstatement are
+//! per target, not per portal, and SendTargets must list every portal. Multipath initiators
+//! log in through two portals to the same target and must find the same sessions registry.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use lacuna_scsi::target::ScsiTarget;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::config::TargetConfig;
+use crate::connection;
+use crate::policy::AccessPolicy;
+use crate::session::Registry;
+
+/// Everything connections of one target share.
+pub(crate) struct Target {
+    pub scsi: Arc<dyn ScsiTarget>,
+    pub policy: Arc<dyn AccessPolicy>,
+    pub config: Arc<TargetConfig>,
+    pub registry: Registry,
+    /// Addresses of the listeners served, advertised by SendTargets.
+    pub portals: Vec<SocketAddr>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Binds every portal of the configuration.
+pub async fn bind_portals(config: &TargetConfig) -> io::Result<Vec<TcpListener>> {
+    let mut listeners = Vec::with_capacity(config.portals.len());
+    for portal in &config.portals {
+        listeners.push(TcpListener::bind(portal).await?);
+    }
+    Ok(listeners)
+}
+
+/// Serves the target on every listener until `shutdown` completes. Then initiators are
+/// asked to log out (asynchronous message), connections close after
+/// `config.timeouts.shutdown_grace`, and this returns once every connection has finished.
+pub async fn serve(
+    listeners: Vec<TcpListener>,
+    target: Arc<dyn ScsiTarget>,
+    policy: Arc<dyn AccessPolicy>,
+    config: Arc<TargetConfig>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    if listeners.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no listener to serve",
+        ));
+    }
+    let portals = listeners
+        .iter()
+        .map(TcpListener::local_addr)
+        .collect::<io::Result<Vec<_>>>()?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let shared = Arc::new(Target {
+        scsi: target,
+        policy,
+        config,
+        registry: Registry::default(),
+        portals,
+        shutdown: shutdown_rx,
+    });
+    let mut acceptors = JoinSet::new();
+    for listener in listeners {
+        acceptors.spawn(accept_loop(listener, shared.clone()));
+    }
+    shutdown.await;
+    shutdown_tx.send_replace(true);
+    tracing::info!("iSCSI target shutting down");
+    let mut first_error = None;
+    while let Some(joined) = acceptors.join_next().await {
+        if let Ok(Err(error)) = joined {
+            first_error.get_or_insert(error);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+async fn accept_loop(listener: TcpListener, target: Arc<Target>) -> io::Result<()> {
+    let mut shutdown = target.shutdown.clone();
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    tracing::debug!(%peer, "iSCSI connection");
+                    connections.spawn(connection::run(stream, target.clone()));
+                }
+                // Per-connection errors (e.g. the peer reset before accept) are not fatal.
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            _ = connection::wait_until_set(&mut shutdown) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+    Ok(())
+}

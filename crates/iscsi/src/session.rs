@@ -1,0 +1,401 @@
+//! Sessions (RFC 7143 §4.4): the registry keyed by initiator name and ISID (with the TSIH
+//! the target assigns), the CmdSN window, and the table of commands handed to the SCSI layer.
+//!
+//! Why the window lives here and not in the connection: ExpCmdSN and MaxCmdSN are session
+//! state that every PDU the target sends carries, and commands complete on executor tasks
+//! while the connection's reader admits new ones. The window is also the bound on memory:
+//! a session never has more than `command_window` non-immediate commands accepted and
+//! unanswered, and the target tells the initiator so through MaxCmdSN.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use lacuna_scsi::target::ItNexus;
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
+
+use crate::login::{SessionParams, SessionType};
+
+/// Serial number arithmetic (RFC 1982) distance from `from` to `to`.
+pub fn serial_distance(from: u32, to: u32) -> u32 {
+    to.wrapping_sub(from)
+}
+
+/// Where a CmdSN falls relative to the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// CmdSN == ExpCmdSN: deliver now.
+    Next,
+    /// Inside the window but ahead of ExpCmdSN: hold until the gap fills.
+    Ahead { distance: u32 },
+    /// Outside the window: silently discard (RFC 7143 §4.2.2.1).
+    Outside,
+}
+
+/// ExpCmdSN/MaxCmdSN bookkeeping.
+#[derive(Debug)]
+pub struct CommandWindow {
+    exp_cmd_sn: u32,
+    window: u32,
+    /// Accepted non-immediate SCSI commands not yet answered (or aborted).
+    outstanding: u32,
+}
+
+impl CommandWindow {
+    pub fn new(exp_cmd_sn: u32, window: u32) -> CommandWindow {
+        assert!(window >= 1);
+        CommandWindow {
+            exp_cmd_sn,
+            window,
+            outstanding: 0,
+        }
+    }
+
+    pub fn exp_cmd_sn(&self) -> u32 {
+        self.exp_cmd_sn
+    }
+
+    /// MaxCmdSN = ExpCmdSN + free slots - 1; equals ExpCmdSN - 1 when the window is closed.
+    pub fn max_cmd_sn(&self) -> u32 {
+        assert!(self.outstanding <= self.window);
+        self.exp_cmd_sn
+            .wrapping_add(self.window - self.outstanding)
+            .wrapping_sub(1)
+    }
+
+    pub fn admit(&self, cmd_sn: u32) -> Admission {
+        let open = self.window - self.outstanding;
+        let distance = serial_distance(self.exp_cmd_sn, cmd_sn);
+        if open == 0 || distance >= open {
+            Admission::Outside
+        } else if distance == 0 {
+            Admission::Next
+        } else {
+            Admission::Ahead { distance }
+        }
+    }
+
+    /// Consumes ExpCmdSN. `occupies_slot` for SCSI commands, which hold a slot until
+    /// answered; other command PDUs (NOP-Out, Text, TMF, Logout) are answered at once.
+    pub fn advance(&mut self, occupies_slot: bool) {
+        self.exp_cmd_sn = self.exp_cmd_sn.wrapping_add(1);
+        if occupies_slot {
+            self.outstanding += 1;
+            assert!(self.outstanding <= self.window);
+        }
+    }
+
+    /// A SCSI command that occupied a slot was answered or aborted.
+    pub fn release(&mut self) {
+        assert!(self.outstanding > 0);
+        self.outstanding -= 1;
+    }
+}
+
+/// A command handed to an executor; kept so task management can find and abort it.
+#[derive(Debug)]
+pub struct TaskControl {
+    pub lun: u64,
+    pub aborted: AtomicBool,
+}
+
+/// Registry key: the initiator port is the initiator name plus ISID (RFC 7143 §4.4.1).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SessionKey {
+    pub initiator_name: String,
+    pub isid: [u8; 6],
+}
+
+pub struct Session {
+    pub tsih: u16,
+    pub key: SessionKey,
+    pub nexus: ItNexus,
+    pub session_type: SessionType,
+    pub params: SessionParams,
+    pub window: Mutex<CommandWindow>,
+    tasks: Mutex<HashMap<u32, Arc<TaskControl>>>,
+    tasks_changed: Notify,
+    /// Set to ask the session's connection to close (reinstatement, cold reset).
+    close: watch::Sender<bool>,
+    /// Set by the connection once it has torn everything down.
+    closed: watch::Sender<bool>,
+}
+
+impl Session {
+    pub fn new(
+        tsih: u16,
+        key: SessionKey,
+        session_type: SessionType,
+        params: SessionParams,
+        exp_cmd_sn: u32,
+        command_window: u32,
+    ) -> Session {
+        let nexus = ItNexus {
+            initiator_port: initiator_port(&key.initiator_name, &key.isid),
+            initiator_name: key.initiator_name.clone(),
+            relative_target_port: 1,
+        };
+        Session {
+            tsih,
+            key,
+            nexus,
+            session_type,
+            params,
+            window: Mutex::new(CommandWindow::new(exp_cmd_sn, command_window)),
+            tasks: Mutex::new(HashMap::new()),
+            tasks_changed: Notify::new(),
+            close: watch::channel(false).0,
+            closed: watch::channel(false).0,
+        }
+    }
+
+    /// (ExpCmdSN, MaxCmdSN) as of now.
+    pub fn window_snapshot(&self) -> (u32, u32) {
+        let window = self.window.lock();
+        (window.exp_cmd_sn(), window.max_cmd_sn())
+    }
+
+    /// Registers a dispatched command. False when the initiator reused a tag that is still
+    /// in use.
+    pub fn add_task(&self, itt: u32, lun: u64) -> Option<Arc<TaskControl>> {
+        let mut tasks = self.tasks.lock();
+        if tasks.contains_key(&itt) {
+            return None;
+        }
+        let control = Arc::new(TaskControl {
+            lun,
+            aborted: AtomicBool::new(false),
+        });
+        tasks.insert(itt, control.clone());
+        Some(control)
+    }
+
+    pub fn remove_task(&self, itt: u32) {
+        self.tasks.lock().remove(&itt);
+        self.tasks_changed.notify_waiters();
+    }
+
+    pub fn has_task(&self, itt: u32) -> bool {
+        self.tasks.lock().contains_key(&itt)
+    }
+
+    pub fn task_count(&self) -> usize {
+        self.tasks.lock().len()
+    }
+
+    /// Marks the matching dispatched commands aborted and returns their tags.
+    pub fn abort_tasks(&self, matches: impl Fn(u32, &TaskControl) -> bool) -> Vec<u32> {
+        let tasks = self.tasks.lock();
+        let mut aborted = Vec::new();
+        for (itt, control) in tasks.iter() {
+            if matches(*itt, control) {
+                control.aborted.store(true, Ordering::SeqCst);
+                aborted.push(*itt);
+            }
+        }
+        aborted
+    }
+
+    /// Waits until none of `itts` is still registered (their executors have finished).
+    pub async fn wait_for_tasks(&self, itts: &[u32]) {
+        loop {
+            let notified = self.tasks_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !itts.iter().any(|itt| self.has_task(*itt)) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until every dispatched command has finished.
+    pub async fn wait_for_all_tasks(&self) {
+        loop {
+            let notified = self.tasks_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.task_count() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    pub fn request_close(&self) {
+        self.close.send_replace(true);
+    }
+
+    pub fn close_requested(&self) -> watch::Receiver<bool> {
+        self.close.subscribe()
+    }
+
+    pub fn mark_closed(&self) {
+        self.closed.send_replace(true);
+    }
+
+    pub async fn wait_closed(&self) {
+        let mut closed = self.closed.subscribe();
+        // An error means the sender is gone, which only happens with the session itself.
+        let _ = closed.wait_for(|closed| *closed).await;
+    }
+}
+
+/// `"<iqn>,i,0x<ISID as 12 hex digits>"` (RFC 7143 §13.? / SPC-4 iSCSI TransportID).
+pub fn initiator_port(initiator_name: &str, isid: &[u8; 6]) -> String {
+    let mut port = format!("{initiator_name},i,0x");
+    for byte in isid {
+        port.push_str(&format!("{byte:02x}"));
+    }
+    port
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("the target already has {0} sessions")]
+    TooManySessions(usize),
+}
+
+/// All sessions of the target, across portals.
+#[derive(Default)]
+pub struct Registry {
+    inner: Mutex<RegistryInner>,
+}
+
+#[derive(Default)]
+struct RegistryInner {
+    sessions: HashMap<SessionKey, Arc<Session>>,
+    next_tsih: u16,
+}
+
+impl Registry {
+    /// Allocates a TSIH not in use (never 0).
+    pub fn allocate_tsih(&self) -> u16 {
+        let mut inner = self.inner.lock();
+        loop {
+            inner.next_tsih = inner.next_tsih.wrapping_add(1);
+            let candidate = inner.next_tsih;
+            if candidate != 0 && inner.sessions.values().all(|s| s.tsih != candidate) {
+                return candidate;
+            }
+        }
+    }
+
+    /// The session an initiator port already has (reinstatement when a new login reuses it).
+    pub fn get(&self, key: &SessionKey) -> Option<Arc<Session>> {
+        self.inner.lock().sessions.get(key).cloned()
+    }
+
+    /// Inserts a new session; the caller has closed any session with the same key first.
+    pub fn insert(&self, session: Arc<Session>, max_sessions: usize) -> Result<(), RegistryError> {
+        let mut inner = self.inner.lock();
+        let replacing = inner.sessions.contains_key(&session.key);
+        if !replacing && inner.sessions.len() >= max_sessions {
+            return Err(RegistryError::TooManySessions(inner.sessions.len()));
+        }
+        inner.sessions.insert(session.key.clone(), session);
+        Ok(())
+    }
+
+    /// Removes the session if it is still the registered one for its key.
+    pub fn remove(&self, session: &Session) {
+        let mut inner = self.inner.lock();
+        if inner
+            .sessions
+            .get(&session.key)
+            .is_some_and(|s| s.tsih == session.tsih)
+        {
+            inner.sessions.remove(&session.key);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.lock().sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_admits_next_holds_ahead_and_drops_outside() {
+        let mut window = CommandWindow::new(10, 4);
+        assert_eq!(window.max_cmd_sn(), 13);
+        assert_eq!(window.admit(10), Admission::Next);
+        assert_eq!(window.admit(12), Admission::Ahead { distance: 2 });
+        assert_eq!(window.admit(14), Admission::Outside);
+        assert_eq!(window.admit(9), Admission::Outside);
+        window.advance(true);
+        assert_eq!(window.exp_cmd_sn(), 11);
+        // The slot stays taken until the answer: MaxCmdSN does not move.
+        assert_eq!(window.max_cmd_sn(), 13);
+        window.release();
+        assert_eq!(window.max_cmd_sn(), 14);
+    }
+
+    #[test]
+    fn full_window_admits_nothing_and_wraps_around_zero() {
+        let mut window = CommandWindow::new(u32::MAX, 2);
+        window.advance(true);
+        window.advance(true);
+        assert_eq!(window.exp_cmd_sn(), 1);
+        assert_eq!(window.max_cmd_sn(), 0);
+        assert_eq!(window.admit(1), Admission::Outside);
+        window.release();
+        assert_eq!(window.admit(1), Admission::Next);
+        assert_eq!(window.admit(2), Admission::Outside);
+    }
+
+    #[test]
+    fn non_scsi_commands_do_not_hold_slots() {
+        let mut window = CommandWindow::new(1, 2);
+        window.advance(false);
+        window.advance(false);
+        assert_eq!(window.max_cmd_sn(), 4);
+    }
+
+    #[test]
+    fn initiator_port_uses_twelve_hex_digits() {
+        assert_eq!(
+            initiator_port("iqn.a", &[0x80, 0x12, 0x34, 0x56, 0x78, 0x9a]),
+            "iqn.a,i,0x80123456789a"
+        );
+    }
+
+    #[test]
+    fn registry_limits_sessions_but_allows_replacement() {
+        let registry = Registry::default();
+        let key = |n: u8| SessionKey {
+            initiator_name: "iqn.a".into(),
+            isid: [n; 6],
+        };
+        let params = crate::login::SessionParams::rfc_defaults(8192);
+        let make = |tsih, n| {
+            Arc::new(Session::new(
+                tsih,
+                key(n),
+                SessionType::Normal,
+                params.clone(),
+                1,
+                8,
+            ))
+        };
+        registry.insert(make(1, 1), 1).unwrap();
+        assert_eq!(
+            registry.insert(make(2, 2), 1),
+            Err(RegistryError::TooManySessions(1))
+        );
+        registry.insert(make(3, 1), 1).unwrap();
+        assert_eq!(registry.get(&key(1)).unwrap().tsih, 3);
+        // Removing the replaced session leaves the new one in place.
+        registry.remove(&make(1, 1));
+        assert_eq!(registry.len(), 1);
+        assert_ne!(registry.allocate_tsih(), 0);
+    }
+}

@@ -776,6 +776,7 @@ impl Connection {
             window.advance(true);
         }
         let itt = pending.itt;
+        self.aborted_tags.retain(|tag| *tag != itt);
         if pending.holds_slot {
             self.order.push_back((itt, Slot::Gathering));
         }
@@ -944,9 +945,15 @@ impl Connection {
             self.reject(RejectReason::ProtocolError, &raw.bhs).await?;
             return Ok(Flow::Continue);
         };
-        gather
-            .on_data_out(&data_out, &raw.data)
-            .map_err(FatalError::Protocol)?;
+        if let Err(why) = gather.on_data_out(&data_out, &raw.data) {
+            // No recovery within a command at ErrorRecoveryLevel 0: end the command with
+            // CHECK CONDITION and keep the session (RFC 7143 §11.4.7.2 sense codes).
+            tracing::info!(why, "Data-Out sequence error");
+            let gather = self.gathering.remove(&itt).expect("looked up above");
+            self.remember_aborted(itt);
+            let ready = gather.fail(data_sequence_error_sense());
+            return self.on_ready(ready).await;
+        }
         self.progress_write(itt).await
     }
 
@@ -1227,6 +1234,11 @@ impl Connection {
         if holds_slot {
             self.session.window.lock().release();
         }
+        self.remember_aborted(itt);
+    }
+
+    /// Late Data-Out for a command that ended early is dropped without a Reject.
+    fn remember_aborted(&mut self, itt: u32) {
         if self.aborted_tags.len() == ABORTED_TAGS_REMEMBERED {
             self.aborted_tags.pop_front();
         }
@@ -1360,6 +1372,21 @@ impl WriteGather {
         Ok(())
     }
 
+    /// Ends the command without the SCSI layer: CHECK CONDITION with `sense`.
+    fn fail(self, sense: Vec<u8>) -> ReadyCommand {
+        let answer = CommandOutcome {
+            status: ScsiStatus::CheckCondition,
+            data_in: Vec::new(),
+            sense,
+        };
+        ReadyCommand {
+            command: self.command,
+            data_out: Vec::new(),
+            r2t_count: self.r2t_count,
+            answer: Some(answer),
+        }
+    }
+
     fn into_ready(self, target: &Target) -> ReadyCommand {
         let answer = self.discard.then(|| {
             tracing::info!(
@@ -1382,14 +1409,26 @@ impl WriteGather {
     }
 }
 
-/// Fixed-format sense: ILLEGAL REQUEST, INVALID FIELD IN CDB (24h/00h).
-fn invalid_field_in_cdb_sense() -> Vec<u8> {
+/// Fixed-format sense data with a sense key and ASC/ASCQ.
+fn fixed_sense(key: u8, asc: u8, ascq: u8) -> Vec<u8> {
     let mut sense = vec![0u8; 18];
     sense[0] = 0x70;
-    sense[2] = 0x05;
+    sense[2] = key;
     sense[7] = 10;
-    sense[12] = 0x24;
+    sense[12] = asc;
+    sense[13] = ascq;
     sense
+}
+
+/// ILLEGAL REQUEST, INVALID FIELD IN CDB (24h/00h).
+fn invalid_field_in_cdb_sense() -> Vec<u8> {
+    fixed_sense(0x05, 0x24, 0x00)
+}
+
+/// ABORTED COMMAND, iSCSI "incorrect amount of data" (0Ch/0Dh, RFC 7143 §11.4.7.2): a
+/// Data-Out out of sequence, outside its R2T, or with the wrong F bit.
+fn data_sequence_error_sense() -> Vec<u8> {
+    fixed_sense(0x0b, 0x0c, 0x0d)
 }
 
 fn text_response(itt: u32, lun: [u8; 8], tag: u32, final_bit: bool, continue_bit: bool) -> Header {

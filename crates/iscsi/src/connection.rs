@@ -143,6 +143,7 @@ async fn login_phase(
             reader,
             Digests::default(),
             login::LOGIN_DATA_SEGMENT_MAX_BYTES,
+            pdu::Oversized::Fail,
         )
         .await?;
         let raw = match outcome {
@@ -495,7 +496,8 @@ async fn read_loop(
     tx: mpsc::Sender<Result<ReadOutcome, PduError>>,
 ) {
     loop {
-        let result = pdu::read_pdu(&mut reader, digests, max_data_bytes).await;
+        let result =
+            pdu::read_pdu(&mut reader, digests, max_data_bytes, pdu::Oversized::Skip).await;
         let stop = result.is_err();
         if tx.send(result).await.is_err() || stop {
             return;

@@ -918,15 +918,33 @@ pub enum ReadOutcome {
     },
 }
 
+/// What to do with a data segment above the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Oversized {
+    /// Skip it in bounded chunks and report it, keeping the stream in sync (full feature
+    /// phase, where the target answers with a Reject).
+    Skip,
+    /// Fail at once, reading nothing more (login, where the connection just closes).
+    Fail,
+}
+
 /// Reads one PDU. `max_data_bytes` is the connection's MaxRecvDataSegmentLength: longer data
-/// segments are skipped in bounded chunks, never buffered.
+/// segments are never buffered.
 pub async fn read_pdu<R: AsyncRead + Unpin>(
     reader: &mut R,
     digests: Digests,
     max_data_bytes: u32,
+    oversized: Oversized,
 ) -> Result<ReadOutcome, PduError> {
     let mut bhs = [0u8; BHS_LEN_BYTES];
     reader.read_exact(&mut bhs).await?;
+    let data_len_bytes = data_segment_len_bytes(&bhs);
+    if data_len_bytes > max_data_bytes && oversized == Oversized::Fail {
+        return Err(PduError::DataSegmentTooLong {
+            len_bytes: data_len_bytes,
+            max_bytes: max_data_bytes,
+        });
+    }
     let mut ahs = vec![0u8; ahs_len_bytes(&bhs)];
     reader.read_exact(&mut ahs).await?;
     if digests.header {
@@ -936,7 +954,6 @@ pub async fn read_pdu<R: AsyncRead + Unpin>(
             return Err(PduError::HeaderDigest { received, computed });
         }
     }
-    let data_len_bytes = data_segment_len_bytes(&bhs);
     let padded_len_bytes = data_len_bytes as usize + padding_len_bytes(data_len_bytes as usize);
     if data_len_bytes > max_data_bytes {
         let digest_len_bytes = if digests.data && data_len_bytes > 0 {
@@ -1232,7 +1249,10 @@ mod tests {
         let bytes = encode_pdu(&header, &[], b"SendTargets=All\0", digests);
         assert_eq!(bytes.len(), 48 + 4 + 16 + 4);
         let mut reader = &bytes[..];
-        let ReadOutcome::Pdu(pdu) = read_pdu(&mut reader, digests, 8192).await.unwrap() else {
+        let ReadOutcome::Pdu(pdu) = read_pdu(&mut reader, digests, 8192, Oversized::Skip)
+            .await
+            .unwrap()
+        else {
             panic!("expected a PDU");
         };
         assert_eq!(pdu.data, b"SendTargets=All\0");
@@ -1256,11 +1276,11 @@ mod tests {
         let bytes = encode_pdu(&header, &[], b"ping", digests);
         let mut bad_header = bytes.clone();
         bad_header[20] ^= 1;
-        let result = read_pdu(&mut &bad_header[..], digests, 8192).await;
+        let result = read_pdu(&mut &bad_header[..], digests, 8192, Oversized::Skip).await;
         assert!(matches!(result, Err(PduError::HeaderDigest { .. })));
         let mut bad_data = bytes.clone();
         bad_data[48 + 4] ^= 1;
-        let result = read_pdu(&mut &bad_data[..], digests, 8192).await;
+        let result = read_pdu(&mut &bad_data[..], digests, 8192, Oversized::Skip).await;
         assert!(matches!(result, Err(PduError::DataDigest { .. })));
     }
 
@@ -1278,7 +1298,9 @@ mod tests {
         let mut bytes = encode_pdu(&header, &[], &[7u8; 1001], digests);
         bytes.extend_from_slice(&encode_pdu(&header, &[], b"ok", digests));
         let mut reader = &bytes[..];
-        let first = read_pdu(&mut reader, digests, 512).await.unwrap();
+        let first = read_pdu(&mut reader, digests, 512, Oversized::Skip)
+            .await
+            .unwrap();
         assert!(matches!(
             first,
             ReadOutcome::DataSegmentTooLong {
@@ -1286,9 +1308,26 @@ mod tests {
                 ..
             }
         ));
-        let ReadOutcome::Pdu(second) = read_pdu(&mut reader, digests, 512).await.unwrap() else {
+        let ReadOutcome::Pdu(second) = read_pdu(&mut reader, digests, 512, Oversized::Skip)
+            .await
+            .unwrap()
+        else {
             panic!("expected a PDU");
         };
         assert_eq!(second.data, b"ok");
+        let mut reader = &bytes[..];
+        let strict = read_pdu(&mut reader, digests, 512, Oversized::Fail).await;
+        assert!(matches!(
+            strict,
+            Err(PduError::DataSegmentTooLong {
+                len_bytes: 1001,
+                ..
+            })
+        ));
+        assert_eq!(
+            reader.len(),
+            bytes.len() - BHS_LEN_BYTES,
+            "nothing read past the BHS"
+        );
     }
 }

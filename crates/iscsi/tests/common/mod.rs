@@ -395,3 +395,201 @@ pub fn tool_available(program: &str) -> bool {
         .map(|o| o.status.success())
         .unwrap_or(false)
 }
+
+/// A blocking raw iSCSI client for negative tests: sends hand-built PDUs, reads replies.
+pub struct RawClient {
+    pub stream: std::net::TcpStream,
+    pub cmd_sn: u32,
+    pub exp_stat_sn: u32,
+    pub itt: u32,
+}
+
+/// One received PDU: parsed header, raw BHS and data segment.
+pub struct Received {
+    pub header: lacuna_iscsi::pdu::Header,
+    pub bhs: [u8; 48],
+    pub data: Vec<u8>,
+}
+
+impl RawClient {
+    pub fn connect(addr: SocketAddr) -> RawClient {
+        let stream = std::net::TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        RawClient {
+            stream,
+            cmd_sn: 1,
+            exp_stat_sn: 0,
+            itt: 1,
+        }
+    }
+
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.stream.write_all(bytes).expect("send");
+    }
+
+    pub fn send(&mut self, header: &lacuna_iscsi::pdu::Header, data: &[u8]) {
+        let bytes = lacuna_iscsi::pdu::encode_pdu(header, &[], data, Default::default());
+        self.send_bytes(&bytes);
+    }
+
+    /// Reads one PDU; `None` on EOF or timeout.
+    pub fn receive(&mut self) -> Option<Received> {
+        use std::io::Read;
+        let mut bhs = [0u8; 48];
+        self.stream.read_exact(&mut bhs).ok()?;
+        let ahs_len = lacuna_iscsi::pdu::ahs_len_bytes(&bhs);
+        let data_len = lacuna_iscsi::pdu::data_segment_len_bytes(&bhs) as usize;
+        let padded = data_len + lacuna_iscsi::pdu::padding_len_bytes(data_len);
+        let mut rest = vec![0u8; ahs_len + padded];
+        self.stream.read_exact(&mut rest).ok()?;
+        let data = rest[ahs_len..ahs_len + data_len].to_vec();
+        let header = lacuna_iscsi::pdu::Header::parse(&bhs).expect("target sends valid PDUs");
+        Some(Received { header, bhs, data })
+    }
+
+    /// True when the target closed the connection (EOF within the read timeout).
+    pub fn closed_by_target(&mut self) -> bool {
+        use std::io::Read;
+        let mut byte = [0u8; 1];
+        matches!(self.stream.read(&mut byte), Ok(0))
+            || {
+                matches!(self.stream.read(&mut byte), Err(ref e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+            }
+    }
+
+    pub fn next_itt(&mut self) -> u32 {
+        self.itt += 1;
+        self.itt
+    }
+
+    /// One Login Request; returns the Login Response and its text.
+    pub fn login_step(
+        &mut self,
+        isid: [u8; 6],
+        csg: u8,
+        nsg: u8,
+        transit: bool,
+        text: &[(&str, &str)],
+    ) -> (lacuna_iscsi::pdu::LoginResponse, lacuna_iscsi::text::Pairs) {
+        let mut pairs = lacuna_iscsi::text::Pairs::default();
+        for (key, value) in text {
+            pairs.push(key, value);
+        }
+        let header = lacuna_iscsi::pdu::Header::LoginRequest(lacuna_iscsi::pdu::LoginRequest {
+            transit,
+            continue_bit: false,
+            current_stage: csg,
+            next_stage: nsg,
+            version_max: 0,
+            version_min: 0,
+            isid,
+            tsih: 0,
+            initiator_task_tag: self.itt,
+            cid: 0,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+        });
+        self.send(&header, &pairs.encode());
+        let received = self.receive().expect("login response");
+        let lacuna_iscsi::pdu::Header::LoginResponse(response) = received.header else {
+            panic!("expected a Login Response, got {:?}", received.header);
+        };
+        self.exp_stat_sn = response.stat_sn.wrapping_add(1);
+        let text = lacuna_iscsi::text::parse(&received.data, 65536).expect("valid text");
+        (response, text)
+    }
+
+    /// Logs in to a normal session without authentication, straight to full feature phase.
+    pub fn login_normal(
+        &mut self,
+        initiator: &str,
+        isid: [u8; 6],
+    ) -> lacuna_iscsi::pdu::LoginResponse {
+        let (response, _) = self.login_step(
+            isid,
+            1,
+            3,
+            true,
+            &[
+                ("InitiatorName", initiator),
+                ("TargetName", TARGET_IQN),
+                ("SessionType", "Normal"),
+                ("MaxRecvDataSegmentLength", "65536"),
+            ],
+        );
+        assert_eq!(
+            (response.status_class, response.status_detail),
+            (0, 0),
+            "login failed"
+        );
+        response
+    }
+
+    /// A non-immediate NOP-Out ping; returns the NOP-In answer.
+    pub fn ping(&mut self) -> Option<lacuna_iscsi::pdu::NopIn> {
+        let itt = self.next_itt();
+        let header = lacuna_iscsi::pdu::Header::NopOut(lacuna_iscsi::pdu::NopOut {
+            immediate: false,
+            lun: [0; 8],
+            initiator_task_tag: itt,
+            target_transfer_tag: lacuna_iscsi::pdu::RESERVED_TAG,
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+        });
+        self.send(&header, b"ping");
+        self.cmd_sn += 1;
+        loop {
+            let received = self.receive()?;
+            if let lacuna_iscsi::pdu::Header::NopIn(nop) = received.header {
+                if nop.initiator_task_tag == itt {
+                    assert_eq!(received.data, b"ping");
+                    self.exp_stat_sn = nop.stat_sn.wrapping_add(1);
+                    return Some(nop);
+                }
+            }
+        }
+    }
+
+    /// A SCSI command with optional immediate data; returns every PDU up to the status.
+    pub fn scsi_command(
+        &mut self,
+        cdb: &[u8],
+        read_bytes: u32,
+        write_data: &[u8],
+    ) -> Vec<Received> {
+        let mut cdb16 = [0u8; 16];
+        cdb16[..cdb.len()].copy_from_slice(cdb);
+        let itt = self.next_itt();
+        let header = lacuna_iscsi::pdu::Header::ScsiCommand(lacuna_iscsi::pdu::ScsiCommand {
+            immediate: false,
+            final_bit: true,
+            read: read_bytes > 0,
+            write: !write_data.is_empty(),
+            attribute: 1,
+            lun: [0; 8],
+            initiator_task_tag: itt,
+            expected_data_transfer_bytes: read_bytes.max(write_data.len() as u32),
+            cmd_sn: self.cmd_sn,
+            exp_stat_sn: self.exp_stat_sn,
+            cdb: cdb16,
+        });
+        self.send(&header, write_data);
+        self.cmd_sn += 1;
+        let mut replies = Vec::new();
+        while let Some(received) = self.receive() {
+            let done = match &received.header {
+                lacuna_iscsi::pdu::Header::ScsiResponse(_) => true,
+                lacuna_iscsi::pdu::Header::DataIn(data_in) => data_in.status_present,
+                _ => false,
+            };
+            replies.push(received);
+            if done {
+                break;
+            }
+        }
+        replies
+    }
+}

@@ -1,0 +1,391 @@
+//! Negative tests with a raw TCP client: each misbehaviour gets the response the RFC names
+//! (login status, Reject, silence) and the target keeps serving other sessions.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use lacuna_iscsi::pdu::{self, Header, RESERVED_TAG};
+use lacuna_iscsi::{ChapCredentials, ChapRequirement};
+
+const ISID_A: [u8; 6] = [0x80, 0, 0, 0, 0, 0x0a];
+const ISID_B: [u8; 6] = [0x80, 0, 0, 0, 0, 0x0b];
+
+/// Polls `condition` for up to five seconds.
+fn wait_for(condition: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if condition() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("condition not reached in time");
+}
+
+fn chap_server(requirement: ChapRequirement) -> TestServer {
+    let mut config = test_config();
+    config.allow_unknown_initiators = false;
+    let policy = TestPolicy {
+        chap: requirement,
+        known: vec![INITIATOR_IQN.to_string()],
+    };
+    TestServer::start_with(config, Arc::new(policy), 1)
+}
+
+fn one_way(secret: &str) -> ChapRequirement {
+    ChapRequirement::OneWay {
+        initiator: ChapCredentials {
+            user: "alice".into(),
+            secret: secret.as_bytes().to_vec(),
+        },
+    }
+}
+
+/// Runs the CHAP exchange with `secret`; returns the final login response.
+fn chap_login(client: &mut RawClient, secret: &str) -> pdu::LoginResponse {
+    let (response, text) = client.login_step(
+        ISID_A,
+        0,
+        1,
+        false,
+        &[
+            ("InitiatorName", INITIATOR_IQN),
+            ("TargetName", TARGET_IQN),
+            ("AuthMethod", "CHAP"),
+        ],
+    );
+    assert_eq!(response.status_class, 0);
+    assert_eq!(text.get("AuthMethod"), Some("CHAP"));
+    let (_, text) = client.login_step(ISID_A, 0, 1, false, &[("CHAP_A", "5")]);
+    let identifier: u8 = text.get("CHAP_I").unwrap().parse().unwrap();
+    let challenge = lacuna_iscsi::chap::decode_binary(text.get("CHAP_C").unwrap(), 1024).unwrap();
+    let answer = lacuna_iscsi::chap::response(identifier, secret.as_bytes(), &challenge);
+    let answer = lacuna_iscsi::chap::encode_binary(&answer);
+    let (response, _) = client.login_step(
+        ISID_A,
+        0,
+        1,
+        true,
+        &[("CHAP_N", "alice"), ("CHAP_R", &answer)],
+    );
+    response
+}
+
+#[test]
+fn wrong_chap_secret_fails_02_01_and_the_right_one_still_works() {
+    let server = chap_server(one_way("correct-secret"));
+    let mut bad = RawClient::connect(server.portals[0]);
+    let response = chap_login(&mut bad, "wrong-secret!!");
+    assert_eq!((response.status_class, response.status_detail), (2, 1));
+    assert!(bad.closed_by_target());
+
+    let mut good = RawClient::connect(server.portals[0]);
+    let response = chap_login(&mut good, "correct-secret");
+    assert_eq!((response.status_class, response.status_detail), (0, 0));
+    assert!(response.transit);
+    let (response, _) = good.login_step(ISID_A, 1, 3, true, &[]);
+    assert_eq!((response.status_class, response.next_stage), (0, 3));
+    assert_ne!(response.tsih, 0);
+    assert!(good.ping().is_some());
+}
+
+#[test]
+fn unknown_initiator_fails_02_02() {
+    let server = chap_server(ChapRequirement::None);
+    let mut client = RawClient::connect(server.portals[0]);
+    let (response, _) = client.login_step(
+        ISID_A,
+        1,
+        3,
+        true,
+        &[
+            ("InitiatorName", "iqn.2024-01.org.example:stranger"),
+            ("TargetName", TARGET_IQN),
+        ],
+    );
+    assert_eq!((response.status_class, response.status_detail), (2, 2));
+    let mut known = RawClient::connect(server.portals[0]);
+    known.login_normal(INITIATOR_IQN, ISID_B);
+    assert!(known.ping().is_some());
+}
+
+#[test]
+fn unknown_target_name_fails_02_03_and_missing_initiator_name_02_07() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    let (response, _) = client.login_step(
+        ISID_A,
+        1,
+        3,
+        true,
+        &[
+            ("InitiatorName", INITIATOR_IQN),
+            ("TargetName", "iqn.2024-01.org.example:nothing"),
+        ],
+    );
+    assert_eq!((response.status_class, response.status_detail), (2, 3));
+    let mut client = RawClient::connect(server.portals[0]);
+    let (response, _) = client.login_step(ISID_A, 1, 3, true, &[("TargetName", TARGET_IQN)]);
+    assert_eq!((response.status_class, response.status_detail), (2, 7));
+}
+
+#[test]
+fn unknown_opcode_is_rejected_with_its_header_and_the_session_continues() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    let mut bhs = [0u8; 48];
+    bhs[0] = 0x1d; // not an opcode
+    bhs[16..20].copy_from_slice(&7u32.to_be_bytes());
+    client.send_bytes(&bhs);
+    let received = client.receive().expect("reject");
+    let Header::Reject(reject) = received.header else {
+        panic!("expected Reject")
+    };
+    assert_eq!(reject.reason, pdu::RejectReason::CommandNotSupported as u8);
+    assert_eq!(received.data, bhs.to_vec());
+    assert!(client.ping().is_some());
+}
+
+#[test]
+fn oversized_data_segment_is_rejected_and_the_session_continues() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    // 300 KiB NOP-Out data against a 256 KiB MaxRecvDataSegmentLength.
+    let header = Header::NopOut(pdu::NopOut {
+        immediate: true,
+        lun: [0; 8],
+        initiator_task_tag: 99,
+        target_transfer_tag: RESERVED_TAG,
+        cmd_sn: client.cmd_sn,
+        exp_stat_sn: client.exp_stat_sn,
+    });
+    client.send(&header, &vec![0x5a; 300 * 1024]);
+    let received = client.receive().expect("reject");
+    let Header::Reject(reject) = received.header else {
+        panic!("expected Reject")
+    };
+    assert_eq!(reject.reason, pdu::RejectReason::ProtocolError as u8);
+    assert_eq!(&received.data[16..20], &99u32.to_be_bytes());
+    assert!(client.ping().is_some());
+}
+
+#[test]
+fn cmd_sn_outside_the_window_is_ignored() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    let login = client.login_normal(INITIATOR_IQN, ISID_A);
+    let window_end = login.max_cmd_sn;
+    // Beyond MaxCmdSN: silently discarded (RFC 7143 §4.2.2.1).
+    let saved = client.cmd_sn;
+    client.cmd_sn = window_end.wrapping_add(1);
+    client
+        .stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    assert!(
+        client.ping().is_none(),
+        "a command beyond MaxCmdSN was answered"
+    );
+    // Below ExpCmdSN: a duplicate, also discarded.
+    client.cmd_sn = saved.wrapping_sub(1);
+    assert!(
+        client.ping().is_none(),
+        "a command below ExpCmdSN was answered"
+    );
+    client
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    client.cmd_sn = saved;
+    let nop = client.ping().expect("in-window command answered");
+    assert_eq!(nop.exp_cmd_sn, saved.wrapping_add(1));
+}
+
+#[test]
+fn commands_ahead_of_exp_cmd_sn_wait_for_the_gap() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    let first = client.cmd_sn;
+    client.cmd_sn = first + 1;
+    client
+        .stream
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(client.ping().is_none(), "CmdSN+1 ran before CmdSN");
+    client
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    client.cmd_sn = first;
+    // Filling the gap runs both, in order: two NOP-Ins.
+    let itt_second = client.itt;
+    let nop = client.ping().expect("gap filled");
+    let held = client.receive().expect("held command answered");
+    let Header::NopIn(held) = held.header else {
+        panic!("expected NOP-In")
+    };
+    assert_eq!(held.initiator_task_tag, itt_second);
+    assert_eq!(held.exp_cmd_sn, first + 2);
+    assert!(nop.exp_cmd_sn >= first + 1);
+}
+
+#[test]
+fn garbage_before_login_closes_only_that_connection() {
+    let server = TestServer::start();
+    let mut garbage = RawClient::connect(server.portals[0]);
+    garbage.send_bytes(&[0xffu8; 200]);
+    assert!(
+        garbage.closed_by_target(),
+        "garbage login was not closed at once"
+    );
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    assert!(client.ping().is_some());
+}
+
+#[test]
+fn silent_connection_is_closed_after_the_login_timeout() {
+    let mut config = test_config();
+    config.timeouts.login = Duration::from_millis(300);
+    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let mut idle = RawClient::connect(server.portals[0]);
+    assert!(idle.closed_by_target(), "an idle login was not timed out");
+}
+
+#[test]
+fn unanswered_nop_in_ping_closes_the_connection() {
+    let mut config = test_config();
+    config.timeouts.nop_in_interval = Duration::from_millis(200);
+    config.timeouts.nop_in_timeout = Duration::from_millis(300);
+    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    let ping = client.receive().expect("NOP-In ping");
+    let Header::NopIn(nop) = ping.header else {
+        panic!("expected NOP-In")
+    };
+    assert_eq!(nop.initiator_task_tag, RESERVED_TAG);
+    assert_ne!(nop.target_transfer_tag, RESERVED_TAG);
+    assert!(
+        client.closed_by_target(),
+        "connection kept without a ping answer"
+    );
+    wait_for(|| server.disk.nexus_dropped.load(Ordering::SeqCst) == 1);
+}
+
+#[test]
+fn reusing_an_isid_reinstates_the_session() {
+    let server = TestServer::start();
+    let mut old = RawClient::connect(server.portals[0]);
+    old.login_normal(INITIATOR_IQN, ISID_A);
+    let mut new = RawClient::connect(server.portals[0]);
+    new.login_normal(INITIATOR_IQN, ISID_A);
+    assert!(
+        old.closed_by_target(),
+        "the old session survived reinstatement"
+    );
+    assert!(new.ping().is_some());
+    assert_eq!(server.disk.nexus_created.load(Ordering::SeqCst), 2);
+    assert_eq!(server.disk.nexus_dropped.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn logout_answers_and_closes() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    let header = Header::LogoutRequest(pdu::LogoutRequest {
+        immediate: true,
+        reason: 0,
+        initiator_task_tag: 55,
+        cid: 0,
+        cmd_sn: client.cmd_sn,
+        exp_stat_sn: client.exp_stat_sn,
+    });
+    client.send(&header, &[]);
+    let received = client.receive().expect("logout response");
+    let Header::LogoutResponse(response) = received.header else {
+        panic!("expected Logout")
+    };
+    assert_eq!((response.response, response.initiator_task_tag), (0, 55));
+    assert!(client.closed_by_target());
+}
+
+#[test]
+fn read_and_write_round_trip_with_residual_and_sense() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    // WRITE(10) of 2 blocks at LBA 8 as immediate data.
+    let data: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
+    let replies = client.scsi_command(&[0x2a, 0, 0, 0, 0, 8, 0, 0, 2, 0], 0, &data);
+    let Header::ScsiResponse(response) = &replies.last().unwrap().header else {
+        panic!()
+    };
+    assert_eq!(response.status, 0);
+    assert_eq!(server.disk.read_bytes(8 * 512, 1024), data);
+    // READ(10) of the same blocks with a 4096-byte expectation: underflow 3072.
+    let replies = client.scsi_command(&[0x28, 0, 0, 0, 0, 8, 0, 0, 2, 0], 4096, &[]);
+    let read: Vec<u8> = replies.iter().flat_map(|r| r.data.clone()).collect();
+    assert_eq!(read, data);
+    let Header::DataIn(last) = &replies.last().unwrap().header else {
+        panic!("phase collapse")
+    };
+    assert!(last.status_present && last.residual_underflow);
+    assert_eq!(last.residual_bytes, 3072);
+    // An unknown opcode gets CHECK CONDITION with the sense in the response.
+    let replies = client.scsi_command(&[0xc7, 0, 0, 0, 0, 0], 0, &[]);
+    let received = replies.last().unwrap();
+    let Header::ScsiResponse(response) = &received.header else {
+        panic!()
+    };
+    assert_eq!(response.status, 2);
+    assert_eq!(received.data[0..2], 18u16.to_be_bytes());
+    assert_eq!(received.data[2 + 2] & 0x0f, 5);
+}
+
+#[test]
+fn discovery_lists_every_portal() {
+    let server = TestServer::start_with(test_config(), Arc::new(lacuna_iscsi::OpenAccess), 2);
+    let mut client = RawClient::connect(server.portals[0]);
+    let (response, _) = client.login_step(
+        ISID_A,
+        1,
+        3,
+        true,
+        &[
+            ("InitiatorName", INITIATOR_IQN),
+            ("SessionType", "Discovery"),
+        ],
+    );
+    assert_eq!(response.status_class, 0);
+    let header = Header::TextRequest(pdu::TextRequest {
+        immediate: true,
+        final_bit: true,
+        continue_bit: false,
+        lun: [0; 8],
+        initiator_task_tag: 3,
+        target_transfer_tag: RESERVED_TAG,
+        cmd_sn: client.cmd_sn,
+        exp_stat_sn: client.exp_stat_sn,
+    });
+    client.send(&header, b"SendTargets=All\0");
+    let received = client.receive().expect("text response");
+    let text = String::from_utf8(received.data).unwrap();
+    assert!(text.contains(&format!("TargetName={TARGET_IQN}")), "{text}");
+    for portal in &server.portals {
+        assert!(
+            text.contains(&format!("TargetAddress={portal},1")),
+            "{text}"
+        );
+    }
+    // SCSI commands have no place in a discovery session.
+    let replies = client.scsi_command(&[0, 0, 0, 0, 0, 0], 0, &[]);
+    assert!(matches!(replies[0].header, Header::Reject(_)));
+}

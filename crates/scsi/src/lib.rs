@@ -4,6 +4,31 @@
 //! It knows nothing of sockets or PDUs: a transport (iSCSI today) turns its wire format into
 //! [`target::Command`]s on an [`target::ItNexus`] and hands them to a [`target::ScsiTarget`].
 //! It knows nothing of segments or mappings either: storage is reached through the traits in
-//! [`backend`], which the daemon implements over the engine.
+//! [`backend`], which the daemon implements over the engine. [`ScsiCore`] is the device
+//! server; [`memory`] is the reference backend for tests and conformance runs.
 
+pub mod backend;
+pub mod memory;
+pub mod sense;
 pub mod target;
+
+mod block;
+mod capacity;
+mod caw;
+mod commands;
+mod dispatch;
+mod inquiry;
+mod medium;
+mod mode;
+mod provisioning;
+mod range_lock;
+mod report;
+mod reservation;
+mod rw;
+mod sanitize;
+mod unit_attention;
+mod unit_state;
+mod xcopy;
+
+pub use block::MAX_TRANSFER_BYTES;
+pub use dispatch::{Identity, ScsiCore};

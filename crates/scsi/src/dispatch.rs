@@ -1,0 +1,419 @@
+//! The device server: one [`ScsiCore`] serves every logical unit of the array to every
+//! I_T nexus, implementing [`ScsiTarget`].
+//!
+//! Why one dispatcher: SAM and SPC fix the order in which a command is judged — is the LUN
+//! there, is a unit attention pending, is the CDB one we know, does a reservation forbid
+//! it, is the medium ready — before any command-specific work. Doing that once, here, keeps
+//! every command consistent; the command modules then only validate their own fields and
+//! do their work.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::backend::{Backend, LogicalUnit, UnitId};
+use crate::block::Geometry;
+use crate::commands::{self, opcode as op, service_action as sa, CommandSpec};
+use crate::sense::{AdditionalSense, Sense, SenseFormat, SenseKey};
+use crate::target::{
+    Command, CommandOutcome, ItNexus, ScsiStatus, ScsiTarget, TaskManagementFunction,
+    TaskManagementResponse,
+};
+use crate::unit_attention::{self, NexusState};
+use crate::unit_state::UnitState;
+use crate::{
+    capacity, caw, inquiry, medium, mode, provisioning, report, reservation, rw, sanitize, xcopy,
+};
+
+/// Why a command did not complete with GOOD status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    Check(Sense),
+    ReservationConflict,
+}
+
+impl From<Sense> for Failure {
+    fn from(sense: Sense) -> Self {
+        Failure::Check(sense)
+    }
+}
+
+/// Data-In on success.
+pub(crate) type CommandResult = Result<Vec<u8>, Failure>;
+
+/// Strings reported in standard INQUIRY data (ASCII, space padded by the SCSI layer).
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub vendor: String,
+    pub product: String,
+    pub revision: String,
+}
+
+impl Default for Identity {
+    fn default() -> Self {
+        Self {
+            vendor: "LACUNA".to_string(),
+            product: "Lacuna volume".to_string(),
+            revision: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+/// Everything a command handler may look at.
+pub(crate) struct Request<'a> {
+    pub core: &'a ScsiCore,
+    pub nexus: &'a ItNexus,
+    pub cdb: &'a [u8],
+    pub data_out: &'a [u8],
+    pub unit: &'a Arc<dyn LogicalUnit>,
+    pub state: &'a UnitState,
+    pub geometry: Geometry,
+    pub nexus_state: &'a Mutex<NexusState>,
+}
+
+impl Request<'_> {
+    /// DATA PROTECT when the unit refuses writes (read-only unit, or SWP set).
+    pub(crate) fn check_writable(&self) -> Result<(), Sense> {
+        if self.unit.read_only() {
+            return Err(Sense::new(
+                SenseKey::DataProtect,
+                AdditionalSense::WRITE_PROTECTED,
+            ));
+        }
+        if self.state.software_write_protected() {
+            return Err(Sense::new(
+                SenseKey::DataProtect,
+                AdditionalSense::SOFTWARE_WRITE_PROTECTED,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The transport-independent SCSI device server for the whole array.
+pub struct ScsiCore {
+    backend: Arc<dyn Backend>,
+    identity: Identity,
+    nexuses: Mutex<HashMap<ItNexus, Arc<Mutex<NexusState>>>>,
+    units: Mutex<HashMap<UnitId, Arc<UnitState>>>,
+}
+
+impl ScsiCore {
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        Self::with_identity(backend, Identity::default())
+    }
+
+    pub fn with_identity(backend: Arc<dyn Backend>, identity: Identity) -> Self {
+        Self {
+            backend,
+            identity,
+            nexuses: Mutex::new(HashMap::new()),
+            units: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The state of `nexus`, created on first use, with its LUN map brought up to date.
+    fn nexus_state(&self, nexus: &ItNexus) -> Arc<Mutex<NexusState>> {
+        let generation = self.backend.lun_map_generation();
+        let state = {
+            let mut nexuses = self.nexuses.lock();
+            if let Some(state) = nexuses.get(nexus) {
+                Arc::clone(state)
+            } else {
+                let lun_map = self.backend.units_for(&nexus.initiator_name);
+                let state = Arc::new(Mutex::new(NexusState::new(
+                    lun_map,
+                    generation,
+                    self.backend.soft_threshold_events(),
+                )));
+                nexuses.insert(nexus.clone(), Arc::clone(&state));
+                return state;
+            }
+        };
+        let stale = state.lock().lun_map_generation < generation;
+        if stale {
+            let lun_map = self.backend.units_for(&nexus.initiator_name);
+            let mut locked = state.lock();
+            if locked.lun_map_generation < generation {
+                locked.replace_lun_map(lun_map, generation);
+            }
+        }
+        state
+    }
+
+    pub(crate) fn unit_state(&self, unit: &dyn LogicalUnit) -> Arc<UnitState> {
+        let mut units = self.units.lock();
+        Arc::clone(
+            units
+                .entry(unit.unit_id())
+                .or_insert_with(|| Arc::new(UnitState::new())),
+        )
+    }
+
+    /// Calls `visit` for every known nexus (for unit attentions raised by one nexus on
+    /// others). The caller must not hold any nexus lock.
+    pub(crate) fn for_each_nexus(&self, mut visit: impl FnMut(&ItNexus, &mut NexusState)) {
+        let nexuses: Vec<(ItNexus, Arc<Mutex<NexusState>>)> = self
+            .nexuses
+            .lock()
+            .iter()
+            .map(|(n, s)| (n.clone(), Arc::clone(s)))
+            .collect();
+        for (nexus, state) in nexuses {
+            visit(&nexus, &mut state.lock());
+        }
+    }
+
+    /// The units `initiator_name` may address (EXTENDED COPY target descriptors).
+    pub(crate) fn units_visible_to(&self, nexus: &ItNexus) -> Vec<Arc<dyn LogicalUnit>> {
+        let state = self.nexus_state(nexus);
+        let units = state
+            .lock()
+            .lun_map
+            .iter()
+            .map(|e| Arc::clone(&e.unit))
+            .collect();
+        units
+    }
+
+    fn execute_without_unit(&self, command: &Command<'_>) -> CommandOutcome {
+        let not_supported = Sense::illegal_request(AdditionalSense::LOGICAL_UNIT_NOT_SUPPORTED);
+        let result = match command.cdb.first().copied() {
+            Some(op::INQUIRY) => inquiry::no_unit(command.cdb).map_err(Failure::from),
+            Some(op::REQUEST_SENSE) => {
+                medium::request_sense_without_unit(command.cdb, not_supported)
+            }
+            _ => Err(Failure::Check(not_supported)),
+        };
+        outcome(result, SenseFormat::Fixed)
+    }
+
+    fn execute_on_unit(&self, request: &Request<'_>) -> CommandResult {
+        let opcode = request.cdb.first().copied().unwrap_or(0xff);
+        if !unit_attention::is_exempt(opcode) {
+            let mut nexus = request.nexus_state.lock();
+            nexus.observe_soft_threshold(self.backend.soft_threshold_events());
+            if let Some(code) = nexus.take(request.unit.as_ref()) {
+                return Err(Failure::Check(Sense::unit_attention(code)));
+            }
+        }
+        let command = commands::identify(request.cdb)?;
+        reservation::check_access(request, command)?;
+        if !unit_attention::is_exempt(opcode) && request.state.sanitize_in_progress() {
+            return Err(Failure::Check(sanitize::in_progress_sense(request.state)));
+        }
+        if command.needs_medium && !request.state.medium_present() {
+            return Err(Failure::Check(Sense::new(
+                SenseKey::NotReady,
+                AdditionalSense::MEDIUM_NOT_PRESENT,
+            )));
+        }
+        run(request, command)
+    }
+}
+
+/// Runs one identified command.
+fn run(request: &Request<'_>, command: &CommandSpec) -> CommandResult {
+    match (command.opcode, command.service_action) {
+        (op::TEST_UNIT_READY, _) => Ok(Vec::new()),
+        (op::REQUEST_SENSE, _) => medium::request_sense(request),
+        (op::INQUIRY, _) => inquiry::inquiry(request),
+        (op::MODE_SENSE_6 | op::MODE_SENSE_10, _) => mode::mode_sense(request),
+        (op::MODE_SELECT_6 | op::MODE_SELECT_10, _) => mode::mode_select(request),
+        (op::START_STOP_UNIT, _) => medium::start_stop_unit(request),
+        (op::PREVENT_ALLOW_MEDIUM_REMOVAL, _) => medium::prevent_allow(request),
+        (op::READ_CAPACITY_10, _) => capacity::read_capacity_10(request),
+        (op::SERVICE_ACTION_IN_16, Some(sa::READ_CAPACITY_16)) => {
+            capacity::read_capacity_16(request)
+        }
+        (op::SERVICE_ACTION_IN_16, Some(sa::GET_LBA_STATUS)) => {
+            provisioning::get_lba_status(request)
+        }
+        (op::READ_6 | op::READ_10 | op::READ_12 | op::READ_16, _) => rw::read(request),
+        (op::WRITE_6 | op::WRITE_10 | op::WRITE_12 | op::WRITE_16 | op::WRITE_ATOMIC_16, _) => {
+            rw::write(request)
+        }
+        (op::WRITE_AND_VERIFY_10 | op::WRITE_AND_VERIFY_12 | op::WRITE_AND_VERIFY_16, _) => {
+            rw::write_and_verify(request)
+        }
+        (op::VERIFY_10 | op::VERIFY_12 | op::VERIFY_16, _) => rw::verify(request),
+        (op::ORWRITE_16, _) => rw::orwrite(request),
+        (op::PRE_FETCH_10 | op::PRE_FETCH_16, _) => rw::pre_fetch(request),
+        (op::SYNCHRONIZE_CACHE_10 | op::SYNCHRONIZE_CACHE_16, _) => rw::synchronize_cache(request),
+        (op::READ_DEFECT_DATA_10 | op::READ_DEFECT_DATA_12, _) => {
+            capacity::read_defect_data(request)
+        }
+        (op::COMPARE_AND_WRITE, _) => caw::compare_and_write(request),
+        (op::WRITE_SAME_10 | op::WRITE_SAME_16, _) => provisioning::write_same(request),
+        (op::UNMAP, _) => provisioning::unmap(request),
+        (op::EXTENDED_COPY, _) => xcopy::extended_copy(request),
+        (op::RECEIVE_COPY_RESULTS, Some(action)) => xcopy::receive_copy_results(request, action),
+        (op::REPORT_LUNS, _) => report::report_luns(request.cdb, request.nexus_state),
+        (op::MAINTENANCE_IN, Some(sa::REPORT_SUPPORTED_OPERATION_CODES)) => {
+            report::report_supported_operation_codes(request)
+        }
+        (op::MAINTENANCE_IN, Some(sa::REPORT_SUPPORTED_TASK_MANAGEMENT_FUNCTIONS)) => {
+            report::report_supported_task_management_functions(request)
+        }
+        (op::RESERVE_6 | op::RESERVE_10, _) => reservation::reserve(request),
+        (op::RELEASE_6 | op::RELEASE_10, _) => reservation::release(request),
+        (op::PERSISTENT_RESERVE_IN, Some(action)) => {
+            reservation::persistent_reserve_in(request, action)
+        }
+        (op::PERSISTENT_RESERVE_OUT, Some(action)) => {
+            reservation::persistent_reserve_out(request, action)
+        }
+        _ => {
+            // The command table and this match disagree: a bug, answered cleanly.
+            debug_assert!(false, "no handler for {}", command.name);
+            Err(Failure::Check(Sense::invalid_opcode()))
+        }
+    }
+}
+
+fn outcome(result: CommandResult, format: SenseFormat) -> CommandOutcome {
+    match result {
+        Ok(data_in) => CommandOutcome {
+            status: ScsiStatus::Good,
+            data_in,
+            sense: Vec::new(),
+        },
+        Err(Failure::Check(sense)) => CommandOutcome {
+            status: ScsiStatus::CheckCondition,
+            data_in: Vec::new(),
+            sense: sense.encode(format),
+        },
+        Err(Failure::ReservationConflict) => CommandOutcome {
+            status: ScsiStatus::ReservationConflict,
+            data_in: Vec::new(),
+            sense: Vec::new(),
+        },
+    }
+}
+
+impl ScsiTarget for ScsiCore {
+    fn nexus_created(&self, nexus: &ItNexus) {
+        // A reinstated nexus starts over: fresh unit attentions and LUN map.
+        self.nexuses.lock().remove(nexus);
+        let _ = self.nexus_state(nexus);
+    }
+
+    fn nexus_dropped(&self, nexus: &ItNexus) {
+        self.nexuses.lock().remove(nexus);
+        let units: Vec<Arc<UnitState>> = self.units.lock().values().cloned().collect();
+        for unit in units {
+            unit.forget_nexus(nexus);
+        }
+    }
+
+    fn execute(&self, nexus: &ItNexus, command: Command<'_>) -> CommandOutcome {
+        let nexus_state = self.nexus_state(nexus);
+        let unit = {
+            let state = nexus_state.lock();
+            state
+                .lun_map
+                .iter()
+                .find(|e| e.lun == command.lun)
+                .map(|e| Arc::clone(&e.unit))
+        };
+        let Some(unit) = unit else {
+            if command.cdb.first() == Some(&op::REPORT_LUNS) {
+                // REPORT LUNS is answered whichever LUN it is addressed to (SPC-5 6.33).
+                let result = commands::identify(command.cdb)
+                    .map_err(Failure::from)
+                    .and_then(|_| report::report_luns(command.cdb, &nexus_state));
+                return outcome(result, SenseFormat::Fixed);
+            }
+            return self.execute_without_unit(&command);
+        };
+        let state = self.unit_state(unit.as_ref());
+        let request = Request {
+            core: self,
+            nexus,
+            cdb: command.cdb,
+            data_out: command.data_out,
+            unit: &unit,
+            state: &state,
+            geometry: Geometry::of(unit.as_ref()),
+            nexus_state: &nexus_state,
+        };
+        let result = self.execute_on_unit(&request);
+        if let Err(Failure::Check(sense)) = &result {
+            tracing::debug!(
+                opcode = command.cdb.first().copied().unwrap_or(0),
+                key = sense.key as u8,
+                asc = sense.code.asc,
+                ascq = sense.code.ascq,
+                "check condition"
+            );
+        }
+        outcome(result, state.sense_format())
+    }
+
+    fn task_management(
+        &self,
+        nexus: &ItNexus,
+        lun: u64,
+        function: TaskManagementFunction,
+    ) -> TaskManagementResponse {
+        match function {
+            TaskManagementFunction::AbortTask { .. }
+            | TaskManagementFunction::AbortTaskSet
+            | TaskManagementFunction::ClearTaskSet => TaskManagementResponse::FunctionComplete,
+            TaskManagementFunction::ClearAca => TaskManagementResponse::FunctionNotSupported,
+            TaskManagementFunction::LogicalUnitReset => {
+                let nexus_state = self.nexus_state(nexus);
+                let unit = nexus_state
+                    .lock()
+                    .lun_map
+                    .iter()
+                    .find(|e| e.lun == lun)
+                    .map(|e| Arc::clone(&e.unit));
+                let Some(unit) = unit else {
+                    return TaskManagementResponse::LunDoesNotExist;
+                };
+                self.reset_unit(
+                    unit.as_ref(),
+                    AdditionalSense::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
+                );
+                TaskManagementResponse::FunctionComplete
+            }
+            TaskManagementFunction::TargetWarmReset => {
+                self.reset_target(AdditionalSense::BUS_DEVICE_RESET_FUNCTION_OCCURRED);
+                TaskManagementResponse::FunctionComplete
+            }
+            TaskManagementFunction::TargetColdReset => {
+                self.reset_target(AdditionalSense::POWER_ON_OCCURRED);
+                TaskManagementResponse::FunctionComplete
+            }
+        }
+    }
+}
+
+impl ScsiCore {
+    /// A logical unit reset (SAM-5 6.6): SPC-2 reservations and medium-removal prevention
+    /// are cleared, persistent reservations survive, and every nexus gets `code`.
+    fn reset_unit(&self, unit: &dyn LogicalUnit, code: AdditionalSense) {
+        let unit_id = unit.unit_id();
+        self.unit_state(unit).reset();
+        self.for_each_nexus(|_, state| state.reset(&unit_id, code));
+    }
+
+    fn reset_target(&self, code: AdditionalSense) {
+        let units: Vec<(UnitId, Arc<UnitState>)> = self
+            .units
+            .lock()
+            .iter()
+            .map(|(id, state)| (*id, Arc::clone(state)))
+            .collect();
+        for (unit_id, state) in units {
+            state.reset();
+            self.for_each_nexus(|_, nexus| nexus.reset(&unit_id, code));
+        }
+    }
+}

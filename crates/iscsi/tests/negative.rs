@@ -389,3 +389,48 @@ fn discovery_lists_every_portal() {
     let replies = client.scsi_command(&[0, 0, 0, 0, 0, 0], 0, &[]);
     assert!(matches!(replies[0].header, Header::Reject(_)));
 }
+
+#[test]
+fn crc32c_digests_protect_full_feature_pdus() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    let (response, text) = client.login_step(
+        ISID_A,
+        1,
+        3,
+        true,
+        &[
+            ("InitiatorName", INITIATOR_IQN),
+            ("TargetName", TARGET_IQN),
+            ("HeaderDigest", "CRC32C,None"),
+            ("DataDigest", "CRC32C"),
+        ],
+    );
+    assert_eq!(response.status_class, 0);
+    assert_eq!(text.get("HeaderDigest"), Some("CRC32C"));
+    assert_eq!(text.get("DataDigest"), Some("CRC32C"));
+    client.digests = pdu::Digests {
+        header: true,
+        data: true,
+    };
+    // Both directions carry valid digests (checked in RawClient::receive).
+    assert!(client.ping().is_some());
+    let replies = client.scsi_command(&[0x12, 0, 0, 0, 36, 0], 36, &[]);
+    assert_eq!(&replies[0].data[8..14], b"LACUNA");
+    // A corrupted header digest ends the connection (ErrorRecoveryLevel 0).
+    let header = Header::NopOut(pdu::NopOut {
+        immediate: true,
+        lun: [0; 8],
+        initiator_task_tag: 77,
+        target_transfer_tag: RESERVED_TAG,
+        cmd_sn: client.cmd_sn,
+        exp_stat_sn: client.exp_stat_sn,
+    });
+    let mut bytes = pdu::encode_pdu(&header, &[], &[], client.digests);
+    bytes[48] ^= 0xff;
+    client.send_bytes(&bytes);
+    assert!(
+        client.closed_by_target(),
+        "a bad header digest was accepted"
+    );
+}

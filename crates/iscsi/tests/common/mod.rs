@@ -402,6 +402,8 @@ pub struct RawClient {
     pub cmd_sn: u32,
     pub exp_stat_sn: u32,
     pub itt: u32,
+    /// Digests in use (set after a login that negotiated them).
+    pub digests: lacuna_iscsi::pdu::Digests,
 }
 
 /// One received PDU: parsed header, raw BHS and data segment.
@@ -422,6 +424,7 @@ impl RawClient {
             cmd_sn: 1,
             exp_stat_sn: 0,
             itt: 1,
+            digests: Default::default(),
         }
     }
 
@@ -431,7 +434,7 @@ impl RawClient {
     }
 
     pub fn send(&mut self, header: &lacuna_iscsi::pdu::Header, data: &[u8]) {
-        let bytes = lacuna_iscsi::pdu::encode_pdu(header, &[], data, Default::default());
+        let bytes = lacuna_iscsi::pdu::encode_pdu(header, &[], data, self.digests);
         self.send_bytes(&bytes);
     }
 
@@ -443,9 +446,27 @@ impl RawClient {
         let ahs_len = lacuna_iscsi::pdu::ahs_len_bytes(&bhs);
         let data_len = lacuna_iscsi::pdu::data_segment_len_bytes(&bhs) as usize;
         let padded = data_len + lacuna_iscsi::pdu::padding_len_bytes(data_len);
-        let mut rest = vec![0u8; ahs_len + padded];
+        let header_digest = if self.digests.header { 4 } else { 0 };
+        let data_digest = if self.digests.data && data_len > 0 {
+            4
+        } else {
+            0
+        };
+        let mut rest = vec![0u8; ahs_len + header_digest + padded + data_digest];
         self.stream.read_exact(&mut rest).ok()?;
-        let data = rest[ahs_len..ahs_len + data_len].to_vec();
+        if self.digests.header {
+            let received = u32::from_le_bytes(rest[ahs_len..ahs_len + 4].try_into().unwrap());
+            let computed = lacuna_iscsi::pdu::digest(&[&bhs, &rest[..ahs_len]]);
+            assert_eq!(received, computed, "target sent a bad header digest");
+        }
+        let data_start = ahs_len + header_digest;
+        if data_digest > 0 {
+            let end = data_start + padded;
+            let received = u32::from_le_bytes(rest[end..end + 4].try_into().unwrap());
+            let computed = lacuna_iscsi::pdu::digest(&[&rest[data_start..end]]);
+            assert_eq!(received, computed, "target sent a bad data digest");
+        }
+        let data = rest[data_start..data_start + data_len].to_vec();
         let header = lacuna_iscsi::pdu::Header::parse(&bhs).expect("target sends valid PDUs");
         Some(Received { header, bhs, data })
     }

@@ -38,8 +38,12 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Engine(e) => match e {
-                EngineError::VolumeNotFound(_) => StatusCode::NOT_FOUND,
-                EngineError::VolumeExists(_) => StatusCode::CONFLICT,
+                EngineError::VolumeNotFound(_) | EngineError::SnapshotNotFound(_) => {
+                    StatusCode::NOT_FOUND
+                }
+                EngineError::VolumeExists(_) | EngineError::SnapshotExists(_) => {
+                    StatusCode::CONFLICT
+                }
                 EngineError::InvalidArgument(_) | EngineError::OutOfRange { .. } => {
                     StatusCode::BAD_REQUEST
                 }

@@ -26,11 +26,7 @@ impl Drop for Fixture {
 fn fixture(tag: &str) -> Fixture {
     let dir = std::env::temp_dir().join(format!("lacuna-api-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let engine = Engine::open(EngineConfig {
-        data_dir: dir.clone(),
-        capacity_bytes: 1 << 30,
-    })
-    .unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.clone(), 1 << 30)).unwrap();
     let token = load_or_create_token(&dir).unwrap();
     Fixture {
         app: router(ApiState::new(engine.clone(), token.clone())),
@@ -164,8 +160,12 @@ async fn volumes_lifecycle_and_errors() {
     assert_eq!(body["provisioned_bytes"], 2097152);
     let (status, _) = call(&f, "DELETE", "/v1/volumes/v1", t, None).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    let (status, _) = call(&f, "GET", "/v1/volumes/v1", t, None).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Destroyed, not gone: still visible with its destruction time, not listed.
+    let (status, body) = call(&f, "GET", "/v1/volumes/v1", t, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body["destroyed_unix_s"].is_u64(), "{body}");
+    let (_, body) = call(&f, "GET", "/v1/volumes", t, None).await;
+    assert_eq!(body.as_array().unwrap().len(), 0);
     let (status, _) = call(&f, "GET", "/v1/nothing", t, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let big = format!(r#"{{"name":"{}","size_bytes":1}}"#, "x".repeat(100_000));

@@ -43,6 +43,11 @@ fn info(name: &str, size_bytes: u64) -> VolumeInfo {
         shared_physical_bytes: 0,
         data_reduction_ratio: 1.0,
         created_unix_s: 0,
+        provisioning: lacuna_engine::Provisioning::Thin,
+        reserved_bytes: 0,
+        snapshot_count: 0,
+        destroyed_unix_s: None,
+        eradicate_at_unix_s: None,
     }
 }
 
@@ -112,6 +117,16 @@ pub fn space_report() -> SpaceReport {
         total_reduction_ratio: 1.0,
         volume_count: 0,
         segment_count: 0,
+        volume_unique_bytes: 0,
+        snapshot_bytes: 0,
+        shared_bytes: 0,
+        reserved_bytes: 0,
+        thin_available_bytes: 1 << 30,
+        soft_threshold_percent: 80,
+        soft_threshold_exceeded: false,
+        soft_threshold_events: 0,
+        snapshot_count: 0,
+        destroyed_volume_count: 0,
     }
 }
 

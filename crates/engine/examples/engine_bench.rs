@@ -14,11 +14,7 @@ fn main() {
         .unwrap_or_else(|| "/tmp/lacuna-engine-bench".into());
     let grains: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(65536);
     let _ = std::fs::remove_dir_all(&dir);
-    let engine = Engine::open(EngineConfig {
-        data_dir: dir.clone().into(),
-        capacity_bytes: 64 << 30,
-    })
-    .unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.clone(), 64 << 30)).unwrap();
     engine.create_volume("bench", grains * 4096).unwrap();
     let vol = engine.open_volume("bench").unwrap();
     let mut state = 0x9e37_79b9_7f4a_7c15u64;

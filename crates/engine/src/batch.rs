@@ -147,10 +147,22 @@ impl Engine {
                     job.complete(Ok(()));
                 }
             }
-            Err(error) if batch.len() == 1 => batch[0].complete(Err(error)),
+            Err(error) if batch.len() == 1 => {
+                if matches!(error, crate::EngineError::NoSpace(_)) {
+                    self.stats
+                        .no_space_errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                batch[0].complete(Err(error))
+            }
             Err(_) => {
                 for job in batch {
                     let result = self.transact_jobs(ws, std::slice::from_ref(job));
+                    if matches!(result, Err(crate::EngineError::NoSpace(_))) {
+                        self.stats
+                            .no_space_errors
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     job.complete(result);
                 }
             }
@@ -158,10 +170,12 @@ impl Engine {
     }
 
     fn transact_jobs(&self, ws: &mut WriterState, batch: &[Arc<WriteJob>]) -> Result<()> {
-        let bits = self.transact(ws, true, |st, t, ws| {
+        let (bits, seq) = self.transact(ws, true, |st, t, ws| {
             let seq = st.take_seq();
             let mut bits = Vec::with_capacity(batch.len());
             for job in batch {
+                let snapshot_seqs = job.volume.snapshot_seqs.lock().clone();
+                st.thick = job.volume.provisioning.is_thick();
                 let mut job_bits = Vec::with_capacity(job.contents.len());
                 for (i, content) in job.contents.iter().enumerate() {
                     let target = match content {
@@ -174,17 +188,27 @@ impl Engine {
                         job.volume.id,
                         job.first_grain + i as u64,
                         MapValue { seq, target },
+                        &snapshot_seqs,
                     )?;
                 }
                 bits.push(job_bits);
             }
-            Ok(bits)
+            Ok((bits, seq))
         })?;
         // Still under the writer mutex: bitmap updates land in commit order.
         for (job, job_bits) in batch.iter().zip(bits) {
+            job.volume
+                .last_change_seq
+                .store(seq, std::sync::atomic::Ordering::SeqCst);
             let mut bitmap = job.volume.bitmap.lock();
+            let before = bitmap.count();
             for (i, is_data) in job_bits.into_iter().enumerate() {
                 bitmap.set(job.first_grain + i as u64, is_data);
+            }
+            if job.volume.provisioning.is_thick() {
+                ws.thick_unwritten_grains = (ws.thick_unwritten_grains + before)
+                    .checked_sub(bitmap.count())
+                    .expect("thick reservation never negative");
             }
         }
         Ok(())

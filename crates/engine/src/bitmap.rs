@@ -90,6 +90,32 @@ impl DataBitmap {
         }
     }
 
+    /// Copies `len` bits of `source` starting at `source_start` to `start`: what a
+    /// clone or range copy inherits. Whole chunks at matching alignment cost O(1).
+    pub fn copy_from(&mut self, source: &DataBitmap, source_start: u64, start: u64, len: u64) {
+        let len = len
+            .min(self.grains.saturating_sub(start))
+            .min(source.grains.saturating_sub(source_start));
+        let mut done = 0;
+        while done < len {
+            let (from, to) = (source_start + done, start + done);
+            let whole_chunk = from % CHUNK_GRAINS == 0
+                && to % CHUNK_GRAINS == 0
+                && len - done >= CHUNK_GRAINS
+                && to + CHUNK_GRAINS <= self.grains;
+            if whole_chunk {
+                let index = (to / CHUNK_GRAINS) as usize;
+                let before = self.chunks[index].count();
+                self.chunks[index] = source.chunks[(from / CHUNK_GRAINS) as usize].clone();
+                self.set_count = self.set_count - before + self.chunks[index].count();
+                done += CHUNK_GRAINS;
+            } else {
+                self.set(to, source.get(from));
+                done += 1;
+            }
+        }
+    }
+
     fn set_bits(&mut self, index: usize, from: u64, to: u64, value: bool) {
         let chunk = &mut self.chunks[index];
         let mut words = match chunk {
@@ -136,5 +162,20 @@ mod tests {
         b.set_range(0, 3 * CHUNK_GRAINS, true);
         b.resize(CHUNK_GRAINS + 1);
         assert_eq!(b.count(), CHUNK_GRAINS + 1);
+    }
+
+    #[test]
+    fn copies_ranges_aligned_and_not() {
+        let mut source = DataBitmap::new(4 * CHUNK_GRAINS);
+        source.set_range(0, CHUNK_GRAINS, true);
+        source.set(CHUNK_GRAINS + 3, true);
+        let mut copy = DataBitmap::new(4 * CHUNK_GRAINS);
+        copy.copy_from(&source, 0, 0, 4 * CHUNK_GRAINS);
+        assert_eq!(copy.count(), source.count());
+        assert!(copy.get(CHUNK_GRAINS + 3) && !copy.get(CHUNK_GRAINS + 4));
+        let mut shifted = DataBitmap::new(4 * CHUNK_GRAINS);
+        shifted.copy_from(&source, CHUNK_GRAINS, 7, 10);
+        assert_eq!(shifted.count(), 1);
+        assert!(shifted.get(10));
     }
 }

@@ -1,18 +1,20 @@
 //! The volume catalog (create, delete, resize, reports) and recovery at open.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
-use redb::{Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata};
+use redb::{Durability, ReadableDatabase, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use crate::bitmap::DataBitmap;
 use crate::meta::{self, kv_error, BlockRec, MapValue, RangeKind, RangeRec, Target};
+use crate::provision::Provisioning;
 use crate::ranges::RangeMap;
 use crate::segment::{FileSegmentStore, SegmentStore};
+use crate::snapshot::{SnapshotRec, SnapshotShared};
 use crate::tx::{SegState, WriterState};
 use crate::{
     Engine, EngineError, Result, SpaceReport, VolumeInfo, VolumeShared, VolumeView, GRAIN_BYTES,
@@ -27,11 +29,27 @@ pub struct VolumeRec {
     pub name: String,
     pub size_bytes: u64,
     pub created_unix_s: u64,
+    #[serde(default)]
+    pub provisioning: Provisioning,
+    /// Set while destroyed (recoverable until eradicated).
+    #[serde(default)]
+    pub destroyed_unix_s: Option<u64>,
 }
 
 pub(crate) struct Recovered {
     pub volumes: HashMap<String, Arc<VolumeShared>>,
+    pub destroyed: HashMap<String, Arc<VolumeShared>>,
+    pub retained: BTreeMap<u64, VolumeRec>,
+    pub snapshots: BTreeMap<u64, Arc<SnapshotShared>>,
+    pub sweep_pending: BTreeMap<u64, crate::lifecycle::SweepCursor>,
     pub writer: WriterState,
+}
+
+/// What a new volume starts as: empty, or covered by one range record (zeroes
+/// for eagerzeroedthick, a reference for a clone).
+pub(crate) struct Initial<'a> {
+    pub kind: RangeKind,
+    pub bits_from: Option<(&'a VolumeShared, u64)>,
 }
 
 /// Volume names are NBD export names and, later, parts of snapshot names
@@ -62,41 +80,94 @@ fn validate_size(size_bytes: u64) -> Result<()> {
     Ok(())
 }
 
-fn now_unix_s() -> u64 {
+pub(crate) fn now_unix_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
 
-fn grains_of(size_bytes: u64) -> u64 {
+pub(crate) fn grains_of(size_bytes: u64) -> u64 {
     size_bytes.div_ceil(GRAIN_BYTES)
 }
 
 impl Engine {
+    /// Creates a thin volume.
     pub fn create_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo> {
+        self.create_volume_with(name, size_bytes, Provisioning::Thin)
+    }
+
+    /// Creates a volume of the given provisioning type. Thick types reserve their
+    /// size (refused when the array cannot honour it); eagerzeroedthick also
+    /// writes one zero range record over the whole volume.
+    pub fn create_volume_with(
+        &self,
+        name: &str,
+        size_bytes: u64,
+        provisioning: Provisioning,
+    ) -> Result<VolumeInfo> {
+        let initial = (provisioning == Provisioning::EagerZeroedThick).then_some(Initial {
+            kind: RangeKind::Pattern(0),
+            bits_from: None,
+        });
+        self.create_volume_inner(name, size_bytes, provisioning, initial)
+    }
+
+    pub(crate) fn create_volume_inner(
+        &self,
+        name: &str,
+        size_bytes: u64,
+        provisioning: Provisioning,
+        initial: Option<Initial>,
+    ) -> Result<VolumeInfo> {
         validate_name(name)?;
         validate_size(size_bytes)?;
         let mut volumes = self.volumes.write();
-        if volumes.contains_key(name) {
+        if volumes.contains_key(name) || self.destroyed.read().contains_key(name) {
             return Err(EngineError::VolumeExists(name.to_string()));
         }
         let mut ws = self.writer.lock();
-        let rec = self.transact(&mut ws, true, |st, t, _| {
+        let grains = grains_of(size_bytes);
+        if provisioning.is_thick() {
+            self.check_reservation(&ws, grains)?;
+        }
+        let (rec, ranges) = self.transact(&mut ws, true, |st, t, _| {
             st.next_volume_id += 1;
             let rec = VolumeRec {
                 id: st.next_volume_id,
                 name: name.to_string(),
                 size_bytes,
                 created_unix_s: now_unix_s(),
+                provisioning,
+                destroyed_unix_s: None,
             };
             let json = serde_json::to_vec(&rec).expect("volume record serialises");
             t.volumes()?.insert(name, &json[..]).map_err(kv_error)?;
             st.records_written += 1;
-            Ok(rec)
+            let mut ranges = RangeMap::default();
+            if let Some(initial) = &initial {
+                let range = RangeRec {
+                    end_grain: grains,
+                    seq: st.take_seq(),
+                    kind: initial.kind,
+                    reclaimed: true,
+                };
+                t.ranges()?
+                    .insert((rec.id, 0), &range.encode()[..])
+                    .map_err(kv_error)?;
+                st.records_written += 1;
+                ranges.load(0, range);
+            }
+            Ok((rec, ranges))
         })?;
+        let shared = Arc::new(volume_shared(&rec, ranges));
+        if let Some(initial) = &initial {
+            self.set_range_bits(&shared, 0, grains, initial.kind, initial.bits_from);
+        }
+        if provisioning.is_thick() {
+            ws.thick_unwritten_grains += grains - shared.bitmap.lock().count();
+        }
         drop(ws);
-        let shared = Arc::new(volume_shared(&rec, RangeMap::default()));
         volumes.insert(name.to_string(), shared.clone());
         drop(volumes);
         // A control-plane change is durable once acknowledged.
@@ -104,28 +175,18 @@ impl Engine {
         Ok(self.info_of(&shared))
     }
 
-    /// Deletes a volume at once; the reclaimer drops its mappings in the background.
-    pub fn delete_volume(&self, name: &str) -> Result<()> {
-        let mut volumes = self.volumes.write();
-        let shared = volumes
-            .get(name)
-            .cloned()
-            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))?;
-        let view = shared.view.write();
-        let mut ws = self.writer.lock();
-        let grains = grains_of(view.size_bytes);
-        self.transact(&mut ws, true, |st, t, _| {
-            t.volumes()?.remove(name).map_err(kv_error)?;
-            t.doomed()?.insert(shared.id, grains).map_err(kv_error)?;
-            st.records_written += 2;
-            Ok(())
-        })?;
-        ws.doomed.insert(shared.id, grains);
-        shared.deleted.store(true, Ordering::SeqCst);
-        volumes.remove(name);
-        drop((ws, view, volumes));
-        self.flush()?;
-        self.wake_reclaimer();
+    /// Refuses a new reservation of `grains` the array cannot honour.
+    fn check_reservation(&self, ws: &WriterState, grains: u64) -> Result<()> {
+        let wanted = grains * crate::provision::RESERVED_BYTES_PER_GRAIN;
+        let committed = ws.used_bytes()
+            + ws.reserved_bytes()
+            + crate::provision::headroom_bytes(self.config.capacity_bytes);
+        if committed.saturating_add(wanted) > self.config.capacity_bytes {
+            return Err(EngineError::NoSpace(format!(
+                "cannot reserve {wanted} bytes: {} of {} bytes used or reserved",
+                committed, self.config.capacity_bytes
+            )));
+        }
         Ok(())
     }
 
@@ -140,12 +201,11 @@ impl Engine {
         }
         let mut view = shared.view.write();
         let mut ws = self.writer.lock();
-        let rec = VolumeRec {
-            id: shared.id,
-            name: shared.name.clone(),
-            size_bytes,
-            created_unix_s: shared.created_unix_s,
-        };
+        let (old_grains, new_grains) = (grains_of(view.size_bytes), grains_of(size_bytes));
+        if shared.provisioning.is_thick() && new_grains > old_grains {
+            self.check_reservation(&ws, new_grains - old_grains)?;
+        }
+        let rec = shared.rec(size_bytes);
         self.transact(&mut ws, true, |st, t, _| {
             let json = serde_json::to_vec(&rec).expect("volume record serialises");
             t.volumes()?.insert(name, &json[..]).map_err(kv_error)?;
@@ -153,24 +213,51 @@ impl Engine {
             Ok(())
         })?;
         view.size_bytes = size_bytes;
-        shared.bitmap.lock().resize(grains_of(size_bytes));
+        let mut bitmap = shared.bitmap.lock();
+        let before_unwritten = old_grains - bitmap.count();
+        bitmap.resize(new_grains);
+        if shared.provisioning.is_thick() {
+            ws.thick_unwritten_grains =
+                ws.thick_unwritten_grains - before_unwritten + (new_grains - bitmap.count());
+        }
+        drop(bitmap);
+        shared.last_change_seq.store(ws.next_seq, Ordering::SeqCst);
         drop((ws, view));
         self.flush()?;
         Ok(self.info_of(&shared))
     }
 
+    /// A volume, live or destroyed.
     pub fn volume_info(&self, name: &str) -> Result<VolumeInfo> {
-        let shared = self.shared_volume(name)?;
+        let shared = self
+            .shared_volume(name)
+            .or_else(|e| self.destroyed.read().get(name).cloned().ok_or(e))?;
         Ok(self.info_of(&shared))
     }
 
-    pub fn list_volumes(&self) -> Vec<VolumeInfo> {
-        let mut all: Vec<_> = self.volumes.read().values().cloned().collect();
+    /// Live volumes, or destroyed ones.
+    pub fn list_volumes_in(&self, destroyed: bool) -> Vec<VolumeInfo> {
+        let mut all: Vec<_> = if destroyed {
+            self.destroyed.read().values().cloned().collect()
+        } else {
+            self.volumes.read().values().cloned().collect()
+        };
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all.iter().map(|v| self.info_of(v)).collect()
     }
 
+    pub fn list_volumes(&self) -> Vec<VolumeInfo> {
+        self.list_volumes_in(false)
+    }
+
     fn info_of(&self, shared: &VolumeShared) -> VolumeInfo {
+        let destroyed_unix_s = *shared.destroyed_unix_s.lock();
+        let snapshot_count = self
+            .snapshots
+            .read()
+            .values()
+            .filter(|s| s.volume_id == shared.id && !s.is_pin())
+            .count() as u64;
         let size_bytes = shared.view.read().size_bytes;
         let written_bytes = (shared.bitmap.lock().count() * GRAIN_BYTES).min(size_bytes);
         let (unique, shared_bytes) = self.physical_of(shared.id).unwrap_or((0, 0));
@@ -190,6 +277,17 @@ impl Engine {
                 written_bytes as f64 / physical as f64
             },
             created_unix_s: shared.created_unix_s,
+            provisioning: shared.provisioning,
+            reserved_bytes: if shared.provisioning.is_thick() {
+                (grains_of(size_bytes) - shared.bitmap.lock().count().min(grains_of(size_bytes)))
+                    * crate::provision::RESERVED_BYTES_PER_GRAIN
+            } else {
+                0
+            },
+            snapshot_count,
+            destroyed_unix_s,
+            eradicate_at_unix_s: destroyed_unix_s
+                .map(|at| at.saturating_add(self.config.destroy_retention_s)),
         }
     }
 
@@ -224,15 +322,24 @@ impl Engine {
     }
 
     pub fn space(&self) -> SpaceReport {
-        let (used, live, segment_count, doomed_grains) = {
+        let (used, live, segment_count, doomed_grains, classes, reserved, thin_limit) = {
             let ws = self.writer.lock();
             (
                 ws.used_bytes(),
                 ws.live_bytes(),
                 ws.segments.len() as u64,
                 ws.doomed.values().sum::<u64>(),
+                ws.class_bytes,
+                ws.reserved_bytes(),
+                ws.thin_limit_bytes(),
             )
         };
+        let snapshot_count = self
+            .snapshots
+            .read()
+            .values()
+            .filter(|s| !s.is_pin())
+            .count() as u64;
         let volumes: Vec<_> = self.volumes.read().values().cloned().collect();
         let mut provisioned = 0;
         let mut logical = 0;
@@ -249,6 +356,16 @@ impl Engine {
             physical_used_bytes: used,
             live_physical_bytes: live,
             stale_bytes: used - live,
+            volume_unique_bytes: classes[0],
+            snapshot_bytes: classes[1],
+            shared_bytes: classes[2],
+            reserved_bytes: reserved,
+            thin_available_bytes: thin_limit.saturating_sub(used),
+            soft_threshold_percent: self.config.soft_threshold_percent,
+            soft_threshold_exceeded: used >= self.soft_threshold_bytes(),
+            soft_threshold_events: self.stats.soft_threshold_events.load(Ordering::SeqCst),
+            snapshot_count,
+            destroyed_volume_count: self.destroyed.read().len() as u64,
             free_bytes: capacity.saturating_sub(used),
             provisioned_bytes: provisioned,
             logical_data_bytes: logical,
@@ -274,12 +391,30 @@ fn volume_shared(rec: &VolumeRec, ranges: RangeMap) -> VolumeShared {
         id: rec.id,
         name: rec.name.clone(),
         created_unix_s: rec.created_unix_s,
-        deleted: AtomicBool::new(false),
+        provisioning: rec.provisioning,
+        deleted: AtomicBool::new(rec.destroyed_unix_s.is_some()),
+        destroyed_unix_s: Mutex::new(rec.destroyed_unix_s),
         view: RwLock::new(VolumeView {
             size_bytes: rec.size_bytes,
-            ranges,
+            ranges: Arc::new(ranges),
         }),
         bitmap: Mutex::new(DataBitmap::new(grains_of(rec.size_bytes))),
+        snapshot_seqs: Mutex::new(Vec::new()),
+        last_change_seq: AtomicU64::new(0),
+    }
+}
+
+impl VolumeShared {
+    /// The persistent record of this volume at `size_bytes`.
+    pub(crate) fn rec(&self, size_bytes: u64) -> VolumeRec {
+        VolumeRec {
+            id: self.id,
+            name: self.name.clone(),
+            size_bytes,
+            created_unix_s: self.created_unix_s,
+            provisioning: self.provisioning,
+            destroyed_unix_s: *self.destroyed_unix_s.lock(),
+        }
     }
 }
 
@@ -340,6 +475,7 @@ pub(crate) fn recover(
         let rec = BlockRec::decode(value.value())?;
         ws.dedup
             .insert(crate::tx::dedup_key(&rec.fingerprint), id.value());
+        ws.class_bytes[rec.class() as usize] += rec.record_bytes();
     }
     reconcile_segments(store, &mut ws)?;
     // New writes always go to a fresh segment: nothing is ever appended after a
@@ -352,11 +488,94 @@ pub(crate) fn recover(
             ws.pending_free.insert(id);
         }
     }
-    let volumes = load_volumes(&txn)?;
+    let loaded = load_volumes(&txn)?;
+    let snapshots = load_snapshots(&txn)?;
+    let mut sweep_pending = BTreeMap::new();
+    let history = txn.open_table(meta::HISTORY).map_err(kv_error)?;
+    let range_history = txn.open_table(meta::RANGE_HISTORY).map_err(kv_error)?;
+    let all_volumes = loaded.live.values().chain(loaded.destroyed.values());
+    let ids: Vec<u64> = all_volumes
+        .clone()
+        .map(|v| v.id)
+        .chain(loaded.retained.keys().copied())
+        .collect();
+    for v in all_volumes {
+        let mut seqs: Vec<u64> = snapshots
+            .values()
+            .filter(|s| s.volume_id == v.id)
+            .map(|s| s.seq)
+            .collect();
+        seqs.sort_unstable();
+        *v.snapshot_seqs.lock() = seqs;
+        v.last_change_seq.store(ws.next_seq, Ordering::SeqCst);
+        if v.provisioning.is_thick() {
+            let grains = grains_of(v.view.read().size_bytes);
+            ws.thick_unwritten_grains += grains - v.bitmap.lock().count().min(grains);
+        }
+    }
+    for id in ids {
+        let has_history = history
+            .range((id, 0, 0)..=(id, u64::MAX, u64::MAX))
+            .map_err(kv_error)?
+            .next()
+            .is_some()
+            || range_history
+                .range((id, 0, 0)..=(id, u64::MAX, u64::MAX))
+                .map_err(kv_error)?
+                .next()
+                .is_some();
+        if has_history {
+            sweep_pending.insert(id, crate::lifecycle::SweepCursor::START);
+        }
+    }
     Ok(Recovered {
-        volumes,
+        volumes: loaded.live,
+        destroyed: loaded.destroyed,
+        retained: loaded.retained,
+        snapshots,
+        sweep_pending,
         writer: ws,
     })
+}
+
+/// Snapshots with their range maps as they were at their seq: the live records
+/// no newer than it, and the displaced pieces alive at it.
+fn load_snapshots(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Arc<SnapshotShared>>> {
+    let table = txn.open_table(meta::SNAPSHOTS).map_err(kv_error)?;
+    let range_table = txn.open_table(meta::RANGES).map_err(kv_error)?;
+    let range_history = txn.open_table(meta::RANGE_HISTORY).map_err(kv_error)?;
+    let mut snapshots = BTreeMap::new();
+    for item in table.iter().map_err(kv_error)? {
+        let (_, json) = item.map_err(kv_error)?;
+        let rec: SnapshotRec = serde_json::from_slice(json.value())
+            .map_err(|e| EngineError::Corruption(format!("snapshot record: {e}")))?;
+        let mut ranges = RangeMap::default();
+        for item in range_table
+            .range((rec.volume_id, 0)..=(rec.volume_id, u64::MAX))
+            .map_err(kv_error)?
+        {
+            let (key, value) = item.map_err(kv_error)?;
+            let range = RangeRec::decode(value.value())?;
+            if range.seq <= rec.seq {
+                ranges.load(key.value().1, range);
+            }
+        }
+        for item in range_history
+            .range((rec.volume_id, 0, 0)..=(rec.volume_id, u64::MAX, u64::MAX))
+            .map_err(kv_error)?
+        {
+            let (key, value) = item.map_err(kv_error)?;
+            let kept = meta::RangeHistValue::decode(value.value())?;
+            if kept.rec.seq <= rec.seq && rec.seq < kept.died_seq {
+                ranges.load(key.value().1, kept.rec);
+            }
+        }
+        snapshots.insert(
+            rec.id,
+            Arc::new(SnapshotShared::from_rec(&rec, Arc::new(ranges))),
+        );
+    }
+    Ok(snapshots)
 }
 
 fn ensure_tables(db: &redb::Database) -> Result<()> {
@@ -431,11 +650,32 @@ fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<
     Ok(())
 }
 
-fn load_volumes(txn: &redb::ReadTransaction) -> Result<HashMap<String, Arc<VolumeShared>>> {
+struct LoadedVolumes {
+    live: HashMap<String, Arc<VolumeShared>>,
+    destroyed: HashMap<String, Arc<VolumeShared>>,
+    retained: BTreeMap<u64, VolumeRec>,
+}
+
+fn load_volumes(txn: &redb::ReadTransaction) -> Result<LoadedVolumes> {
     let vol_table = txn.open_table(meta::VOLUMES).map_err(kv_error)?;
     let range_table = txn.open_table(meta::RANGES).map_err(kv_error)?;
     let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
-    let mut volumes = HashMap::new();
+    let mut loaded = LoadedVolumes {
+        live: HashMap::new(),
+        destroyed: HashMap::new(),
+        retained: BTreeMap::new(),
+    };
+    for item in txn
+        .open_table(meta::RETAINED)
+        .map_err(kv_error)?
+        .iter()
+        .map_err(kv_error)?
+    {
+        let (id, json) = item.map_err(kv_error)?;
+        let rec: VolumeRec = serde_json::from_slice(json.value())
+            .map_err(|e| EngineError::Corruption(format!("retained volume record: {e}")))?;
+        loaded.retained.insert(id.value(), rec);
+    }
     for item in vol_table.iter().map_err(kv_error)? {
         let (_, json) = item.map_err(kv_error)?;
         let rec: VolumeRec = serde_json::from_slice(json.value())
@@ -450,10 +690,14 @@ fn load_volumes(txn: &redb::ReadTransaction) -> Result<HashMap<String, Arc<Volum
         }
         let shared = volume_shared(&rec, ranges);
         rebuild_bitmap(&shared, &maps)?;
-        volumes.insert(rec.name.clone(), Arc::new(shared));
+        let into = if rec.destroyed_unix_s.is_some() {
+            &mut loaded.destroyed
+        } else {
+            &mut loaded.live
+        };
+        into.insert(rec.name.clone(), Arc::new(shared));
     }
-    let _ = maps.len();
-    Ok(volumes)
+    Ok(loaded)
 }
 
 /// A grain holds data when its effective content (the newer of its point mapping
@@ -466,10 +710,14 @@ fn rebuild_bitmap(
     let mut bitmap = shared.bitmap.lock();
     let grains = grains_of(view.size_bytes);
     for (start, rec) in view.ranges.iter() {
-        if let RangeKind::Pattern(p) = rec.kind {
-            if p != 0 {
-                bitmap.set_range(start.min(grains), rec.end_grain.min(grains), true);
-            }
+        // A reference counts as data: the source's bits at copy time are not kept.
+        let data = match rec.kind {
+            RangeKind::Pattern(p) => p != 0,
+            RangeKind::Ref { .. } => true,
+            RangeKind::Hole => false,
+        };
+        if data {
+            bitmap.set_range(start.min(grains), rec.end_grain.min(grains), true);
         }
     }
     for item in maps

@@ -10,6 +10,10 @@ pub enum EngineError {
     VolumeNotFound(String),
     #[error("volume '{0}' already exists")]
     VolumeExists(String),
+    #[error("snapshot '{0}' does not exist")]
+    SnapshotNotFound(String),
+    #[error("snapshot '{0}' already exists")]
+    SnapshotExists(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error(

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
-use crate::meta::{self, kv_error, BlockRec, MapValue, Target};
+use crate::meta::{self, kv_error, BlockRec, HistValue, MapValue, Target};
 use crate::{Engine, EngineError, Result};
 
 impl Engine {
@@ -18,13 +18,23 @@ impl Engine {
         let txn = self.begin_read()?;
         let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
         let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;
+        let history = txn.open_table(meta::HISTORY).map_err(kv_error)?;
         let mut refs: HashMap<u64, u64> = HashMap::new();
+        let mut history_refs: HashMap<u64, u64> = HashMap::new();
         for item in maps.iter().map_err(kv_error)? {
             let (_, value) = item.map_err(kv_error)?;
             if let Target::Block(id) = MapValue::decode(value.value())?.target {
                 *refs.entry(id).or_default() += 1;
             }
         }
+        for item in history.iter().map_err(kv_error)? {
+            let (_, value) = item.map_err(kv_error)?;
+            if let Target::Block(id) = HistValue::decode(value.value())?.target {
+                *refs.entry(id).or_default() += 1;
+                *history_refs.entry(id).or_default() += 1;
+            }
+        }
+        let mut class_bytes = [0u64; 3];
         let mut problems = Vec::new();
         let mut live: BTreeMap<u32, u64> = BTreeMap::new();
         for item in blocks.iter().map_err(kv_error)? {
@@ -37,6 +47,14 @@ impl Engine {
                     rec.refcount
                 ));
             }
+            let held_by_history = history_refs.remove(&id).unwrap_or(0);
+            if u64::from(rec.history_refs) != held_by_history {
+                problems.push(format!(
+                    "block {id}: {} history references recorded but {held_by_history} history entries",
+                    rec.history_refs
+                ));
+            }
+            class_bytes[rec.class() as usize] += rec.record_bytes();
             if ws.dedup.get(&crate::tx::dedup_key(&rec.fingerprint)) != Some(&id) {
                 problems.push(format!("block {id}: not in the dedup index"));
             }
@@ -64,6 +82,12 @@ impl Engine {
                 "segment totals {}/{} but segments sum to {written_sum}/{live_sum}",
                 ws.used_bytes(),
                 ws.live_bytes()
+            ));
+        }
+        if class_bytes != ws.class_bytes {
+            problems.push(format!(
+                "class totals {:?} but blocks sum to {class_bytes:?}",
+                ws.class_bytes
             ));
         }
         for (id, bytes) in live {

@@ -4,9 +4,12 @@ use std::sync::Arc;
 
 use redb::ReadOnlyTable;
 
+use crate::bitmap::DataBitmap;
 use crate::grain::{self, GrainContent};
-use crate::meta::{self, kv_error, BlockRec, MapValue, RangeKind, RangeRec, Target};
+use crate::meta::{self, kv_error, BlockRec, RangeKind, RangeRec, Target};
 use crate::segment::{self, RecordHeader};
+use crate::snapshot::SnapshotShared;
+use crate::view::{Content, Reader, Source};
 use crate::{
     Engine, EngineError, Extent, ExtentState, Result, VolumeShared, VolumeView, GRAIN_BYTES,
 };
@@ -19,83 +22,29 @@ pub(crate) fn is_data(target: Target) -> bool {
     !matches!(target, Target::Pattern(0))
 }
 
-/// What a grain reads as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Effective {
-    Hole,
-    Pattern(u64),
-    Block(u64),
-}
-
-impl Effective {
-    fn state(self) -> ExtentState {
-        match self {
-            Effective::Hole => ExtentState::Hole,
-            Effective::Pattern(0) => ExtentState::Zero,
-            _ => ExtentState::Data,
-        }
-    }
-}
-
-/// The newer of a point mapping and the range record covering the grain.
-fn effective(point: Option<MapValue>, range: Option<RangeRec>) -> Effective {
-    let from_point = |v: MapValue| match v.target {
-        Target::Block(id) => Effective::Block(id),
-        Target::Pattern(p) => Effective::Pattern(p),
-    };
-    let from_range = |r: RangeRec| match r.kind {
-        RangeKind::Hole => Effective::Hole,
-        RangeKind::Pattern(p) => Effective::Pattern(p),
-    };
-    match (point, range) {
-        (None, None) => Effective::Hole,
-        (Some(v), None) => from_point(v),
-        (None, Some(r)) => from_range(r),
-        (Some(v), Some(r)) if v.seq > r.seq => from_point(v),
-        (Some(_), Some(r)) => from_range(r),
-    }
-}
-
-fn check_range(view: &VolumeView, offset_bytes: u64, length_bytes: u64) -> Result<()> {
+fn check_range(size_bytes: u64, offset_bytes: u64, length_bytes: u64) -> Result<()> {
     match offset_bytes.checked_add(length_bytes) {
-        Some(end) if end <= view.size_bytes => Ok(()),
+        Some(end) if end <= size_bytes => Ok(()),
         _ => Err(EngineError::OutOfRange {
             offset_bytes,
             length_bytes,
-            size_bytes: view.size_bytes,
+            size_bytes,
         }),
     }
 }
 
-/// Point mappings of grains [first, end) of a volume, in order.
-fn scan_points(
-    maps: &ReadOnlyTable<(u64, u64), &'static [u8]>,
-    volume: u64,
-    first: u64,
-    end: u64,
-    limit: u64,
-) -> Result<Vec<(u64, MapValue)>> {
-    let mut out = Vec::new();
-    if first >= end {
-        return Ok(out);
+fn state_of(content: Content) -> ExtentState {
+    match content {
+        Content::Hole => ExtentState::Hole,
+        Content::Pattern(0) => ExtentState::Zero,
+        _ => ExtentState::Data,
     }
-    for item in maps
-        .range((volume, first)..(volume, end))
-        .map_err(kv_error)?
-    {
-        let (key, value) = item.map_err(kv_error)?;
-        out.push((key.value().1, MapValue::decode(value.value())?));
-        if out.len() as u64 >= limit {
-            break;
-        }
-    }
-    Ok(out)
 }
 
 impl Engine {
     pub(crate) fn read(&self, vol: &VolumeShared, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
         let view = vol.view.read();
-        check_range(&view, offset_bytes, buf.len() as u64)?;
+        check_range(view.size_bytes, offset_bytes, buf.len() as u64)?;
         if buf.is_empty() {
             return Ok(());
         }
@@ -111,33 +60,66 @@ impl Engine {
         offset_bytes: u64,
         buf: &mut [u8],
     ) -> Result<()> {
+        let source = Source::Live {
+            volume: vol.id,
+            ranges: &view.ranges,
+        };
+        self.read_source(&source, &vol.name, offset_bytes, buf)
+    }
+
+    /// Reads a snapshot (its size checked by the caller).
+    pub(crate) fn read_snapshot(
+        &self,
+        snapshot: &Arc<SnapshotShared>,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        check_range(snapshot.size_bytes, offset_bytes, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let _io = self.io_lock.read();
+        let source = Source::Snapshot(snapshot.clone());
+        self.read_source(&source, &snapshot.display_name(), offset_bytes, buf)
+    }
+
+    fn read_source(
+        &self,
+        source: &Source,
+        label: &str,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
         let txn = self.begin_read()?;
-        let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
-        let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;
+        let mut reader = Reader::new(self, &txn)?;
         let first = offset_bytes / GRAIN_BYTES;
-        let end = (offset_bytes + buf.len() as u64).div_ceil(GRAIN_BYTES);
-        let points = scan_points(&maps, vol.id, first, end, u64::MAX)?;
-        let mut points = points.into_iter().peekable();
+        let end_bytes = offset_bytes + buf.len() as u64;
+        let end = end_bytes.div_ceil(GRAIN_BYTES);
+        let (runs, reached) = reader.runs(source, first, end, u64::MAX, 0)?;
+        assert_eq!(reached, end, "reads are never cut short");
         let mut grain_buf = vec![0u8; GRAIN_BYTES as usize];
-        for grain in first..end {
-            let point = points.next_if(|(g, _)| *g == grain).map(|(_, v)| v);
-            let range = view.ranges.find(grain).map(|(_, r)| r);
-            let grain_start = grain * GRAIN_BYTES;
-            let from = offset_bytes.max(grain_start);
-            let to = (offset_bytes + buf.len() as u64).min(grain_start + GRAIN_BYTES);
-            let out = &mut buf[(from - offset_bytes) as usize..(to - offset_bytes) as usize];
-            let in_grain = (from - grain_start) as usize;
-            match effective(point, range) {
-                Effective::Hole => out.fill(0),
-                Effective::Pattern(p) => grain::fill_pattern(p, in_grain, out),
-                Effective::Block(id) => {
-                    self.read_block(&blocks, id, &mut grain_buf).inspect_err(
-                        |e| tracing::error!(volume = %vol.name, grain, "read failed: {e}"),
-                    )?;
+        let mut grain = first;
+        for run in runs {
+            let run_from = (grain * GRAIN_BYTES).max(offset_bytes);
+            let run_to = ((grain + run.grains) * GRAIN_BYTES).min(end_bytes);
+            let out =
+                &mut buf[(run_from - offset_bytes) as usize..(run_to - offset_bytes) as usize];
+            let in_grain = (run_from % GRAIN_BYTES) as usize;
+            match run.content {
+                Content::Hole => out.fill(0),
+                Content::Pattern(p) => grain::fill_pattern(p, in_grain, out),
+                Content::Block(id) => {
+                    reader.count_block_lookup();
+                    self.read_block(&reader.blocks, id, &mut grain_buf)
+                        .inspect_err(
+                            |e| tracing::error!(volume = %label, grain, "read failed: {e}"),
+                        )?;
                     out.copy_from_slice(&grain_buf[in_grain..in_grain + out.len()]);
                 }
             }
+            grain += run.grains;
         }
+        assert_eq!(grain, end);
         Ok(())
     }
 
@@ -187,7 +169,7 @@ impl Engine {
         data: &[u8],
     ) -> Result<()> {
         let view = vol.view.read();
-        check_range(&view, offset_bytes, data.len() as u64)?;
+        check_range(view.size_bytes, offset_bytes, data.len() as u64)?;
         if data.is_empty() {
             return Ok(());
         }
@@ -253,7 +235,7 @@ impl Engine {
     ) -> Result<()> {
         {
             let view = vol.view.read();
-            check_range(&view, offset_bytes, length_bytes)?;
+            check_range(view.size_bytes, offset_bytes, length_bytes)?;
         }
         if length_bytes == 0 {
             return Ok(());
@@ -270,7 +252,8 @@ impl Engine {
         if end_whole * GRAIN_BYTES < end_bytes {
             self.write_zero_bytes(vol, end_whole * GRAIN_BYTES, end_bytes)?;
         }
-        self.insert_range(vol, first_whole, end_whole, kind)
+        self.insert_range(vol, first_whole, end_whole, kind, None)?;
+        Ok(())
     }
 
     fn write_zero_bytes(&self, vol: &Arc<VolumeShared>, from: u64, to: u64) -> Result<()> {
@@ -279,24 +262,35 @@ impl Engine {
     }
 
     /// Writes one range record (plus the cuts of records it overlaps): O(1) in the
-    /// grains covered.
-    fn insert_range(
+    /// grains covered. Pieces it displaces that a snapshot still sees go to the
+    /// range history. `bits_from` names the volume whose data bits a `Ref` inherits
+    /// (with the source grain of `start`); without it a `Ref` counts as data.
+    pub(crate) fn insert_range(
         &self,
         vol: &VolumeShared,
         start: u64,
         end: u64,
         kind: RangeKind,
-    ) -> Result<()> {
+        bits_from: Option<(&VolumeShared, u64)>,
+    ) -> Result<u64> {
         let mut view = vol.view.write();
         let mut ws = self.writer.lock();
+        let snapshot_seqs = vol.snapshot_seqs.lock().clone();
         let mut planned = view.ranges.clone_overlapping(start, end);
-        self.transact(&mut ws, true, |st, t, _| {
+        let displaced = planned.overlapping(start, end);
+        let (edits, seq) = self.transact(&mut ws, true, |st, t, _| {
+            let seq = st.take_seq();
             let rec = RangeRec {
                 end_grain: end,
-                seq: st.take_seq(),
+                seq,
                 kind,
                 reclaimed: false,
             };
+            for (piece_start, piece) in &displaced {
+                if meta::visible_to_any(&snapshot_seqs, piece.seq, seq) {
+                    st.keep_range_history(t, vol.id, *piece_start, *piece, seq)?;
+                }
+            }
             let edits = planned.insert(start, rec);
             for s in &edits.removed_starts {
                 t.ranges()?.remove((vol.id, *s)).map_err(kv_error)?;
@@ -307,17 +301,64 @@ impl Engine {
                     .map_err(kv_error)?;
             }
             st.records_written += (edits.removed_starts.len() + edits.upserted.len()) as u64;
-            Ok(edits)
-        })
-        .map(|edits| view.ranges.apply(edits))?;
+            Ok((edits, seq))
+        })?;
+        Arc::make_mut(&mut view.ranges).apply(edits);
+        vol.last_change_seq
+            .store(seq, std::sync::atomic::Ordering::SeqCst);
+        let grains = view.size_bytes.div_ceil(GRAIN_BYTES);
+        let before = vol.bitmap.lock().count();
+        self.set_range_bits(vol, start, end.min(grains), kind, bits_from);
+        if vol.provisioning.is_thick() {
+            let after = vol.bitmap.lock().count();
+            ws.thick_unwritten_grains = (ws.thick_unwritten_grains + before)
+                .checked_sub(after)
+                .expect("thick reservation never negative");
+        }
         drop(ws);
-        let data = matches!(kind, RangeKind::Pattern(p) if p != 0);
-        vol.bitmap
-            .lock()
-            .set_range(start, end.min(view.size_bytes.div_ceil(GRAIN_BYTES)), data);
         drop(view);
         self.wake_reclaimer();
-        Ok(())
+        Ok(seq)
+    }
+
+    pub(crate) fn set_range_bits(
+        &self,
+        vol: &VolumeShared,
+        start: u64,
+        end: u64,
+        kind: RangeKind,
+        bits_from: Option<(&VolumeShared, u64)>,
+    ) {
+        if start >= end {
+            return;
+        }
+        match (kind, bits_from) {
+            (RangeKind::Ref { .. }, Some((source, source_start))) if source.id == vol.id => {
+                let mut bits = vol.bitmap.lock();
+                let mut piece = DataBitmap::new(end - start);
+                piece.copy_from(&bits, source_start, 0, end - start);
+                bits.copy_from(&piece, 0, start, end - start);
+            }
+            (RangeKind::Ref { .. }, Some((source, source_start))) => {
+                // Two bitmaps: lock in id order so two opposite copies cannot deadlock.
+                let (mut dst, src) = if vol.id < source.id {
+                    let dst = vol.bitmap.lock();
+                    (dst, source.bitmap.lock())
+                } else {
+                    let src = source.bitmap.lock();
+                    (vol.bitmap.lock(), src)
+                };
+                dst.copy_from(&src, source_start, start, end - start);
+            }
+            _ => {
+                let data = match kind {
+                    RangeKind::Hole => false,
+                    RangeKind::Pattern(p) => p != 0,
+                    RangeKind::Ref { .. } => true,
+                };
+                vol.bitmap.lock().set_range(start, end, data);
+            }
+        }
     }
 
     pub(crate) fn extents(
@@ -327,27 +368,55 @@ impl Engine {
         length_bytes: u64,
     ) -> Result<Vec<Extent>> {
         let view = vol.view.read();
-        check_range(&view, offset_bytes, length_bytes)?;
+        check_range(view.size_bytes, offset_bytes, length_bytes)?;
+        let source = Source::Live {
+            volume: vol.id,
+            ranges: &view.ranges,
+        };
+        self.extents_of(&source, offset_bytes, length_bytes)
+    }
+
+    pub(crate) fn snapshot_extents(
+        &self,
+        snapshot: &Arc<SnapshotShared>,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<Extent>> {
+        check_range(snapshot.size_bytes, offset_bytes, length_bytes)?;
+        self.extents_of(
+            &Source::Snapshot(snapshot.clone()),
+            offset_bytes,
+            length_bytes,
+        )
+    }
+
+    /// Walks runs, not grains: between point mappings the state is the range
+    /// records', so a sparse terabyte costs a few steps.
+    fn extents_of(
+        &self,
+        source: &Source,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<Extent>> {
         if length_bytes == 0 {
             return Ok(Vec::new());
         }
         let txn = self.begin_read()?;
-        let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
+        let mut reader = Reader::new(self, &txn)?;
         let first = offset_bytes / GRAIN_BYTES;
         let end_bytes = offset_bytes + length_bytes;
-        let mut end = end_bytes.div_ceil(GRAIN_BYTES);
-        let points = scan_points(&maps, vol.id, first, end, MAX_EXTENT_SCAN_GRAINS)?;
-        if points.len() as u64 >= MAX_EXTENT_SCAN_GRAINS {
-            // Answer for the prefix examined; the client asks again for the rest.
-            end = points.last().expect("non-empty").0 + 1;
-        }
+        let end = end_bytes.div_ceil(GRAIN_BYTES);
+        let (runs, _) = reader.runs(source, first, end, MAX_EXTENT_SCAN_GRAINS, 0)?;
         let mut extents: Vec<Extent> = Vec::new();
-        let mut push = |from: u64, to: u64, state: ExtentState| {
-            let from = from.max(offset_bytes);
-            let to = to.min(end_bytes);
+        let mut grain = first;
+        for run in runs {
+            let from = (grain * GRAIN_BYTES).max(offset_bytes);
+            let to = ((grain + run.grains) * GRAIN_BYTES).min(end_bytes);
+            grain += run.grains;
             if from >= to {
-                return;
+                continue;
             }
+            let state = state_of(run.content);
             match extents.last_mut() {
                 Some(last) if last.state == state => last.length_bytes += to - from,
                 _ => extents.push(Extent {
@@ -355,49 +424,6 @@ impl Engine {
                     state,
                 }),
             }
-        };
-        // Walk the grains in runs: between point mappings the state is the range
-        // records' (or a hole), so a sparse terabyte costs a few steps.
-        let mut grain = first;
-        let mut points = points.into_iter().peekable();
-        while grain < end {
-            if let Some(&(g, value)) = points.peek() {
-                if g == grain {
-                    points.next();
-                    let range = view.ranges.find(grain).map(|(_, r)| r);
-                    push(
-                        grain * GRAIN_BYTES,
-                        (grain + 1) * GRAIN_BYTES,
-                        effective(Some(value), range).state(),
-                    );
-                    grain += 1;
-                    continue;
-                }
-            }
-            let next_point = points.peek().map(|&(g, _)| g).unwrap_or(end).min(end);
-            // Within [grain, next_point) only range records matter.
-            let run_end = match view.ranges.find(grain) {
-                Some((_, r)) => {
-                    push(
-                        grain * GRAIN_BYTES,
-                        r.end_grain.min(next_point) * GRAIN_BYTES,
-                        effective(None, Some(r)).state(),
-                    );
-                    r.end_grain.min(next_point)
-                }
-                None => {
-                    let next_range = view.ranges.next_start_after(grain).unwrap_or(u64::MAX);
-                    let run_end = next_range.min(next_point);
-                    push(
-                        grain * GRAIN_BYTES,
-                        run_end * GRAIN_BYTES,
-                        ExtentState::Hole,
-                    );
-                    run_end
-                }
-            };
-            assert!(run_end > grain);
-            grain = run_end;
         }
         assert!(!extents.is_empty());
         Ok(extents)

@@ -24,18 +24,23 @@
 mod batch;
 pub mod bitmap;
 pub mod catalog;
+pub mod copy;
 pub mod error;
 mod fsck;
 pub mod grain;
 mod io;
+mod lifecycle;
 pub mod meta;
+pub mod provision;
 pub mod ranges;
 mod reclaim;
 pub mod report;
 pub mod segment;
+pub mod snapshot;
 mod tx;
+mod view;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -45,8 +50,11 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use redb::{Durability, ReadableDatabase};
 
 pub use catalog::VolumeRec;
+pub use copy::CopyReport;
 pub use error::{EngineError, Result};
+pub use provision::Provisioning;
 pub use report::{Extent, ExtentState, SpaceReport, VolumeInfo};
+pub use snapshot::{GroupSnapshot, Snapshot, SnapshotInfo};
 
 use crate::bitmap::DataBitmap;
 use crate::meta::kv_error;
@@ -61,12 +69,33 @@ pub const GRAIN_BYTES: u64 = 4096;
 /// Largest volume: 1 PiB (grain numbers and bitmaps stay well inside limits).
 pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
 
-/// Where and how big the array is.
+/// Where and how big the array is, and its space and deletion policies.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub data_dir: PathBuf,
     /// Physical capacity the array may use in its data directory.
     pub capacity_bytes: u64,
+    /// Physical use (percent of capacity) at which the soft-threshold event fires
+    /// (SCSI turns it into UNIT ATTENTION 38h/07h).
+    pub soft_threshold_percent: u8,
+    /// How long a destroyed volume or snapshot stays recoverable before it is
+    /// eradicated automatically.
+    pub destroy_retention_s: u64,
+}
+
+impl EngineConfig {
+    pub const DEFAULT_SOFT_THRESHOLD_PERCENT: u8 = 80;
+    pub const DEFAULT_DESTROY_RETENTION_S: u64 = 24 * 60 * 60;
+
+    /// A configuration with the default policies.
+    pub fn new(data_dir: impl Into<PathBuf>, capacity_bytes: u64) -> Self {
+        EngineConfig {
+            data_dir: data_dir.into(),
+            capacity_bytes,
+            soft_threshold_percent: Self::DEFAULT_SOFT_THRESHOLD_PERCENT,
+            destroy_retention_s: Self::DEFAULT_DESTROY_RETENTION_S,
+        }
+    }
 }
 
 /// Counters for tests and metrics.
@@ -83,6 +112,13 @@ pub struct EngineStats {
     /// ratio is the group-commit batch size).
     pub write_jobs: AtomicU64,
     pub write_batches: AtomicU64,
+    /// Key-value operations (lookups, range scans and entries visited) done by
+    /// reads: the snapshot-depth test compares these.
+    pub read_kv_ops: AtomicU64,
+    /// Times physical use crossed the soft threshold upwards.
+    pub soft_threshold_events: AtomicU64,
+    /// Writes refused for lack of space.
+    pub no_space_errors: AtomicU64,
 }
 
 /// A volume as the engine keeps it in memory.
@@ -90,15 +126,27 @@ pub(crate) struct VolumeShared {
     pub id: u64,
     pub name: String,
     pub created_unix_s: u64,
+    pub provisioning: Provisioning,
+    /// Set when destroyed (or eradicated): I/O through old handles fails.
     pub deleted: AtomicBool,
+    /// When it was destroyed, if it is in the recoverable destroyed state.
+    pub destroyed_unix_s: Mutex<Option<u64>>,
     pub view: RwLock<VolumeView>,
     pub bitmap: Mutex<DataBitmap>,
+    /// Seqs of the snapshots (named and pins) of this volume, ascending. Changed
+    /// only under the writer mutex; the write path reads it there to decide which
+    /// replaced versions a snapshot still needs.
+    pub snapshot_seqs: Mutex<Vec<u64>>,
+    /// Seq of the last committed change: a pin taken after it can be reused.
+    pub last_change_seq: AtomicU64,
 }
 
-/// What readers need to interpret a volume's mappings.
+/// What readers need to interpret a volume's mappings. The range map is shared
+/// with the snapshots taken since it last changed (copy on write), which is what
+/// makes a snapshot O(1).
 pub(crate) struct VolumeView {
     pub size_bytes: u64,
-    pub ranges: RangeMap,
+    pub ranges: Arc<RangeMap>,
 }
 
 /// The array: volumes, the segment log and the metadata store.
@@ -107,6 +155,17 @@ pub struct Engine {
     db: redb::Database,
     store: Arc<dyn SegmentStore>,
     volumes: RwLock<HashMap<String, Arc<VolumeShared>>>,
+    /// Destroyed volumes, recoverable until eradicated.
+    destroyed: RwLock<HashMap<String, Arc<VolumeShared>>>,
+    /// Eradicated volumes whose data snapshots (pins) still need: id → record.
+    retained: Mutex<BTreeMap<u64, VolumeRec>>,
+    snapshots: RwLock<BTreeMap<u64, Arc<snapshot::SnapshotShared>>>,
+    /// Volumes whose snapshot history may hold versions no snapshot needs any more.
+    sweep_pending: Mutex<BTreeMap<u64, lifecycle::SweepCursor>>,
+    /// Serialises taking pins with dropping unreferenced ones.
+    pin_lock: Mutex<()>,
+    /// Whether physical use is above the soft threshold (for edge detection).
+    above_soft_threshold: AtomicBool,
     writer: Mutex<WriterState>,
     write_queue: batch::WriteQueue,
     io_lock: RwLock<()>,
@@ -145,6 +204,12 @@ impl Engine {
             db,
             store: Arc::new(store),
             volumes: RwLock::new(recovered.volumes),
+            destroyed: RwLock::new(recovered.destroyed),
+            retained: Mutex::new(recovered.retained),
+            snapshots: RwLock::new(recovered.snapshots),
+            sweep_pending: Mutex::new(recovered.sweep_pending),
+            pin_lock: Mutex::new(()),
+            above_soft_threshold: AtomicBool::new(false),
             writer: Mutex::new(recovered.writer),
             write_queue: batch::WriteQueue::default(),
             io_lock: RwLock::new(()),
@@ -271,6 +336,7 @@ impl Engine {
     ) -> Result<T> {
         let (value, records) = tx::run(&self.db, self.store.as_ref(), ws, f)?;
         self.commit_count.fetch_add(1, Ordering::SeqCst);
+        self.check_soft_threshold(ws.used_bytes());
         if foreground {
             self.stats
                 .foreground_records_written

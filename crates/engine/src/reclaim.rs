@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use redb::ReadableTable;
 
-use crate::meta::{self, kv_error, MapValue, RangeKind};
+use crate::meta::{self, kv_error, HistValue, MapValue, RangeKind};
 use crate::{Engine, Result};
 
 /// Mappings dropped per transaction.
@@ -42,7 +42,11 @@ fn run(weak: Weak<Engine>) {
             return;
         }
         engine.background_flush_if_due();
-        match engine.reclaim_step() {
+        let step = engine
+            .reclaim_step()
+            .and_then(|worked| Ok(worked || engine.sweep_step()?))
+            .and_then(|worked| Ok(worked || engine.lifecycle_step()?));
+        match step {
             Ok(true) => continue,
             Ok(false) => {
                 if engine.writer.lock().has_space_to_free() {
@@ -94,6 +98,7 @@ impl Engine {
             };
             let done = {
                 let mut ws = self.writer.lock();
+                let snapshot_seqs = vol.snapshot_seqs.lock().clone();
                 self.transact(&mut ws, false, |st, t, _| {
                     let mut shadowed = Vec::new();
                     let mut scanned = 0;
@@ -115,7 +120,7 @@ impl Engine {
                         }
                     }
                     for grain in &shadowed {
-                        st.remove_mapping(t, vol.id, *grain)?;
+                        st.remove_mapping(t, vol.id, *grain, range.seq, &snapshot_seqs)?;
                     }
                     self.stats
                         .reclaimed_mappings
@@ -144,12 +149,17 @@ impl Engine {
             return Ok(()); // cut or replaced meanwhile; its pieces come round again
         }
         let mut ws = self.writer.lock();
+        let snapshot_seqs = vol.snapshot_seqs.lock().clone();
         let finished = meta::RangeRec {
             reclaimed: true,
             ..range
         };
-        self.transact(&mut ws, false, |_, t, _| {
+        self.transact(&mut ws, false, |st, t, _| {
             if range.kind == RangeKind::Hole {
+                if meta::visible_to_any(&snapshot_seqs, range.seq, u64::MAX) {
+                    let died = st.take_seq();
+                    st.keep_range_history(t, vol.id, start, range, died)?;
+                }
                 t.ranges()?.remove((vol.id, start)).map_err(kv_error)?;
             } else {
                 t.ranges()?
@@ -158,10 +168,11 @@ impl Engine {
             }
             Ok(())
         })?;
+        let ranges = std::sync::Arc::make_mut(&mut view.ranges);
         if range.kind == RangeKind::Hole {
-            view.ranges.remove(start);
+            ranges.remove(start);
         } else {
-            view.ranges.replace(start, finished);
+            ranges.replace(start, finished);
         }
         Ok(())
     }
@@ -187,12 +198,38 @@ impl Engine {
                 }
             }
             for grain in &grains {
-                st.remove_mapping(t, volume, *grain)?;
+                st.remove_mapping(t, volume, *grain, u64::MAX, &[])?;
             }
             self.stats
                 .reclaimed_mappings
                 .fetch_add(grains.len() as u64, Ordering::Relaxed);
+            let mut versions = Vec::new();
             if grains.len() < BATCH_MAPPINGS {
+                for item in t
+                    .history()?
+                    .range((volume, 0, 0)..=(volume, u64::MAX, u64::MAX))
+                    .map_err(kv_error)?
+                    .take(BATCH_MAPPINGS - grains.len())
+                {
+                    let (key, value) = item.map_err(kv_error)?;
+                    versions.push((key.value(), HistValue::decode(value.value())?.target));
+                }
+                for (key, target) in &versions {
+                    t.history()?.remove(*key).map_err(kv_error)?;
+                    st.release_history(t, *target)?;
+                }
+            }
+            if grains.len() + versions.len() < BATCH_MAPPINGS {
+                let kept: Vec<(u64, u64, u64)> = t
+                    .range_history()?
+                    .range((volume, 0, 0)..=(volume, u64::MAX, u64::MAX))
+                    .map_err(kv_error)?
+                    .map(|item| item.map(|(k, _)| k.value()))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(kv_error)?;
+                for key in kept {
+                    t.range_history()?.remove(key).map_err(kv_error)?;
+                }
                 let starts: Vec<u64> = t
                     .ranges()?
                     .range((volume, 0)..=(volume, u64::MAX))

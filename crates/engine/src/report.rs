@@ -26,10 +26,19 @@ pub struct VolumeInfo {
     /// logical_data_bytes ÷ (unique + shared physical bytes); 1.0 when empty.
     pub data_reduction_ratio: f64,
     pub created_unix_s: u64,
+    pub provisioning: crate::Provisioning,
+    /// Physical bytes held in reserve for this (thick) volume's unwritten grains.
+    pub reserved_bytes: u64,
+    /// Named snapshots of the volume.
+    pub snapshot_count: u64,
+    /// Set while destroyed (recoverable).
+    pub destroyed_unix_s: Option<u64>,
+    /// When a destroyed volume is eradicated automatically.
+    pub eradicate_at_unix_s: Option<u64>,
 }
 
-/// The whole array's space, in bytes. `physical_used + free == capacity` and
-/// `physical_used == live + stale`.
+/// The whole array's space, in bytes. `physical_used + free == capacity`,
+/// `physical_used == live + stale` and `live == volume_unique + snapshot + shared`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpaceReport {
     pub capacity_bytes: u64,
@@ -39,6 +48,26 @@ pub struct SpaceReport {
     pub live_physical_bytes: u64,
     /// Bytes of dead records still occupying segments, awaiting reclaim.
     pub stale_bytes: u64,
+    /// Live bytes referenced once, by one volume.
+    pub volume_unique_bytes: u64,
+    /// Live bytes only snapshots hold (what eradicating them would free).
+    pub snapshot_bytes: u64,
+    /// Live bytes referenced more than once (dedup across volumes, snapshots
+    /// sharing with their volume, copies).
+    pub shared_bytes: u64,
+    /// Physical bytes promised to thick volumes and not yet used.
+    pub reserved_bytes: u64,
+    /// Space thin volumes may still use (free less reservations and headroom).
+    pub thin_available_bytes: u64,
+    pub soft_threshold_percent: u8,
+    /// Physical use is at or above the soft threshold.
+    pub soft_threshold_exceeded: bool,
+    /// Times physical use crossed the soft threshold upwards since start.
+    pub soft_threshold_events: u64,
+    /// Named snapshots (live and destroyed).
+    pub snapshot_count: u64,
+    /// Destroyed volumes awaiting eradication.
+    pub destroyed_volume_count: u64,
     pub free_bytes: u64,
     /// Sum of the volumes' sizes.
     pub provisioned_bytes: u64,

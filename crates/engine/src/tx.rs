@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use redb::{Durability, ReadableTable, Table, WriteTransaction};
 
 use crate::grain::DataGrain;
-use crate::meta::{self, kv_error, BlockRec, MapValue, Target};
+use crate::meta::{
+    self, kv_error, BlockRec, HistValue, MapValue, RangeHistValue, RangeRec, Target,
+};
 use crate::segment::{self, RecordHeader, SegmentId, SEGMENT_TARGET_BYTES};
 use crate::{EngineError, Result};
 
@@ -51,6 +53,12 @@ pub struct WriterState {
     /// Deleted volumes still holding mappings: id → grains.
     pub doomed: BTreeMap<u64, u64>,
     pub capacity_bytes: u64,
+    /// Grains of thick volumes not yet holding data: each holds a reservation of
+    /// [`crate::provision::RESERVED_BYTES_PER_GRAIN`].
+    pub thick_unwritten_grains: u64,
+    /// Live bytes by [`meta::BlockClass`] (unique, snapshot-only, shared): kept
+    /// exact per commit, recomputed from the block table at open.
+    pub class_bytes: [u64; 3],
 }
 
 impl WriterState {
@@ -60,6 +68,19 @@ impl WriterState {
 
     pub fn live_bytes(&self) -> u64 {
         self.totals.live_bytes
+    }
+
+    /// Physical bytes promised to thick volumes and not yet used.
+    pub fn reserved_bytes(&self) -> u64 {
+        self.thick_unwritten_grains * crate::provision::RESERVED_BYTES_PER_GRAIN
+    }
+
+    /// How far thin volumes may fill the array: capacity less the thick
+    /// reservations and the headroom kept for overwrites of thick volumes.
+    pub fn thin_limit_bytes(&self) -> u64 {
+        self.capacity_bytes
+            .saturating_sub(self.reserved_bytes())
+            .saturating_sub(crate::provision::headroom_bytes(self.capacity_bytes))
     }
 
     /// Adds a segment's accounting as loaded at recovery.
@@ -123,6 +144,9 @@ impl WriterState {
     }
 }
 
+/// A table keyed by (volume, grain or start, seq): the history tables.
+type VersionTable<'t> = Table<'t, (u64, u64, u64), &'static [u8]>;
+
 /// The tables of one write transaction: the data path's three are opened at
 /// once, the rest only when a transaction touches them (opening a table is a
 /// measurable share of a small transaction).
@@ -133,6 +157,10 @@ pub struct Tables<'t> {
     ranges: Option<Table<'t, (u64, u64), &'static [u8]>>,
     volumes: Option<Table<'t, &'static str, &'static [u8]>>,
     doomed: Option<Table<'t, u64, u64>>,
+    history: Option<VersionTable<'t>>,
+    range_history: Option<VersionTable<'t>>,
+    snapshots: Option<Table<'t, u64, &'static [u8]>>,
+    retained: Option<Table<'t, u64, &'static [u8]>>,
 }
 
 impl<'t> Tables<'t> {
@@ -144,7 +172,39 @@ impl<'t> Tables<'t> {
             ranges: None,
             volumes: None,
             doomed: None,
+            history: None,
+            range_history: None,
+            snapshots: None,
+            retained: None,
         })
+    }
+
+    pub fn retained(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        if self.retained.is_none() {
+            self.retained = Some(self.txn.open_table(meta::RETAINED).map_err(kv_error)?);
+        }
+        Ok(self.retained.as_mut().expect("opened"))
+    }
+
+    pub fn history(&mut self) -> Result<&mut VersionTable<'t>> {
+        if self.history.is_none() {
+            self.history = Some(self.txn.open_table(meta::HISTORY).map_err(kv_error)?);
+        }
+        Ok(self.history.as_mut().expect("opened"))
+    }
+
+    pub fn range_history(&mut self) -> Result<&mut VersionTable<'t>> {
+        if self.range_history.is_none() {
+            self.range_history = Some(self.txn.open_table(meta::RANGE_HISTORY).map_err(kv_error)?);
+        }
+        Ok(self.range_history.as_mut().expect("opened"))
+    }
+
+    pub fn snapshots(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
+        if self.snapshots.is_none() {
+            self.snapshots = Some(self.txn.open_table(meta::SNAPSHOTS).map_err(kv_error)?);
+        }
+        Ok(self.snapshots.as_mut().expect("opened"))
     }
 
     pub fn ranges(&mut self) -> Result<&mut Table<'t, (u64, u64), &'static [u8]>> {
@@ -178,6 +238,10 @@ pub fn create_tables(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(meta::SEGMENTS).map_err(kv_error)?;
     txn.open_table(meta::DOOMED).map_err(kv_error)?;
     txn.open_table(meta::COUNTERS).map_err(kv_error)?;
+    txn.open_table(meta::HISTORY).map_err(kv_error)?;
+    txn.open_table(meta::RANGE_HISTORY).map_err(kv_error)?;
+    txn.open_table(meta::SNAPSHOTS).map_err(kv_error)?;
+    txn.open_table(meta::RETAINED).map_err(kv_error)?;
     Ok(())
 }
 
@@ -220,12 +284,18 @@ pub struct TxState {
     appends: BTreeMap<SegmentId, (u64, Vec<u8>)>,
     used_bytes: u64,
     capacity_bytes: u64,
+    thin_limit_bytes: u64,
+    /// Whether the blocks stored now belong to a thick volume (which may use the
+    /// reservations and headroom that thin volumes may not).
+    pub thick: bool,
     /// Metadata rows inserted or removed (the complexity tests count these).
     pub records_written: u64,
     /// Segments whose live bytes may have reached zero.
     maybe_dead: BTreeSet<SegmentId>,
     /// Dedup index entries of blocks created in this transaction.
     dedup_added: std::collections::HashMap<u64, u64>,
+    /// Change of live bytes per block class.
+    class_delta: [i64; 3],
     /// Blocks deleted in this transaction, and their index keys.
     freed_blocks: std::collections::HashSet<u64>,
     freed_keys: Vec<(u64, u64)>,
@@ -248,9 +318,12 @@ impl TxState {
             appends: BTreeMap::new(),
             used_bytes: ws.used_bytes(),
             capacity_bytes: ws.capacity_bytes,
+            thin_limit_bytes: ws.thin_limit_bytes(),
+            thick: false,
             records_written: 0,
             maybe_dead: BTreeSet::new(),
             dedup_added: std::collections::HashMap::new(),
+            class_delta: [0; 3],
             freed_blocks: std::collections::HashSet::new(),
             freed_keys: Vec::new(),
         }
@@ -279,10 +352,18 @@ impl TxState {
     /// Allocates room for a record in the open segment, rolling to a new segment
     /// when the open one is full. Refuses when the array's capacity would be passed.
     fn allocate(&mut self, ws: &WriterState, record_bytes: u64) -> Result<(SegmentId, u64)> {
-        if self.used_bytes + record_bytes > self.capacity_bytes {
+        let limit_bytes = if self.thick {
+            self.capacity_bytes
+        } else {
+            self.thin_limit_bytes
+        };
+        if self.used_bytes + record_bytes > limit_bytes {
             return Err(EngineError::NoSpace(format!(
-                "{} of {} bytes used",
-                self.used_bytes, self.capacity_bytes
+                "{} of {} bytes used, {} available to {} volumes",
+                self.used_bytes,
+                self.capacity_bytes,
+                limit_bytes,
+                if self.thick { "thick" } else { "thin" }
             )));
         }
         let mut offset = self.segment_state(ws, self.open_segment).written_bytes;
@@ -315,12 +396,12 @@ impl TxState {
                 // A 64-bit prefix collision: store the grain as a new block.
                 return self.store_new_block(ws, t, data);
             }
+            let before = rec;
             rec.refcount = rec
                 .refcount
                 .checked_add(1)
                 .ok_or_else(|| EngineError::Metadata("refcount overflow".into()))?;
-            t.blocks.insert(id, &rec.encode()[..]).map_err(kv_error)?;
-            self.records_written += 1;
+            self.put_block(t, id, Some(&before), Some(&rec))?;
             return Ok(id);
         }
         self.store_new_block(ws, t, data)
@@ -367,11 +448,36 @@ impl TxState {
             crc,
             refcount: 1,
             fingerprint: data.fingerprint,
+            history_refs: 0,
         };
-        t.blocks.insert(id, &rec.encode()[..]).map_err(kv_error)?;
+        self.put_block(t, id, None, Some(&rec))?;
         self.dedup_added.insert(dedup_key(&data.fingerprint), id);
-        self.records_written += 1;
         Ok(id)
+    }
+
+    /// Writes (or deletes) a block row and moves its bytes between classes.
+    fn put_block(
+        &mut self,
+        t: &mut Tables,
+        id: u64,
+        before: Option<&BlockRec>,
+        after: Option<&BlockRec>,
+    ) -> Result<()> {
+        if let Some(b) = before {
+            self.class_delta[b.class() as usize] -= b.record_bytes() as i64;
+        }
+        match after {
+            Some(a) => {
+                assert!(a.history_refs <= a.refcount && a.refcount > 0);
+                self.class_delta[a.class() as usize] += a.record_bytes() as i64;
+                t.blocks.insert(id, &a.encode()[..]).map_err(kv_error)?;
+            }
+            None => {
+                t.blocks.remove(id).map_err(kv_error)?;
+            }
+        }
+        self.records_written += 1;
+        Ok(())
     }
 
     pub fn block(&self, t: &Tables, id: u64) -> Result<BlockRec> {
@@ -385,18 +491,30 @@ impl TxState {
     /// Drops one reference held by a mapping; a block with none left is deleted
     /// and its record becomes stale space in its segment.
     pub fn release(&mut self, t: &mut Tables, target: Target) -> Result<()> {
+        self.release_ref(t, target, false)
+    }
+
+    /// Drops one reference held by a history version.
+    pub fn release_history(&mut self, t: &mut Tables, target: Target) -> Result<()> {
+        self.release_ref(t, target, true)
+    }
+
+    fn release_ref(&mut self, t: &mut Tables, target: Target, from_history: bool) -> Result<()> {
         let Target::Block(id) = target else {
             return Ok(());
         };
-        let mut rec = self.block(t, id)?;
+        let before = self.block(t, id)?;
+        let mut rec = before;
         assert!(rec.refcount > 0);
         rec.refcount -= 1;
-        self.records_written += 1;
-        if rec.refcount > 0 {
-            t.blocks.insert(id, &rec.encode()[..]).map_err(kv_error)?;
-            return Ok(());
+        if from_history {
+            assert!(rec.history_refs > 0, "block {id}: no history reference");
+            rec.history_refs -= 1;
         }
-        t.blocks.remove(id).map_err(kv_error)?;
+        if rec.refcount > 0 {
+            return self.put_block(t, id, Some(&before), Some(&rec));
+        }
+        self.put_block(t, id, Some(&before), None)?;
         self.freed_blocks.insert(id);
         self.freed_keys.push((dedup_key(&rec.fingerprint), id));
         self.seg_delta.entry(rec.segment).or_default().1 -= rec.record_bytes() as i64;
@@ -404,13 +522,15 @@ impl TxState {
         Ok(())
     }
 
-    /// Sets a point mapping, releasing whatever it replaces.
+    /// Sets a point mapping. What it replaces is released, or moved to the history
+    /// when a snapshot (seqs in `snapshot_seqs`) can still see it.
     pub fn set_mapping(
         &mut self,
         t: &mut Tables,
         volume: u64,
         grain: u64,
         value: MapValue,
+        snapshot_seqs: &[u64],
     ) -> Result<()> {
         let old = t
             .maps
@@ -420,13 +540,21 @@ impl TxState {
             .transpose()?;
         self.records_written += 1;
         if let Some(old) = old {
-            self.release(t, old.target)?;
+            self.retire(t, volume, grain, old, value.seq, snapshot_seqs)?;
         }
         Ok(())
     }
 
-    /// Removes a point mapping and releases its reference.
-    pub fn remove_mapping(&mut self, t: &mut Tables, volume: u64, grain: u64) -> Result<()> {
+    /// Removes a point mapping that died at `died_seq` (a range record shadows it,
+    /// or its volume is gone); released, or kept in the history for snapshots.
+    pub fn remove_mapping(
+        &mut self,
+        t: &mut Tables,
+        volume: u64,
+        grain: u64,
+        died_seq: u64,
+        snapshot_seqs: &[u64],
+    ) -> Result<()> {
         let old = t
             .maps
             .remove((volume, grain))
@@ -435,8 +563,58 @@ impl TxState {
             .transpose()?;
         if let Some(old) = old {
             self.records_written += 1;
-            self.release(t, old.target)?;
+            self.retire(t, volume, grain, old, died_seq, snapshot_seqs)?;
         }
+        Ok(())
+    }
+
+    /// A version left the live table at `died_seq`: the history keeps its
+    /// reference if a snapshot sees it, otherwise the reference is dropped.
+    fn retire(
+        &mut self,
+        t: &mut Tables,
+        volume: u64,
+        grain: u64,
+        old: MapValue,
+        died_seq: u64,
+        snapshot_seqs: &[u64],
+    ) -> Result<()> {
+        if !meta::visible_to_any(snapshot_seqs, old.seq, died_seq) {
+            return self.release(t, old.target);
+        }
+        if let Target::Block(id) = old.target {
+            let before = self.block(t, id)?;
+            let after = BlockRec {
+                history_refs: before.history_refs + 1,
+                ..before
+            };
+            self.put_block(t, id, Some(&before), Some(&after))?;
+        }
+        let kept = HistValue {
+            died_seq,
+            target: old.target,
+        };
+        t.history()?
+            .insert((volume, grain, old.seq), &kept.encode()[..])
+            .map_err(kv_error)?;
+        self.records_written += 1;
+        Ok(())
+    }
+
+    /// Keeps a displaced range record piece for the snapshots that see it.
+    pub fn keep_range_history(
+        &mut self,
+        t: &mut Tables,
+        volume: u64,
+        start: u64,
+        rec: RangeRec,
+        died_seq: u64,
+    ) -> Result<()> {
+        let kept = RangeHistValue { rec, died_seq };
+        t.range_history()?
+            .insert((volume, start, rec.seq), &kept.encode()[..])
+            .map_err(kv_error)?;
+        self.records_written += 1;
         Ok(())
     }
 }
@@ -473,6 +651,11 @@ impl TxState {
     fn apply_to(self, ws: &mut WriterState) {
         for (&id, &(written_delta, live_delta)) in &self.seg_delta {
             ws.adjust_segment(id, written_delta, live_delta);
+        }
+        for (class, delta) in self.class_delta.iter().enumerate() {
+            ws.class_bytes[class] = ws.class_bytes[class]
+                .checked_add_signed(*delta)
+                .expect("class bytes never negative");
         }
         ws.next_block_id = self.next_block_id;
         ws.next_seq = self.next_seq;

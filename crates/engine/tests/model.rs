@@ -22,11 +22,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 }
 
 fn open(dir: &Path) -> Arc<Engine> {
-    Engine::open(EngineConfig {
-        data_dir: dir.to_path_buf(),
-        capacity_bytes: CAPACITY_BYTES,
-    })
-    .expect("open engine")
+    Engine::open(EngineConfig::new(dir.to_path_buf(), CAPACITY_BYTES)).expect("open engine")
 }
 
 #[derive(Debug, Clone)]
@@ -245,6 +241,8 @@ fn space_returns_after_unmap_and_delete() {
     assert!(ia.shared_physical_bytes > 0);
     a.unmap(0, 8 << 20).unwrap();
     engine.delete_volume("b").unwrap();
+    assert_eq!(engine.space().destroyed_volume_count, 1);
+    engine.eradicate_volume("b").unwrap();
     drain_reclaim(&engine);
     engine.flush().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);

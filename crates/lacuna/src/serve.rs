@@ -44,11 +44,8 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
     let capacity_bytes = config
         .capacity_bytes
         .unwrap_or_else(|| default_capacity(&config.data_dir));
-    let engine = Engine::open(EngineConfig {
-        data_dir: config.data_dir.clone(),
-        capacity_bytes,
-    })
-    .with_context(|| format!("opening the array in {}", config.data_dir.display()))?;
+    let engine = Engine::open(EngineConfig::new(config.data_dir.clone(), capacity_bytes))
+        .with_context(|| format!("opening the array in {}", config.data_dir.display()))?;
     let token =
         lacuna_api::load_or_create_token(&config.data_dir).context("creating the API token")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -136,6 +136,11 @@ mod tests {
             shared_physical_bytes: written_bytes / 16,
             data_reduction_ratio: 3.2,
             created_unix_s: 0,
+            provisioning: lacuna_engine::Provisioning::Thin,
+            reserved_bytes: 0,
+            snapshot_count: 0,
+            destroyed_unix_s: None,
+            eradicate_at_unix_s: None,
         }
     }
 
@@ -215,6 +220,16 @@ mod tests {
             total_reduction_ratio: 341.33,
             volume_count: 2,
             segment_count: 10,
+            volume_unique_bytes: 1 << 30,
+            snapshot_bytes: 512 << 20,
+            shared_bytes: 512 << 20,
+            reserved_bytes: 0,
+            thin_available_bytes: 12 << 30,
+            soft_threshold_percent: 80,
+            soft_threshold_exceeded: false,
+            soft_threshold_events: 0,
+            snapshot_count: 1,
+            destroyed_volume_count: 0,
         };
         let text = space_details(&report);
         for expected in [

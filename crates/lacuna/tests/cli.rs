@@ -61,11 +61,7 @@ struct LiveApi {
 impl LiveApi {
     fn start(tag: &str) -> LiveApi {
         let data_dir = temp_dir(tag);
-        let engine = Engine::open(EngineConfig {
-            data_dir: data_dir.clone(),
-            capacity_bytes: 1 << 30,
-        })
-        .unwrap();
+        let engine = Engine::open(EngineConfig::new(data_dir.clone(), 1 << 30)).unwrap();
         let token = lacuna_api::load_or_create_token(&data_dir).unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)

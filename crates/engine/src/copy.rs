@@ -1,0 +1,260 @@
+//! Clones, range copies (the engine side of SCSI EXTENDED COPY) and reverts, all
+//! as `Ref` range records: "these grains read as those grains of that snapshot".
+//! Each writes O(1) records whatever the data beneath; the source version is held
+//! by a snapshot (a pin when the caller named none).
+//!
+//! Only grain-aligned parts can be references. A copy whose source and
+//! destination offsets differ in alignment within a grain is copied as data, in
+//! bounded chunks, read from the pin so it is still a point-in-time copy.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::{grains_of, Initial};
+use crate::meta::RangeKind;
+use crate::snapshot::{split_full_name, SnapshotShared};
+use crate::{Engine, EngineError, Provisioning, Result, VolumeInfo, VolumeShared, GRAIN_BYTES};
+
+/// Bytes moved per step when a copy has to move data.
+const DATA_COPY_CHUNK_BYTES: u64 = 1 << 20;
+
+/// What a range copy did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyReport {
+    /// Bytes copied by reference (metadata only).
+    pub referenced_bytes: u64,
+    /// Bytes copied as data (unaligned edges or mismatched alignment).
+    pub data_bytes: u64,
+}
+
+impl Engine {
+    /// The snapshot a clone or restore reads: `VOL@NAME`, or `VOL` pinned now.
+    fn resolve_source(
+        &self,
+        source: &str,
+    ) -> Result<(Arc<SnapshotShared>, Option<Arc<VolumeShared>>)> {
+        match split_full_name(source) {
+            Some((volume, name)) => {
+                let snapshot = self.find_snapshot(volume, name)?;
+                if snapshot.state.lock().destroyed_unix_s.is_some() {
+                    return Err(EngineError::SnapshotNotFound(source.to_string()));
+                }
+                let live = self.shared_volume(volume).ok();
+                let current = live.as_ref().filter(|v| {
+                    snapshot.seq >= v.last_change_seq.load(std::sync::atomic::Ordering::SeqCst)
+                });
+                Ok((snapshot.clone(), current.cloned()))
+            }
+            None => {
+                let volume = self.shared_volume(source)?;
+                let pin = self.pin_volume(&volume)?;
+                Ok((pin, Some(volume)))
+            }
+        }
+    }
+
+    /// Creates `name` as a writable clone of `source` (`VOL` or `VOL@SNAP`):
+    /// instant, and independent from then on.
+    pub fn clone_volume(
+        &self,
+        source: &str,
+        name: &str,
+        provisioning: Provisioning,
+    ) -> Result<VolumeInfo> {
+        let _pins = self.pin_lock.lock();
+        let (snapshot, current) = self.resolve_source(source)?;
+        self.check_ref_depth(&snapshot)?;
+        let initial = Initial {
+            kind: RangeKind::Ref {
+                snapshot: snapshot.id,
+                delta: 0,
+            },
+            bits_from: current.as_deref().map(|v| (v, 0)),
+        };
+        self.create_volume_inner(name, snapshot.size_bytes, provisioning, Some(initial))
+    }
+
+    /// Refuses a reference that would make reads follow too long a chain.
+    fn check_ref_depth(&self, snapshot: &SnapshotShared) -> Result<()> {
+        let depth = self.ref_depth(&snapshot.ranges, 0);
+        if depth + 1 >= crate::view::MAX_REF_DEPTH {
+            return Err(EngineError::InvalidArgument(format!(
+                "'{}' is already {depth} references deep (clones of clones or copies of copies); \\
+                 the limit is {}",
+                snapshot.display_name(),
+                crate::view::MAX_REF_DEPTH
+            )));
+        }
+        Ok(())
+    }
+
+    fn ref_depth(&self, ranges: &crate::ranges::RangeMap, level: u32) -> u32 {
+        if level >= crate::view::MAX_REF_DEPTH {
+            return level;
+        }
+        let mut deepest = level;
+        let mut seen = std::collections::BTreeSet::new();
+        for (_, rec) in ranges.iter() {
+            let Some(id) = rec.kind.pinned_snapshot() else {
+                continue;
+            };
+            if !seen.insert(id) {
+                continue;
+            }
+            if let Some(target) = self.snapshot_by_id(id) {
+                deepest = deepest.max(self.ref_depth(&target.ranges, level + 1));
+            }
+        }
+        deepest
+    }
+
+    /// Point-in-time copy of `length_bytes` from `source` at `source_offset_bytes`
+    /// to `destination` at `destination_offset_bytes` (same volume allowed, ranges
+    /// may overlap). Metadata-only for grain-aligned parts.
+    pub fn copy_range(
+        &self,
+        source: &str,
+        source_offset_bytes: u64,
+        length_bytes: u64,
+        destination: &str,
+        destination_offset_bytes: u64,
+    ) -> Result<CopyReport> {
+        let src = self.shared_volume(source)?;
+        let dst = self.shared_volume(destination)?;
+        for (vol, offset) in [
+            (&src, source_offset_bytes),
+            (&dst, destination_offset_bytes),
+        ] {
+            let size_bytes = vol.view.read().size_bytes;
+            if offset
+                .checked_add(length_bytes)
+                .is_none_or(|end| end > size_bytes)
+            {
+                return Err(EngineError::OutOfRange {
+                    offset_bytes: offset,
+                    length_bytes,
+                    size_bytes,
+                });
+            }
+        }
+        let mut report = CopyReport {
+            referenced_bytes: 0,
+            data_bytes: 0,
+        };
+        if length_bytes == 0 {
+            return Ok(report);
+        }
+        let _pins = self.pin_lock.lock();
+        let pin = self.pin_volume(&src)?;
+        let same_alignment =
+            source_offset_bytes % GRAIN_BYTES == destination_offset_bytes % GRAIN_BYTES;
+        if !same_alignment {
+            self.copy_data(
+                &pin,
+                source_offset_bytes,
+                &dst,
+                destination_offset_bytes,
+                length_bytes,
+            )?;
+            report.data_bytes = length_bytes;
+            return Ok(report);
+        }
+        self.check_ref_depth(&pin)?;
+        let end_bytes = destination_offset_bytes + length_bytes;
+        let first_whole = destination_offset_bytes.div_ceil(GRAIN_BYTES);
+        let end_whole = end_bytes / GRAIN_BYTES;
+        if first_whole >= end_whole {
+            self.copy_data(
+                &pin,
+                source_offset_bytes,
+                &dst,
+                destination_offset_bytes,
+                length_bytes,
+            )?;
+            report.data_bytes = length_bytes;
+            return Ok(report);
+        }
+        let head_bytes = first_whole * GRAIN_BYTES - destination_offset_bytes;
+        let tail_bytes = end_bytes - end_whole * GRAIN_BYTES;
+        if head_bytes > 0 {
+            self.copy_data(
+                &pin,
+                source_offset_bytes,
+                &dst,
+                destination_offset_bytes,
+                head_bytes,
+            )?;
+        }
+        if tail_bytes > 0 {
+            let tail_from = length_bytes - tail_bytes;
+            self.copy_data(
+                &pin,
+                source_offset_bytes + tail_from,
+                &dst,
+                destination_offset_bytes + tail_from,
+                tail_bytes,
+            )?;
+        }
+        let source_first = (source_offset_bytes + head_bytes) / GRAIN_BYTES;
+        let kind = RangeKind::Ref {
+            snapshot: pin.id,
+            delta: source_first.wrapping_sub(first_whole),
+        };
+        let bits_from = (pin.seq
+            >= src
+                .last_change_seq
+                .load(std::sync::atomic::Ordering::SeqCst))
+        .then_some((src.as_ref(), source_first));
+        self.insert_range(&dst, first_whole, end_whole, kind, bits_from)?;
+        report.referenced_bytes = (end_whole - first_whole) * GRAIN_BYTES;
+        report.data_bytes = head_bytes + tail_bytes;
+        Ok(report)
+    }
+
+    /// Copies bytes read from a snapshot into a volume, a bounded chunk at a time.
+    fn copy_data(
+        &self,
+        source: &Arc<SnapshotShared>,
+        source_offset_bytes: u64,
+        destination: &Arc<VolumeShared>,
+        destination_offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<()> {
+        let mut done = 0;
+        let mut buf = Vec::new();
+        while done < length_bytes {
+            let chunk = (length_bytes - done).min(DATA_COPY_CHUNK_BYTES);
+            buf.resize(chunk as usize, 0);
+            self.read_snapshot(source, source_offset_bytes + done, &mut buf)?;
+            self.write(destination, destination_offset_bytes + done, &buf)?;
+            done += chunk;
+        }
+        Ok(())
+    }
+
+    /// Reverts a volume to a snapshot (`NAME` of this volume, or `VOL@NAME`): one
+    /// reference record over the whole volume; the volume takes the snapshot's size.
+    pub fn restore_volume(&self, volume: &str, snapshot: &str) -> Result<VolumeInfo> {
+        let full = if snapshot.contains('@') {
+            snapshot.to_string()
+        } else {
+            format!("{volume}@{snapshot}")
+        };
+        let vol = self.shared_volume(volume)?;
+        let _pins = self.pin_lock.lock();
+        let (source, _) = self.resolve_source(&full)?;
+        self.check_ref_depth(&source)?;
+        if vol.view.read().size_bytes != source.size_bytes {
+            self.resize_volume(volume, source.size_bytes)?;
+        }
+        let grains = grains_of(source.size_bytes);
+        let kind = RangeKind::Ref {
+            snapshot: source.id,
+            delta: 0,
+        };
+        self.insert_range(&vol, 0, grains, kind, None)?;
+        self.flush()?;
+        self.volume_info(volume)
+    }
+}

@@ -1,0 +1,464 @@
+//! Destroy, recover, eradicate — for volumes and snapshots.
+//!
+//! Deleting destroys: the volume (or snapshot) disappears from hosts and lists at
+//! once but keeps its data, recoverable, for the configured retention. Eradication
+//! (explicit, or automatic when the retention has passed) hands the data to the
+//! background reclaimer.
+//!
+//! What clones and copies still read is kept alive rather than refused: an
+//! eradicated snapshot that a `Ref` still points at becomes an unnamed pin, and an
+//! eradicated volume whose pins are still needed is retained (hidden, data kept)
+//! until the last one goes. Nothing a host can read ever disappears under it.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use redb::ReadableTable;
+
+use crate::catalog::{grains_of, now_unix_s};
+use crate::meta::{self, kv_error, HistValue, RangeHistValue};
+use crate::snapshot::SnapshotShared;
+use crate::{Engine, EngineError, Result, VolumeShared};
+
+/// Entries examined per sweep step.
+const SWEEP_BATCH: usize = 256;
+
+/// Where a history sweep of one volume has got to: the next (grain, seq) key of
+/// the point history and of the range history, `None` once that table is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SweepCursor {
+    pub points: Option<(u64, u64)>,
+    pub ranges: Option<(u64, u64)>,
+}
+
+impl SweepCursor {
+    pub const START: SweepCursor = SweepCursor {
+        points: Some((0, 0)),
+        ranges: Some((0, 0)),
+    };
+}
+
+impl Engine {
+    /// Destroys a volume: hosts lose it at once, its data stays recoverable for the
+    /// retention period. Its snapshots go with it (and come back with it).
+    pub fn delete_volume(&self, name: &str) -> Result<()> {
+        let mut volumes = self.volumes.write();
+        let shared = volumes
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))?;
+        let now = now_unix_s();
+        self.persist_volume_state(&shared, Some(now))?;
+        *shared.destroyed_unix_s.lock() = Some(now);
+        shared.deleted.store(true, Ordering::SeqCst);
+        volumes.remove(name);
+        self.destroyed.write().insert(name.to_string(), shared);
+        drop(volumes);
+        self.flush()
+    }
+
+    /// Brings a destroyed volume back, with its snapshots.
+    pub fn recover_volume(&self, name: &str) -> Result<()> {
+        let mut volumes = self.volumes.write();
+        let shared = self
+            .destroyed
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::VolumeNotFound(format!("{name} (destroyed)")))?;
+        self.persist_volume_state(&shared, None)?;
+        *shared.destroyed_unix_s.lock() = None;
+        shared.deleted.store(false, Ordering::SeqCst);
+        self.destroyed.write().remove(name);
+        volumes.insert(name.to_string(), shared);
+        drop(volumes);
+        self.flush()
+    }
+
+    fn persist_volume_state(&self, shared: &VolumeShared, destroyed: Option<u64>) -> Result<()> {
+        let view = shared.view.read();
+        let mut rec = shared.rec(view.size_bytes);
+        rec.destroyed_unix_s = destroyed;
+        let mut ws = self.writer.lock();
+        self.transact(&mut ws, true, |st, t, _| {
+            let json = serde_json::to_vec(&rec).expect("volume record serialises");
+            t.volumes()?
+                .insert(rec.name.as_str(), &json[..])
+                .map_err(kv_error)?;
+            st.records_written += 1;
+            Ok(())
+        })
+    }
+
+    /// Eradicates a destroyed volume now: its space goes to the reclaimer (or is
+    /// retained for clones and copies that still read it).
+    pub fn eradicate_volume(&self, name: &str) -> Result<()> {
+        let shared = self.destroyed.read().get(name).cloned().ok_or_else(|| {
+            if self.volumes.read().contains_key(name) {
+                EngineError::InvalidArgument(format!(
+                    "volume '{name}' is not destroyed: delete it first, then eradicate"
+                ))
+            } else {
+                EngineError::VolumeNotFound(format!("{name} (destroyed)"))
+            }
+        })?;
+        let _pins = self.pin_lock.lock();
+        let theirs: Vec<_> = self.snapshots_of(shared.id);
+        let needed = self.referenced_snapshots();
+        for snapshot in &theirs {
+            self.eradicate_snapshot_locked(snapshot, &needed)?;
+        }
+        let retained = self
+            .snapshots_of(shared.id)
+            .iter()
+            .any(|s| !s.gone.load(Ordering::SeqCst));
+        let view = shared.view.write();
+        let mut ws = self.writer.lock();
+        let grains = grains_of(view.size_bytes);
+        let rec = shared.rec(view.size_bytes);
+        self.transact(&mut ws, true, |st, t, _| {
+            t.volumes()?.remove(name).map_err(kv_error)?;
+            if retained {
+                let json = serde_json::to_vec(&rec).expect("volume record serialises");
+                t.retained()?.insert(rec.id, &json[..]).map_err(kv_error)?;
+            } else {
+                t.doomed()?.insert(rec.id, grains).map_err(kv_error)?;
+            }
+            st.records_written += 2;
+            Ok(())
+        })?;
+        if shared.provisioning.is_thick() {
+            let unwritten = grains - shared.bitmap.lock().count().min(grains);
+            ws.thick_unwritten_grains -= unwritten;
+        }
+        if retained {
+            self.retained.lock().insert(rec.id, rec);
+        } else {
+            ws.doomed.insert(shared.id, grains);
+        }
+        drop((ws, view));
+        self.destroyed.write().remove(name);
+        self.flush()?;
+        self.wake_reclaimer();
+        Ok(())
+    }
+
+    pub(crate) fn snapshots_of(&self, volume_id: u64) -> Vec<Arc<SnapshotShared>> {
+        self.snapshots
+            .read()
+            .values()
+            .filter(|s| s.volume_id == volume_id)
+            .cloned()
+            .collect()
+    }
+
+    /// Destroys a named snapshot (`VOL@NAME`): hidden from hosts and lists,
+    /// recoverable for the retention period.
+    pub fn delete_snapshot(&self, full_name: &str) -> Result<()> {
+        let snapshot = self.named_snapshot(full_name)?;
+        if snapshot.state.lock().destroyed_unix_s.is_some() {
+            return Err(EngineError::SnapshotNotFound(full_name.to_string()));
+        }
+        self.set_snapshot_destroyed(&snapshot, Some(now_unix_s()))
+    }
+
+    pub fn recover_snapshot(&self, full_name: &str) -> Result<()> {
+        let snapshot = self.named_snapshot(full_name)?;
+        if snapshot.state.lock().destroyed_unix_s.is_none() {
+            return Err(EngineError::InvalidArgument(format!(
+                "snapshot '{full_name}' is not destroyed"
+            )));
+        }
+        self.set_snapshot_destroyed(&snapshot, None)
+    }
+
+    /// Eradicates a destroyed snapshot now.
+    pub fn eradicate_snapshot(&self, full_name: &str) -> Result<()> {
+        let snapshot = self.named_snapshot(full_name)?;
+        if snapshot.state.lock().destroyed_unix_s.is_none() {
+            return Err(EngineError::InvalidArgument(format!(
+                "snapshot '{full_name}' is not destroyed: delete it first, then eradicate"
+            )));
+        }
+        let _pins = self.pin_lock.lock();
+        let needed = self.referenced_snapshots();
+        self.eradicate_snapshot_locked(&snapshot, &needed)?;
+        self.flush()?;
+        self.wake_reclaimer();
+        Ok(())
+    }
+
+    fn named_snapshot(&self, full_name: &str) -> Result<Arc<SnapshotShared>> {
+        let (volume, name) = crate::snapshot::split_full_name(full_name)
+            .ok_or_else(|| EngineError::SnapshotNotFound(full_name.to_string()))?;
+        self.find_snapshot(volume, name)
+    }
+
+    fn set_snapshot_destroyed(&self, snapshot: &SnapshotShared, at: Option<u64>) -> Result<()> {
+        let mut rec = snapshot.rec();
+        rec.destroyed_unix_s = at;
+        self.write_snapshot_rec(&rec)?;
+        snapshot.state.lock().destroyed_unix_s = at;
+        self.flush()
+    }
+
+    fn write_snapshot_rec(&self, rec: &crate::snapshot::SnapshotRec) -> Result<()> {
+        let mut ws = self.writer.lock();
+        self.transact(&mut ws, true, |st, t, _| {
+            let json = serde_json::to_vec(rec).expect("snapshot record serialises");
+            t.snapshots()?.insert(rec.id, &json[..]).map_err(kv_error)?;
+            st.records_written += 1;
+            Ok(())
+        })
+    }
+
+    /// Ids of the snapshots some `Ref` record still points at, in any volume's
+    /// live range map or any snapshot's frozen one. The caller holds `pin_lock`, so
+    /// no new reference to an unreferenced snapshot can appear meanwhile.
+    pub(crate) fn referenced_snapshots(&self) -> BTreeSet<u64> {
+        let mut maps: Vec<Arc<crate::ranges::RangeMap>> = Vec::new();
+        for v in self
+            .volumes
+            .read()
+            .values()
+            .chain(self.destroyed.read().values())
+        {
+            maps.push(v.view.read().ranges.clone());
+        }
+        for s in self.snapshots.read().values() {
+            maps.push(s.ranges.clone());
+        }
+        let mut seen = BTreeSet::new();
+        let mut ids = BTreeSet::new();
+        for map in maps {
+            if !seen.insert(Arc::as_ptr(&map) as usize) {
+                continue;
+            }
+            for (_, rec) in map.iter() {
+                if let Some(id) = rec.kind.pinned_snapshot() {
+                    ids.insert(id);
+                }
+            }
+        }
+        ids
+    }
+
+    /// Removes a snapshot, or turns it into a pin when a reference needs it.
+    fn eradicate_snapshot_locked(
+        &self,
+        snapshot: &Arc<SnapshotShared>,
+        needed: &BTreeSet<u64>,
+    ) -> Result<()> {
+        if needed.contains(&snapshot.id) {
+            if !snapshot.is_pin() {
+                let mut rec = snapshot.rec();
+                rec.name = None;
+                rec.destroyed_unix_s = None;
+                self.write_snapshot_rec(&rec)?;
+                let mut state = snapshot.state.lock();
+                state.name = None;
+                state.destroyed_unix_s = None;
+            }
+            return Ok(());
+        }
+        // Looked up before the writer mutex: the volume maps rank above it.
+        let volume = self.volume_by_id(snapshot.volume_id);
+        let mut ws = self.writer.lock();
+        self.transact(&mut ws, true, |st, t, _| {
+            t.snapshots()?.remove(snapshot.id).map_err(kv_error)?;
+            st.records_written += 1;
+            Ok(())
+        })?;
+        if let Some(volume) = &volume {
+            volume.snapshot_seqs.lock().retain(|&s| s != snapshot.seq);
+        }
+        snapshot.gone.store(true, Ordering::SeqCst);
+        drop(ws);
+        self.snapshots.write().remove(&snapshot.id);
+        self.sweep_pending
+            .lock()
+            .insert(snapshot.volume_id, SweepCursor::START);
+        self.release_retained_if_unneeded(snapshot.volume_id)?;
+        Ok(())
+    }
+
+    /// A live or destroyed volume by id.
+    pub(crate) fn volume_by_id(&self, id: u64) -> Option<Arc<VolumeShared>> {
+        let live = self.volumes.read().values().find(|v| v.id == id).cloned();
+        live.or_else(|| self.destroyed.read().values().find(|v| v.id == id).cloned())
+    }
+
+    /// A retained volume whose last snapshot went is handed to the reclaimer.
+    fn release_retained_if_unneeded(&self, volume_id: u64) -> Result<()> {
+        if !self.retained.lock().contains_key(&volume_id)
+            || !self.snapshots_of(volume_id).is_empty()
+        {
+            return Ok(());
+        }
+        let Some(rec) = self.retained.lock().remove(&volume_id) else {
+            return Ok(());
+        };
+        let grains = grains_of(rec.size_bytes);
+        let mut ws = self.writer.lock();
+        self.transact(&mut ws, false, |_, t, _| {
+            t.retained()?.remove(volume_id).map_err(kv_error)?;
+            t.doomed()?.insert(volume_id, grains).map_err(kv_error)?;
+            Ok(())
+        })?;
+        ws.doomed.insert(volume_id, grains);
+        Ok(())
+    }
+
+    /// Background duties of the lifecycle: eradicate what outlived its retention
+    /// and drop pins nothing references. Returns whether it did anything.
+    pub(crate) fn lifecycle_step(&self) -> Result<bool> {
+        let now = now_unix_s();
+        let retention = self.config.destroy_retention_s;
+        let expired = |at: Option<u64>| at.is_some_and(|at| at.saturating_add(retention) <= now);
+        let volume = self
+            .destroyed
+            .read()
+            .values()
+            .find(|v| expired(*v.destroyed_unix_s.lock()))
+            .map(|v| v.name.clone());
+        if let Some(name) = volume {
+            tracing::info!(volume = %name, "retention passed: eradicating");
+            self.eradicate_volume(&name)?;
+            return Ok(true);
+        }
+        let snapshot = self
+            .snapshots
+            .read()
+            .values()
+            .find(|s| expired(s.state.lock().destroyed_unix_s))
+            .map(|s| s.display_name());
+        if let Some(name) = snapshot {
+            tracing::info!(snapshot = %name, "retention passed: eradicating");
+            self.eradicate_snapshot(&name)?;
+            return Ok(true);
+        }
+        let _pins = self.pin_lock.lock();
+        let needed = self.referenced_snapshots();
+        let unneeded_pin = self
+            .snapshots
+            .read()
+            .values()
+            .find(|s| s.is_pin() && !needed.contains(&s.id))
+            .cloned();
+        if let Some(pin) = unneeded_pin {
+            self.eradicate_snapshot_locked(&pin, &needed)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// No background work is pending: no history to sweep, no deleted volume to
+    /// reclaim, no pin left that nothing references (tests wait for this).
+    pub fn background_idle(&self) -> bool {
+        if !self.sweep_pending.lock().is_empty() || !self.writer.lock().doomed.is_empty() {
+            return false;
+        }
+        let _pins = self.pin_lock.lock();
+        let needed = self.referenced_snapshots();
+        !self
+            .snapshots
+            .read()
+            .values()
+            .any(|s| s.is_pin() && !needed.contains(&s.id))
+    }
+
+    /// Drops one batch of history versions of a volume that no remaining snapshot
+    /// sees. Returns whether there was work.
+    pub(crate) fn sweep_step(&self) -> Result<bool> {
+        let Some((volume, cursor)) = self
+            .sweep_pending
+            .lock()
+            .iter()
+            .next()
+            .map(|(v, c)| (*v, *c))
+        else {
+            return Ok(false);
+        };
+        let mut seqs: Vec<u64> = self.snapshots_of(volume).iter().map(|s| s.seq).collect();
+        seqs.sort_unstable();
+        let mut ws = self.writer.lock();
+        let next = self.transact(&mut ws, false, |st, t, _| {
+            let mut next = cursor;
+            if let Some(from) = cursor.points {
+                let mut dead = Vec::new();
+                let mut last = None;
+                for item in t
+                    .history()?
+                    .range((volume, from.0, from.1)..=(volume, u64::MAX, u64::MAX))
+                    .map_err(kv_error)?
+                    .take(SWEEP_BATCH)
+                {
+                    let (key, value) = item.map_err(kv_error)?;
+                    let (_, grain, version) = key.value();
+                    let hist = HistValue::decode(value.value())?;
+                    last = Some((grain, version));
+                    if !meta::visible_to_any(&seqs, version, hist.died_seq) {
+                        dead.push((grain, version, hist.target));
+                    }
+                }
+                for (grain, version, target) in &dead {
+                    t.history()?
+                        .remove((volume, *grain, *version))
+                        .map_err(kv_error)?;
+                    st.release_history(t, *target)?;
+                }
+                next.points = last.and_then(|(g, v)| successor(g, v));
+                if last.is_none() {
+                    next.points = None;
+                }
+            } else if let Some(from) = cursor.ranges {
+                let mut dead = Vec::new();
+                let mut last = None;
+                for item in t
+                    .range_history()?
+                    .range((volume, from.0, from.1)..=(volume, u64::MAX, u64::MAX))
+                    .map_err(kv_error)?
+                    .take(SWEEP_BATCH)
+                {
+                    let (key, value) = item.map_err(kv_error)?;
+                    let (_, start, seq) = key.value();
+                    let kept = RangeHistValue::decode(value.value())?;
+                    last = Some((start, seq));
+                    if !meta::visible_to_any(&seqs, kept.rec.seq, kept.died_seq) {
+                        dead.push((start, seq));
+                    }
+                }
+                for (start, seq) in dead {
+                    t.range_history()?
+                        .remove((volume, start, seq))
+                        .map_err(kv_error)?;
+                }
+                next.ranges = last.and_then(|(g, v)| successor(g, v));
+                if last.is_none() {
+                    next.ranges = None;
+                }
+            }
+            Ok(next)
+        })?;
+        drop(ws);
+        let mut pending = self.sweep_pending.lock();
+        // A newer request for the same volume (another snapshot went) restarts it.
+        if pending.get(&volume) == Some(&cursor) {
+            if next.points.is_none() && next.ranges.is_none() {
+                pending.remove(&volume);
+            } else {
+                pending.insert(volume, next);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// The key after (a, b) in (u64, u64) order, if any.
+fn successor(a: u64, b: u64) -> Option<(u64, u64)> {
+    match b.checked_add(1) {
+        Some(b) => Some((a, b)),
+        None => a.checked_add(1).map(|a| (a, 0)),
+    }
+}

@@ -12,7 +12,7 @@ use crate::sense::{AdditionalSense, Sense, SenseKey};
 /// Largest single data transfer (READ/WRITE/VERIFY data, COMPARE AND WRITE, UNMAP lists):
 /// bounds every buffer allocated from an initiator-controlled length. Reported in the
 /// Block Limits VPD page as MAXIMUM TRANSFER LENGTH (in blocks).
-pub const MAX_TRANSFER_BYTES: u64 = 64 << 20;
+pub const MAX_TRANSFER_BYTES: u64 = 32 << 20;
 
 /// The shape of a unit as one command sees it (read once per command).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -114,17 +114,24 @@ pub(crate) fn write_same(request: &Request<'_>) -> CommandResult {
     }
     let offset_bytes = geometry.offset_bytes(lba);
     let len_bytes = geometry.len_bytes(block_count);
-    let zeros = pattern.iter().all(|&b| b == 0);
-    if zeros {
+    let thin = request.unit.provisioning().is_thin();
+    // With UNMAP on a thin unit the blocks are deallocated whatever the Data-Out holds
+    // (they then read as zeros, LBPRZ); on a fully provisioned unit UNMAP is ignored.
+    if unmap_allowed && thin {
         let _range = request.state.range_lock.lock(offset_bytes, len_bytes);
-        let result = if unmap_allowed && request.unit.provisioning().is_thin() {
-            request.unit.unmap(offset_bytes, len_bytes)
-        } else {
-            request.unit.write_zeroes(offset_bytes, len_bytes, false)
-        };
-        return result
-            .map(|()| Vec::new())
-            .map_err(|e| storage_failure(e, true));
+        request
+            .unit
+            .unmap(offset_bytes, len_bytes)
+            .map_err(|e| storage_failure(e, true))?;
+        return Ok(Vec::new());
+    }
+    if pattern.iter().all(|&b| b == 0) {
+        let _range = request.state.range_lock.lock(offset_bytes, len_bytes);
+        request
+            .unit
+            .write_zeroes(offset_bytes, len_bytes, false)
+            .map_err(|e| storage_failure(e, true))?;
+        return Ok(Vec::new());
     }
     write_pattern(request, offset_bytes, len_bytes, pattern)?;
     Ok(Vec::new())

@@ -277,8 +277,9 @@ impl Engine {
     ) -> Result<(Vec<Arc<SnapshotShared>>, Duration)> {
         members.sort_by_key(|(m, _)| m.id);
         let views: Vec<_> = members.iter().map(|(m, _)| m.view.read()).collect();
-        let held_since = Instant::now();
         let mut ws = self.writer.lock();
+        // Writes are held from here (the writer mutex) until it is released.
+        let held_since = Instant::now();
         let created_unix_s = now_unix_s();
         let recs = self.transact(&mut ws, true, |st, t, _| {
             let seq = st.take_seq();

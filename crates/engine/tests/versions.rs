@@ -1,0 +1,284 @@
+//! Properties of snapshots, clones and copies that a model test cannot see:
+//! metadata-only cost (records counted, not time), read cost independent of
+//! snapshot depth, consistency of group snapshots under concurrent writers, and
+//! out-of-space behaviour by provisioning type.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use lacuna_engine::{Engine, EngineConfig, EngineError, Provisioning};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("lacuna-ver-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn open(dir: &Path, capacity_bytes: u64) -> Arc<Engine> {
+    Engine::open(EngineConfig::new(dir, capacity_bytes)).expect("open engine")
+}
+
+fn records(engine: &Engine) -> u64 {
+    engine
+        .stats
+        .foreground_records_written
+        .load(Ordering::SeqCst)
+}
+
+/// Unique (incompressible, undedupable) data for a volume.
+fn unique_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn snapshot_clone_copy_and_eager_zeroing_write_constant_records() {
+    let dir = temp_dir("records");
+    let engine = open(&dir, 4 << 30);
+    let mut costs = Vec::new();
+    for (i, mib) in [1u64, 16, 64].into_iter().enumerate() {
+        let name = format!("v{i}");
+        engine.create_volume(&name, mib << 20).unwrap();
+        let vol = engine.open_volume(&name).unwrap();
+        vol.write(0, &unique_bytes((mib << 20) as usize, i as u64))
+            .unwrap();
+        let mut cost = Vec::new();
+        let before = records(&engine);
+        engine.create_snapshots(&[&name], Some("s"), None).unwrap();
+        cost.push(records(&engine) - before);
+        let before = records(&engine);
+        engine
+            .clone_volume(
+                &format!("{name}@s"),
+                &format!("{name}-clone"),
+                Provisioning::Thin,
+            )
+            .unwrap();
+        cost.push(records(&engine) - before);
+        let before = records(&engine);
+        engine
+            .clone_volume(&name, &format!("{name}-clone2"), Provisioning::Thin)
+            .unwrap();
+        cost.push(records(&engine) - before);
+        let half = (mib << 20) / 2;
+        let before = records(&engine);
+        let report = engine
+            .copy_range(&name, 0, half, &format!("{name}-clone"), half)
+            .unwrap();
+        assert_eq!(report.referenced_bytes, half);
+        cost.push(records(&engine) - before);
+        let before = records(&engine);
+        engine
+            .create_volume_with(
+                &format!("{name}-ezt"),
+                mib << 20,
+                Provisioning::EagerZeroedThick,
+            )
+            .unwrap();
+        cost.push(records(&engine) - before);
+        costs.push(cost);
+    }
+    // The same records whatever the size of the data beneath, and few of them.
+    assert_eq!(costs[0], costs[1], "{costs:?}");
+    assert_eq!(costs[1], costs[2], "{costs:?}");
+    assert!(costs[0].iter().all(|&c| c <= 4), "{costs:?}");
+    engine.check_consistency().unwrap();
+    engine.close().unwrap();
+    drop(engine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn live_reads_cost_the_same_kv_operations_at_any_snapshot_depth() {
+    let dir = temp_dir("depth");
+    let engine = open(&dir, 1 << 30);
+    let mut ops_per_depth = Vec::new();
+    for depth in [0u64, 64] {
+        let name = format!("d{depth}");
+        engine.create_volume(&name, 1 << 20).unwrap();
+        let vol = engine.open_volume(&name).unwrap();
+        vol.write(0, &unique_bytes(1 << 20, depth)).unwrap();
+        for s in 0..depth {
+            engine
+                .create_snapshots(&[&name], Some(&format!("s{s}")), None)
+                .unwrap();
+            // Overwrite between snapshots so every grain has `depth` old versions.
+            vol.write(0, &unique_bytes(1 << 20, depth * 1000 + s))
+                .unwrap();
+        }
+        let mut buf = vec![0u8; 1 << 20];
+        let before = engine.stats.read_kv_ops.load(Ordering::SeqCst);
+        vol.read(0, &mut buf).unwrap();
+        ops_per_depth.push(engine.stats.read_kv_ops.load(Ordering::SeqCst) - before);
+        // The oldest snapshot still reads its own version.
+        if depth > 0 {
+            let snap = engine.open_snapshot(&format!("{name}@s0")).unwrap();
+            snap.read(0, &mut buf).unwrap();
+            assert!(buf == unique_bytes(1 << 20, depth), "s0 of {name}");
+        }
+    }
+    assert!(ops_per_depth[0] > 0);
+    assert_eq!(ops_per_depth[0], ops_per_depth[1], "{ops_per_depth:?}");
+    engine.check_consistency().unwrap();
+    engine.close().unwrap();
+    drop(engine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Writers each write an increasing counter to their own volume, one volume after
+/// another in a fixed order per round (a write to volume i+1 starts only after
+/// the write to volume i completed). A consistent group snapshot therefore shows
+/// counters that never increase from one member to the next, and differ by at
+/// most one round.
+#[test]
+fn group_snapshot_of_sixteen_volumes_under_writers_is_consistent() {
+    const VOLUMES: usize = 16;
+    let dir = temp_dir("group");
+    let engine = open(&dir, 1 << 30);
+    let names: Vec<String> = (0..VOLUMES).map(|i| format!("m{i:02}")).collect();
+    for name in &names {
+        engine.create_volume(name, 1 << 20).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let engine = engine.clone();
+            let names = names.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let vols: Vec<_> = names
+                    .iter()
+                    .map(|n| engine.open_volume(n).unwrap())
+                    .collect();
+                let mut round = 1u64;
+                while !stop.load(Ordering::SeqCst) {
+                    for vol in &vols {
+                        let mut grain = vec![0u8; 4096];
+                        grain[..8].copy_from_slice(&round.to_le_bytes());
+                        grain[8] = 0xa5;
+                        vol.write(w * 4096, &grain).unwrap();
+                    }
+                    round += 1;
+                }
+            })
+        })
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut windows_us = Vec::new();
+    for g in 0..20 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let group = format!("g{g}");
+        let taken = engine.create_snapshots(&refs, None, Some(&group)).unwrap();
+        windows_us.push(taken.commit_window_us);
+        for w in 0..2u64 {
+            let mut counters = Vec::new();
+            for name in &names {
+                let snap = engine.open_snapshot(&format!("{name}@{group}")).unwrap();
+                let mut grain = vec![0u8; 4096];
+                snap.read(w * 4096, &mut grain).unwrap();
+                counters.push(u64::from_le_bytes(grain[..8].try_into().unwrap()));
+            }
+            for pair in counters.windows(2) {
+                assert!(
+                    pair[0] >= pair[1] && pair[0] - pair[1] <= 1,
+                    "group {group}, writer {w}: {counters:?}"
+                );
+            }
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for w in writers {
+        w.join().unwrap();
+    }
+    eprintln!("group commit windows (us): {windows_us:?}");
+    engine.check_consistency().unwrap();
+    engine.close().unwrap();
+    drop(engine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn out_of_space_fails_thin_writes_only_and_recovers_after_freeing() {
+    let dir = temp_dir("oos");
+    let capacity: u64 = 64 << 20;
+    let engine = open(&dir, capacity);
+    // A thick volume reserves its size up front; one too big is refused.
+    let too_big = engine.create_volume_with("huge", 128 << 20, Provisioning::ZeroedThick);
+    assert!(
+        matches!(too_big, Err(EngineError::NoSpace(_))),
+        "{too_big:?}"
+    );
+    engine
+        .create_volume_with("thick", 8 << 20, Provisioning::ZeroedThick)
+        .unwrap();
+    engine
+        .create_volume_with("eager", 4 << 20, Provisioning::EagerZeroedThick)
+        .unwrap();
+    engine.create_volume("thin", 256 << 20).unwrap();
+    assert!(engine.space().reserved_bytes >= 12 << 20);
+    let thin = engine.open_volume("thin").unwrap();
+    let chunk = 1 << 20;
+    let mut written = Vec::new();
+    let mut offset = 0;
+    let failure = loop {
+        let data = unique_bytes(chunk, offset);
+        match thin.write(offset, &data) {
+            Ok(()) => {
+                written.push((offset, data));
+                offset += chunk as u64;
+            }
+            Err(e) => break e,
+        }
+        assert!(offset < 256 << 20, "thin writes never failed");
+    };
+    assert!(matches!(failure, EngineError::NoSpace(_)), "{failure}");
+    assert!(!engine.space().soft_threshold_exceeded);
+    // Thick volumes still take every grain they reserved.
+    for (name, size) in [("thick", 8u64 << 20), ("eager", 4 << 20)] {
+        let vol = engine.open_volume(name).unwrap();
+        let data = unique_bytes(size as usize, size);
+        vol.write(0, &data).unwrap();
+        let mut back = vec![0u8; size as usize];
+        vol.read(0, &mut back).unwrap();
+        assert!(back == data, "{name}");
+    }
+    // Thick writes took physical use past 80%: the soft threshold fired once.
+    let space = engine.space();
+    assert!(space.soft_threshold_exceeded, "{space:?}");
+    assert_eq!(space.soft_threshold_events, 1, "{space:?}");
+    // Nothing written before the failure is damaged.
+    for (offset, data) in &written {
+        let mut back = vec![0u8; data.len()];
+        thin.read(*offset, &mut back).unwrap();
+        assert!(back == *data, "thin at {offset}");
+    }
+    engine.check_consistency().unwrap();
+    // Freeing space (unmap + reclaim) makes thin writable again.
+    thin.unmap(0, offset).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        engine.flush().unwrap();
+        if thin.write(0, &unique_bytes(chunk, 99)).is_ok() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "space never came back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    engine.check_consistency().unwrap();
+    engine.close().unwrap();
+    drop(engine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

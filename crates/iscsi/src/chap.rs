@@ -362,4 +362,23 @@ mod tests {
             Err(ChapError::NoAlgorithm)
         );
     }
+
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn decode_binary_is_total_and_bounded(value in "(0x|0b|0X|0B)?[0-9a-zA-Z+/=]{0,80}") {
+                if let Some(bytes) = decode_binary(&value, 16) {
+                    prop_assert!(!bytes.is_empty() && bytes.len() <= 16);
+                }
+            }
+
+            #[test]
+            fn hex_encoding_round_trips(bytes in proptest::collection::vec(any::<u8>(), 1..64)) {
+                prop_assert_eq!(decode_binary(&encode_binary(&bytes), 64), Some(bytes));
+            }
+        }
+    }
 }

@@ -681,6 +681,10 @@ impl Connection {
                 return Ok(Flow::Continue);
             };
             let header = Header::parse(&raw.bhs).expect("held PDUs were parsed before");
+            let cmd_sn = non_immediate_cmd_sn(&header).expect("only command PDUs are held");
+            if self.session.window.lock().admit(cmd_sn) != Admission::Next {
+                continue;
+            }
             if let Flow::Close = self.process(header, raw).await? {
                 return Ok(Flow::Close);
             }
@@ -833,7 +837,8 @@ impl Connection {
         if itt == RESERVED_TAG {
             return Err(RejectReason::InvalidPduField);
         }
-        if self.gathering.contains_key(&itt) || self.session.has_task(itt) {
+        let queued = self.order.iter().any(|(tag, _)| *tag == itt);
+        if queued || self.gathering.contains_key(&itt) || self.session.has_task(itt) {
             return Err(RejectReason::TaskInProgress);
         }
         let edtl = command.expected_data_transfer_bytes;
@@ -961,11 +966,14 @@ impl Connection {
 
     /// A command has all its data: queue it in CmdSN order or, if immediate, dispatch.
     async fn on_ready(&mut self, ready: ReadyCommand) -> Result<Flow, FatalError> {
-        if !ready.command.holds_slot {
+        let itt = ready.command.itt;
+        if !ready.command.holds_slot || ready.command.attribute == TaskAttribute::HeadOfQueue {
+            // Immediate and HEAD OF QUEUE commands do not wait for earlier ones (SAM-5 §8.6).
+            self.order.retain(|(tag, _)| *tag != itt);
             self.dispatch(ready);
+            self.drain_order();
             return Ok(Flow::Continue);
         }
-        let itt = ready.command.itt;
         let slot = self
             .order
             .iter_mut()

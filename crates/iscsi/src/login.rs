@@ -866,4 +866,41 @@ mod tests {
             LoginStatus::INITIATOR_ERROR
         );
     }
+
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(500))]
+
+            /// Arbitrary request flags and text never panic the state machine; a login only
+            /// completes with the session keys it requires.
+            #[test]
+            fn login_steps_are_total(
+                steps in proptest::collection::vec(
+                    (any::<u8>(), any::<bool>(), any::<bool>(), proptest::collection::vec(any::<u8>(), 0..200)),
+                    1..6,
+                ),
+            ) {
+                let config = config();
+                let mut login = Login::new(&config, &OpenAccess);
+                for (stages, transit, continue_bit, data) in steps {
+                    let mut request = request((stages >> 2) & 3, stages & 3, transit);
+                    request.continue_bit = continue_bit;
+                    match login.step(&request, &data) {
+                        LoginStep::Complete(_, outcome) => {
+                            prop_assert!(!outcome.initiator_name.is_empty());
+                            break;
+                        }
+                        LoginStep::Fail(reply, _) => {
+                            prop_assert!(reply.status.class >= 2);
+                            break;
+                        }
+                        LoginStep::Continue(_) => {}
+                    }
+                }
+            }
+        }
+    }
 }

@@ -1330,4 +1330,59 @@ mod tests {
             "nothing read past the BHS"
         );
     }
+
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            /// Any 48 bytes parse or fail cleanly, and what parses re-encodes to a header
+            /// that parses to the same value (every opcode round-trips).
+            #[test]
+            fn bhs_parse_is_total_and_round_trips(bytes in proptest::collection::vec(any::<u8>(), 48)) {
+                let bhs: [u8; BHS_LEN_BYTES] = bytes.try_into().unwrap();
+                if let Ok(header) = Header::parse(&bhs) {
+                    let encoded = header.encode(ahs_len_bytes(&bhs), data_segment_len_bytes(&bhs));
+                    prop_assert_eq!(Header::parse(&encoded).unwrap(), header);
+                    prop_assert_eq!(&encoded[4..8], &bhs[4..8]);
+                }
+            }
+
+            /// Framing arbitrary bytes never panics and never returns more data than the
+            /// limit allows.
+            #[test]
+            fn read_pdu_is_bounded(
+                bytes in proptest::collection::vec(any::<u8>(), 0..600),
+                header_digest in any::<bool>(),
+                data_digest in any::<bool>(),
+            ) {
+                let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                let digests = Digests { header: header_digest, data: data_digest };
+                runtime.block_on(async {
+                    let mut reader = &bytes[..];
+                    for _ in 0..4 {
+                        match read_pdu(&mut reader, digests, 256, Oversized::Skip).await {
+                            Ok(ReadOutcome::Pdu(pdu)) => {
+                                assert!(pdu.data.len() <= 256);
+                                assert!(pdu.ahs.len() <= AHS_MAX_BYTES);
+                                let _ = parse_ahs(&pdu.ahs);
+                            }
+                            Ok(ReadOutcome::DataSegmentTooLong { len_bytes, .. }) => assert!(len_bytes > 256),
+                            Err(_) => break,
+                        }
+                    }
+                });
+            }
+
+            #[test]
+            fn ahs_parse_is_total(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+                if let Ok(segments) = parse_ahs(&bytes) {
+                    let total: usize = segments.iter().map(|s| s.specific.len()).sum();
+                    prop_assert!(total <= bytes.len());
+                }
+            }
+        }
+    }
 }

@@ -295,4 +295,40 @@ mod tests {
         );
         assert_eq!(select_from_list("KRB5,SRP", &["CHAP", "None"]), None);
     }
+
+    mod fuzz {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            #[test]
+            fn parse_is_total_and_bounded(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+                if let Ok(pairs) = parse(&bytes, 1024) {
+                    prop_assert!(bytes.len() <= 1024);
+                    prop_assert!(pairs.0.len() <= PAIRS_MAX_COUNT);
+                    for (key, value) in &pairs.0 {
+                        prop_assert!(!key.is_empty() && key.len() <= KEY_NAME_MAX_BYTES);
+                        prop_assert!(value.len() <= VALUE_MAX_BYTES);
+                    }
+                    // Encoding and parsing again gives the same pairs.
+                    prop_assert_eq!(parse(&pairs.encode(), 4096).unwrap(), pairs);
+                }
+            }
+
+            #[test]
+            fn negotiation_rules_are_total(offer in ".{0,24}", ours in 512u64..65536) {
+                let _ = negotiate_and(&offer, true);
+                let _ = negotiate_or(&offer, false);
+                if let Answer::Agreed(value) = negotiate_min(&offer, ours, 512, 16_777_215) {
+                    prop_assert!(value <= ours && value >= 512);
+                }
+                if let Answer::Agreed(value) = negotiate_max(&offer, 2, 0, 3600) {
+                    prop_assert!((2..=3600).contains(&value));
+                }
+                let _ = select_from_list(&offer, &["None", "CRC32C"]);
+            }
+        }
+    }
 }

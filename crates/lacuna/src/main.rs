@@ -3,6 +3,7 @@
 
 mod cli;
 mod client;
+mod duration;
 mod nbd_export;
 mod serve;
 mod size;
@@ -71,6 +72,13 @@ pub struct ServeArgs {
     /// Control API listen address.
     #[arg(long, default_value = "127.0.0.1:8080")]
     api_listen: SocketAddr,
+    /// Physical use, in percent of capacity, at which the array raises its
+    /// soft-threshold event (SCSI: UNIT ATTENTION 38h/07h).
+    #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u8).range(1..=100))]
+    soft_threshold_percent: u8,
+    /// How long deleted volumes and snapshots stay recoverable (e.g. 24h, 30m, 0s).
+    #[arg(long, default_value = "24h", value_parser = duration::parse_duration_s)]
+    destroy_retention: u64,
     /// Log filter (e.g. info, debug, lacuna_nbd=debug).
     #[arg(long, env = "LACUNA_LOG", default_value = "info")]
     log: String,
@@ -86,6 +94,8 @@ fn main() -> ExitCode {
                 capacity_bytes: args.capacity,
                 nbd_listen: args.nbd_listen,
                 api_listen: args.api_listen,
+                soft_threshold_percent: args.soft_threshold_percent,
+                destroy_retention_s: args.destroy_retention,
             })
         }
         Command::Volume(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)

@@ -20,6 +20,8 @@ pub struct ServeConfig {
     pub capacity_bytes: Option<u64>,
     pub nbd_listen: SocketAddr,
     pub api_listen: SocketAddr,
+    pub soft_threshold_percent: u8,
+    pub destroy_retention_s: u64,
 }
 
 fn free_bytes_of(dir: &std::path::Path) -> Option<u64> {
@@ -44,8 +46,12 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
     let capacity_bytes = config
         .capacity_bytes
         .unwrap_or_else(|| default_capacity(&config.data_dir));
-    let engine = Engine::open(EngineConfig::new(config.data_dir.clone(), capacity_bytes))
-        .with_context(|| format!("opening the array in {}", config.data_dir.display()))?;
+    let engine = Engine::open(EngineConfig {
+        soft_threshold_percent: config.soft_threshold_percent,
+        destroy_retention_s: config.destroy_retention_s,
+        ..EngineConfig::new(config.data_dir.clone(), capacity_bytes)
+    })
+    .with_context(|| format!("opening the array in {}", config.data_dir.display()))?;
     let token =
         lacuna_api::load_or_create_token(&config.data_dir).context("creating the API token")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -183,3 +183,35 @@ fn qemu_img_convert_and_compare() {
     assert!(out.contains("Images are identical"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn qemu_io_with_solicited_data_only_and_small_segments() {
+    assert!(
+        qemu_available(),
+        "qemu-img with the iscsi driver (qemu-block-extra) is required"
+    );
+    let mut config = test_config();
+    config.limits.initial_r2t = true;
+    config.limits.immediate_data = false;
+    config.limits.max_recv_data_segment_bytes = 4096;
+    config.limits.max_burst_bytes = 64 * 1024;
+    let server = TestServer::start_with(config, std::sync::Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let (ok, out) = run_tool(
+        "qemu-io",
+        &[
+            "-f",
+            "raw",
+            &server.url(0),
+            "-c",
+            "write -P 0x5c 512k 1M",
+            "-c",
+            "read -P 0x5c 512k 1M",
+        ],
+    );
+    assert!(ok, "{out}");
+    assert!(!out.contains("Pattern verification failed"), "{out}");
+    assert_eq!(
+        server.disk.read_bytes((512 << 10) + (1 << 20) - 4096, 4096),
+        vec![0x5c; 4096]
+    );
+}

@@ -434,3 +434,77 @@ fn crc32c_digests_protect_full_feature_pdus() {
         "a bad header digest was accepted"
     );
 }
+
+#[test]
+fn abort_task_waits_for_the_running_command_and_suppresses_its_response() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    *server.disk.delay.lock() = Duration::from_millis(400);
+    let itt = client.next_itt();
+    let command = Header::ScsiCommand(pdu::ScsiCommand {
+        immediate: false,
+        final_bit: true,
+        read: false,
+        write: false,
+        attribute: 1,
+        lun: [0; 8],
+        initiator_task_tag: itt,
+        expected_data_transfer_bytes: 0,
+        cmd_sn: client.cmd_sn,
+        exp_stat_sn: client.exp_stat_sn,
+        cdb: [0; 16],
+    });
+    client.send(&command, &[]);
+    client.cmd_sn += 1;
+    std::thread::sleep(Duration::from_millis(100));
+    let abort = Header::TaskManagementRequest(pdu::TaskManagementRequest {
+        immediate: true,
+        function: 1,
+        lun: [0; 8],
+        initiator_task_tag: 500,
+        referenced_task_tag: itt,
+        cmd_sn: client.cmd_sn,
+        exp_stat_sn: client.exp_stat_sn,
+        ref_cmd_sn: client.cmd_sn - 1,
+        exp_data_sn: 0,
+    });
+    client.send(&abort, &[]);
+    let received = client.receive().expect("TMF response");
+    let Header::TaskManagementResponse(response) = received.header else {
+        panic!("the aborted command answered: {:?}", received.header);
+    };
+    assert_eq!((response.initiator_task_tag, response.response), (500, 0));
+    // Aborting a tag that no longer exists: TASK DOES NOT EXIST.
+    *server.disk.delay.lock() = Duration::ZERO;
+    let abort_again = Header::TaskManagementRequest(pdu::TaskManagementRequest {
+        initiator_task_tag: 501,
+        ..match abort {
+            Header::TaskManagementRequest(request) => request,
+            _ => unreachable!(),
+        }
+    });
+    client.send(&abort_again, &[]);
+    let received = client.receive().expect("TMF response");
+    let Header::TaskManagementResponse(response) = received.header else {
+        panic!()
+    };
+    assert_eq!((response.initiator_task_tag, response.response), (501, 1));
+    // The window slot was released: the session keeps working.
+    assert!(client.ping().is_some());
+}
+
+#[test]
+fn shutdown_asks_initiators_to_log_out_then_closes() {
+    let mut server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    server.begin_shutdown();
+    let received = client.receive().expect("async message");
+    let Header::AsyncMessage(message) = received.header else {
+        panic!("expected Async")
+    };
+    assert_eq!(message.async_event, 1);
+    assert!(message.parameter3 >= 1);
+    assert!(client.closed_by_target());
+}

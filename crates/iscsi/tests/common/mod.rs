@@ -332,6 +332,13 @@ impl TestServer {
         }
     }
 
+    /// Starts shutdown without waiting for it.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+
     pub fn port(&self) -> u16 {
         self.portals[0].port()
     }

@@ -1,0 +1,731 @@
+//! The SCSI layer through its transport boundary: real CDBs into `ScsiTarget::execute`,
+//! over the in-memory reference backend. These cover what the conformance suite does not
+//! look at (unit attentions from the backend, LUN masking, out-of-space, atomicity of
+//! COMPARE AND WRITE under concurrency, EXTENDED COPY across units, reservation side
+//! effects) and fuzz CDBs and parameter lists.
+
+use std::sync::Arc;
+
+use lacuna_scsi::memory::{MemoryBackend, MemoryUnit, MemoryUnitConfig};
+use lacuna_scsi::target::{
+    Command, CommandOutcome, ItNexus, ScsiStatus, ScsiTarget, TaskAttribute,
+    TaskManagementFunction, TaskManagementResponse,
+};
+use lacuna_scsi::ScsiCore;
+
+const MIB: u64 = 1 << 20;
+
+struct Array {
+    backend: Arc<MemoryBackend>,
+    core: Arc<ScsiCore>,
+    units: Vec<Arc<MemoryUnit>>,
+}
+
+fn nexus(name: &str, isid: u64) -> ItNexus {
+    ItNexus {
+        initiator_name: name.to_string(),
+        initiator_port: format!("{name},i,0x{isid:012x}"),
+        relative_target_port: 1,
+    }
+}
+
+/// Two thin units: LUN 0 for everyone, LUN 1 only for "iqn.a".
+fn array() -> Array {
+    let backend = Arc::new(MemoryBackend::new());
+    let zero = backend.create_unit(MemoryUnitConfig::thin("zero", 16 * MIB));
+    let one = backend.create_unit(MemoryUnitConfig::thin("one", 16 * MIB));
+    backend.map(None, 0, &zero);
+    backend.map(Some("iqn.a"), 1, &one);
+    let core = Arc::new(ScsiCore::new(
+        Arc::clone(&backend) as Arc<dyn lacuna_scsi::backend::Backend>
+    ));
+    Array {
+        backend,
+        core,
+        units: vec![zero, one],
+    }
+}
+
+fn exec(core: &ScsiCore, nexus: &ItNexus, lun: u64, cdb: &[u8], data_out: &[u8]) -> CommandOutcome {
+    core.execute(
+        nexus,
+        Command {
+            lun,
+            cdb,
+            data_out,
+            expected_data_in_bytes: 1 << 20,
+            task_tag: 1,
+            attribute: TaskAttribute::Simple,
+        },
+    )
+}
+
+/// (sense key, ASC, ASCQ) of fixed-format sense data.
+fn sense(outcome: &CommandOutcome) -> (u8, u8, u8) {
+    assert_eq!(outcome.status, ScsiStatus::CheckCondition, "{outcome:?}");
+    assert_eq!(outcome.sense[0] & 0x7f, 0x70, "fixed format expected");
+    (
+        outcome.sense[2] & 0x0f,
+        outcome.sense[12],
+        outcome.sense[13],
+    )
+}
+
+fn good(outcome: CommandOutcome) -> Vec<u8> {
+    assert_eq!(outcome.status, ScsiStatus::Good, "{outcome:?}");
+    assert!(outcome.sense.is_empty());
+    outcome.data_in
+}
+
+/// Sends TEST UNIT READY until it is GOOD, returning the unit attentions seen.
+fn drain_attentions(core: &ScsiCore, nexus: &ItNexus, lun: u64) -> Vec<(u8, u8)> {
+    let mut seen = Vec::new();
+    for _ in 0..32 {
+        let outcome = exec(core, nexus, lun, &[0; 6], &[]);
+        if outcome.status == ScsiStatus::Good {
+            return seen;
+        }
+        let (key, asc, ascq) = sense(&outcome);
+        assert_eq!(key, 0x6, "only unit attentions expected");
+        seen.push((asc, ascq));
+    }
+    panic!("unit attentions never cleared: {seen:?}");
+}
+
+fn read10(lba: u32, blocks: u16) -> Vec<u8> {
+    let mut cdb = vec![0x28, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+    cdb[7..9].copy_from_slice(&blocks.to_be_bytes());
+    cdb
+}
+
+fn write10(lba: u32, blocks: u16) -> Vec<u8> {
+    let mut cdb = read10(lba, blocks);
+    cdb[0] = 0x2a;
+    cdb
+}
+
+fn compare_and_write(lba: u64, blocks: u8) -> Vec<u8> {
+    let mut cdb = vec![0u8; 16];
+    cdb[0] = 0x89;
+    cdb[2..10].copy_from_slice(&lba.to_be_bytes());
+    cdb[13] = blocks;
+    cdb
+}
+
+fn read_capacity_16() -> Vec<u8> {
+    let mut cdb = vec![0u8; 16];
+    cdb[0] = 0x9e;
+    cdb[1] = 0x10;
+    cdb[13] = 32;
+    cdb
+}
+
+#[test]
+fn new_nexus_sees_power_on_once() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    array.core.nexus_created(&a);
+    assert_eq!(drain_attentions(&array.core, &a, 0), vec![(0x29, 0x00)]);
+    assert!(drain_attentions(&array.core, &a, 0).is_empty());
+    // INQUIRY neither reports nor clears a unit attention.
+    let b = nexus("iqn.b", 2);
+    good(exec(&array.core, &b, 0, &[0x12, 0, 0, 0, 96, 0], &[]));
+    assert_eq!(drain_attentions(&array.core, &b, 0), vec![(0x29, 0x00)]);
+}
+
+#[test]
+fn lun_masking_and_map_changes() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    let b = nexus("iqn.b", 2);
+    let report_luns = [0xa0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0];
+    let luns_a = good(exec(&array.core, &a, 0, &report_luns, &[]));
+    assert_eq!(u32::from_be_bytes(luns_a[0..4].try_into().unwrap()), 16);
+    let luns_b = good(exec(&array.core, &b, 0, &report_luns, &[]));
+    assert_eq!(u32::from_be_bytes(luns_b[0..4].try_into().unwrap()), 8);
+    // LUN 1 does not exist for b: commands fail, INQUIRY reports qualifier 011b.
+    let outcome = exec(&array.core, &b, 1, &read10(0, 1), &[]);
+    assert_eq!(sense(&outcome), (0x5, 0x25, 0x00));
+    let inquiry = good(exec(&array.core, &b, 1, &[0x12, 0, 0, 0, 36, 0], &[]));
+    assert_eq!(inquiry[0], 0x7f);
+
+    drain_attentions(&array.core, &b, 0);
+    array.backend.map(Some("iqn.b"), 1, &array.units[1]);
+    assert_eq!(drain_attentions(&array.core, &b, 0), vec![(0x3f, 0x0e)]);
+    // The newly visible unit greets b like any unit met for the first time.
+    assert_eq!(drain_attentions(&array.core, &b, 1), vec![(0x29, 0x00)]);
+    good(exec(&array.core, &b, 1, &read10(0, 1), &[]));
+}
+
+#[test]
+fn resize_raises_capacity_changed_and_read_capacity_follows() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    array.units[0].resize(32 * MIB);
+    assert_eq!(drain_attentions(&array.core, &a, 0), vec![(0x2a, 0x09)]);
+    let capacity = good(exec(&array.core, &a, 0, &read_capacity_16(), &[]));
+    assert_eq!(
+        u64::from_be_bytes(capacity[0..8].try_into().unwrap()),
+        32 * MIB / 512 - 1
+    );
+    assert_eq!(capacity[13] & 0x0f, 3, "4096-byte physical blocks");
+    assert_eq!(capacity[14] & 0xc0, 0xc0, "LBPME and LBPRZ");
+}
+
+#[test]
+fn soft_threshold_is_reported_once_per_crossing_per_nexus() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    let b = nexus("iqn.b", 2);
+    drain_attentions(&array.core, &a, 0);
+    drain_attentions(&array.core, &b, 0);
+    array.backend.cross_soft_threshold();
+    assert_eq!(drain_attentions(&array.core, &a, 0), vec![(0x38, 0x07)]);
+    assert_eq!(drain_attentions(&array.core, &b, 0), vec![(0x38, 0x07)]);
+    assert!(drain_attentions(&array.core, &a, 0).is_empty());
+}
+
+#[test]
+fn out_of_space_write_is_data_protect_and_changes_nothing() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    array.backend.set_no_space(true);
+    let outcome = exec(&array.core, &a, 0, &write10(100, 8), &[7u8; 4096]);
+    assert_eq!(sense(&outcome), (0x7, 0x27, 0x07));
+    let data = good(exec(&array.core, &a, 0, &read10(100, 8), &[]));
+    assert!(data.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn short_data_out_writes_only_whole_blocks_that_arrived() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    good(exec(&array.core, &a, 0, &write10(0, 2), &[b'a'; 1024]));
+    good(exec(&array.core, &a, 0, &write10(0, 2), &[b'b'; 700]));
+    let data = good(exec(&array.core, &a, 0, &read10(0, 2), &[]));
+    assert!(data[..512].iter().all(|&b| b == b'b'));
+    assert!(data[512..].iter().all(|&b| b == b'a'));
+}
+
+#[test]
+fn compare_and_write_reports_miscompare_offset_and_keeps_data() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    good(exec(&array.core, &a, 0, &write10(10, 2), &[1u8; 1024]));
+    let mut data = vec![1u8; 1024];
+    data[700] = 9;
+    data.extend_from_slice(&[2u8; 1024]);
+    let outcome = exec(&array.core, &a, 0, &compare_and_write(10, 2), &data);
+    assert_eq!(sense(&outcome), (0xe, 0x1d, 0x00));
+    assert_eq!(outcome.sense[0] & 0x80, 0x80, "INFORMATION valid");
+    assert_eq!(
+        u32::from_be_bytes(outcome.sense[3..7].try_into().unwrap()),
+        700
+    );
+    assert!(good(exec(&array.core, &a, 0, &read10(10, 2), &[]))
+        .iter()
+        .all(|&b| b == 1));
+    // Wrong Data-Out size is refused.
+    let outcome = exec(&array.core, &a, 0, &compare_and_write(10, 2), &[1u8; 1024]);
+    assert_eq!(sense(&outcome), (0x5, 0x24, 0x00));
+}
+
+#[test]
+fn compare_and_write_is_atomic_under_contention() {
+    // Threads increment a counter held in one block with read + CAW; every successful
+    // CAW must be one increment, so the final value equals the number of successes.
+    let array = array();
+    let threads = 4;
+    let attempts = 300;
+    let successes: u64 = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let core = Arc::clone(&array.core);
+                scope.spawn(move || {
+                    let me = nexus("iqn.a", 10 + t);
+                    drain_attentions(&core, &me, 0);
+                    let mut won = 0u64;
+                    for _ in 0..attempts {
+                        let current = good(exec(&core, &me, 0, &read10(5, 1), &[]));
+                        let value = u64::from_be_bytes(current[0..8].try_into().unwrap());
+                        let mut data = current.clone();
+                        let mut next = current.clone();
+                        next[0..8].copy_from_slice(&(value + 1).to_be_bytes());
+                        data.extend_from_slice(&next);
+                        let outcome = exec(&core, &me, 0, &compare_and_write(5, 1), &data);
+                        match outcome.status {
+                            ScsiStatus::Good => won += 1,
+                            _ => assert_eq!(sense(&outcome).0, 0xe),
+                        }
+                    }
+                    won
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    let block = good(exec(&array.core, &a, 0, &read10(5, 1), &[]));
+    assert!(successes > 0);
+    assert_eq!(
+        u64::from_be_bytes(block[0..8].try_into().unwrap()),
+        successes
+    );
+}
+
+fn unmap_cdb(list_len: u16) -> Vec<u8> {
+    let mut cdb = vec![0x42, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    cdb[7..9].copy_from_slice(&list_len.to_be_bytes());
+    cdb
+}
+
+fn unmap_list(descriptors: &[(u64, u32)]) -> Vec<u8> {
+    let mut list = vec![0u8; 8];
+    list[0..2].copy_from_slice(&((6 + 16 * descriptors.len()) as u16).to_be_bytes());
+    list[2..4].copy_from_slice(&((16 * descriptors.len()) as u16).to_be_bytes());
+    for &(lba, count) in descriptors {
+        list.extend_from_slice(&lba.to_be_bytes());
+        list.extend_from_slice(&count.to_be_bytes());
+        list.extend_from_slice(&[0; 4]);
+    }
+    list
+}
+
+fn get_lba_status(lba: u64) -> Vec<u8> {
+    let mut cdb = vec![0u8; 16];
+    cdb[0] = 0x9e;
+    cdb[1] = 0x12;
+    cdb[2..10].copy_from_slice(&lba.to_be_bytes());
+    cdb[10..14].copy_from_slice(&4096u32.to_be_bytes());
+    cdb
+}
+
+#[test]
+fn unmap_with_many_descriptors_and_lba_status() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    good(exec(
+        &array.core,
+        &a,
+        0,
+        &write10(0, 8192),
+        &vec![3u8; 8192 * 512],
+    ));
+    // 1000 descriptors: every other 4 KiB grain of the first 2000 grains.
+    let descriptors: Vec<(u64, u32)> = (0..1000).map(|i| (i * 16, 8)).collect();
+    let list = unmap_list(&descriptors);
+    good(exec(
+        &array.core,
+        &a,
+        0,
+        &unmap_cdb(list.len() as u16),
+        &list,
+    ));
+    let data = good(exec(&array.core, &a, 0, &read10(0, 16), &[]));
+    assert!(data[..4096].iter().all(|&b| b == 0));
+    assert!(data[4096..].iter().all(|&b| b == 3));
+    let status = good(exec(&array.core, &a, 0, &get_lba_status(0), &[]));
+    // First descriptor: LBA 0, 8 blocks, deallocated; second: LBA 8, 8 blocks, mapped.
+    assert_eq!(u64::from_be_bytes(status[8..16].try_into().unwrap()), 0);
+    assert_eq!(u32::from_be_bytes(status[16..20].try_into().unwrap()), 8);
+    assert_eq!(status[20], 1);
+    assert_eq!(u64::from_be_bytes(status[24..32].try_into().unwrap()), 8);
+    assert_eq!(status[36], 0);
+    // A descriptor beyond the end fails the whole command before anything changes.
+    let list = unmap_list(&[(7000, 8), (u64::MAX - 1, 8)]);
+    let outcome = exec(&array.core, &a, 0, &unmap_cdb(list.len() as u16), &list);
+    assert_eq!(sense(&outcome), (0x5, 0x21, 0x00));
+    assert!(good(exec(&array.core, &a, 0, &read10(7000, 8), &[]))
+        .iter()
+        .all(|&b| b == 3));
+}
+
+#[test]
+fn write_same_pattern_zero_and_unmap() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    let mut cdb = vec![0u8; 16];
+    cdb[0] = 0x93;
+    cdb[2..10].copy_from_slice(&100u64.to_be_bytes());
+    cdb[10..14].copy_from_slice(&5000u32.to_be_bytes());
+    let pattern: Vec<u8> = (0..512u32).map(|i| i as u8).collect();
+    good(exec(&array.core, &a, 0, &cdb, &pattern));
+    let data = good(exec(&array.core, &a, 0, &read10(100, 5000), &[]));
+    assert!(data.chunks(512).all(|block| block == pattern.as_slice()));
+    assert!(array.units[0].mapped_bytes() > 0);
+    // NDOB + UNMAP: deallocated, reads zeros, no Data-Out.
+    cdb[1] = 0x08 | 0x01;
+    good(exec(&array.core, &a, 0, &cdb, &[]));
+    assert!(good(exec(&array.core, &a, 0, &read10(100, 5000), &[]))
+        .iter()
+        .all(|&b| b == 0));
+    // A Data-Out that is not exactly one block is refused.
+    cdb[1] = 0;
+    assert_eq!(sense(&exec(&array.core, &a, 0, &cdb, &[0u8; 1024])).0, 0x5);
+}
+
+fn naa_of(core: &ScsiCore, nexus: &ItNexus, lun: u64) -> Vec<u8> {
+    let page = good(exec(core, nexus, lun, &[0x12, 1, 0x83, 1, 0, 0], &[]));
+    assert_eq!(&page[4..8], &[0x01, 0x03, 0x00, 16]);
+    page[4..24].to_vec()
+}
+
+fn xcopy(designators: &[Vec<u8>], segments: &[(u16, u16, u16, u64, u64)]) -> (Vec<u8>, Vec<u8>) {
+    let mut targets = Vec::new();
+    for designator in designators {
+        let mut descriptor = vec![0u8; 32];
+        descriptor[0] = 0xe4;
+        descriptor[4..24].copy_from_slice(designator);
+        descriptor[29..32].copy_from_slice(&[0, 2, 0]); // 512-byte blocks
+        targets.extend(descriptor);
+    }
+    let mut segment_list = Vec::new();
+    for &(source, destination, blocks, source_lba, destination_lba) in segments {
+        let mut descriptor = vec![0u8; 28];
+        descriptor[0] = 0x02;
+        descriptor[3] = 24;
+        descriptor[4..6].copy_from_slice(&source.to_be_bytes());
+        descriptor[6..8].copy_from_slice(&destination.to_be_bytes());
+        descriptor[10..12].copy_from_slice(&blocks.to_be_bytes());
+        descriptor[12..20].copy_from_slice(&source_lba.to_be_bytes());
+        descriptor[20..28].copy_from_slice(&destination_lba.to_be_bytes());
+        segment_list.extend(descriptor);
+    }
+    let mut list = vec![0u8; 16];
+    list[0] = 7; // list id, held
+    list[2..4].copy_from_slice(&(targets.len() as u16).to_be_bytes());
+    list[8..12].copy_from_slice(&(segment_list.len() as u32).to_be_bytes());
+    list.extend(targets);
+    list.extend(segment_list);
+    let mut cdb = vec![0u8; 16];
+    cdb[0] = 0x83;
+    cdb[10..14].copy_from_slice(&(list.len() as u32).to_be_bytes());
+    (cdb, list)
+}
+
+#[test]
+fn extended_copy_across_units_with_several_segments() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    drain_attentions(&array.core, &a, 1);
+    good(exec(
+        &array.core,
+        &a,
+        0,
+        &write10(0, 64),
+        &vec![0x5a; 64 * 512],
+    ));
+    let zero = naa_of(&array.core, &a, 0);
+    let one = naa_of(&array.core, &a, 1);
+    let (cdb, list) = xcopy(
+        &[zero.clone(), one.clone()],
+        &[
+            (0, 1, 32, 0, 1000),
+            (0, 1, 32, 32, 2000),
+            (0, 0, 16, 0, 500),
+        ],
+    );
+    good(exec(&array.core, &a, 0, &cdb, &list));
+    assert!(good(exec(&array.core, &a, 1, &read10(1000, 32), &[]))
+        .iter()
+        .all(|&b| b == 0x5a));
+    assert!(good(exec(&array.core, &a, 1, &read10(2000, 32), &[]))
+        .iter()
+        .all(|&b| b == 0x5a));
+    assert!(good(exec(&array.core, &a, 0, &read10(500, 16), &[]))
+        .iter()
+        .all(|&b| b == 0x5a));
+    // RECEIVE COPY RESULTS, copy status of list 7: completed, 3 segments.
+    let mut results = vec![0u8; 16];
+    results[0] = 0x84;
+    results[2] = 7;
+    results[13] = 255;
+    let status = good(exec(&array.core, &a, 0, &results, &[]));
+    assert_eq!(status[4], 0x01);
+    assert_eq!(u16::from_be_bytes([status[5], status[6]]), 3);
+
+    // Initiator b cannot see unit 1: naming it aborts the copy, nothing is written.
+    let b = nexus("iqn.b", 2);
+    drain_attentions(&array.core, &b, 0);
+    let (cdb, list) = xcopy(&[zero, one], &[(0, 1, 8, 0, 3000)]);
+    let outcome = exec(&array.core, &b, 0, &cdb, &list);
+    assert_eq!(sense(&outcome), (0xa, 0x08, 0x04));
+    assert!(good(exec(&array.core, &a, 1, &read10(3000, 8), &[]))
+        .iter()
+        .all(|&b| b == 0));
+}
+
+fn mode_select_control(d_sense: bool) -> (Vec<u8>, Vec<u8>) {
+    let mut list = vec![0u8; 4];
+    let mut page = vec![0x0a, 10, 0, 0x10, 0, 0, 0, 0, 0xff, 0xff, 0, 0];
+    if d_sense {
+        page[2] = 0x04;
+    }
+    list.extend(page);
+    (vec![0x15, 0x10, 0, 0, list.len() as u8, 0], list)
+}
+
+#[test]
+fn d_sense_switches_format_and_tells_other_nexuses() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    let b = nexus("iqn.b", 2);
+    drain_attentions(&array.core, &a, 0);
+    drain_attentions(&array.core, &b, 0);
+    let (cdb, list) = mode_select_control(true);
+    good(exec(&array.core, &a, 0, &cdb, &list));
+    let outcome = exec(&array.core, &a, 0, &read10(u32::MAX, 1), &[]);
+    assert_eq!(outcome.sense[0], 0x72);
+    assert_eq!((outcome.sense[1], outcome.sense[2]), (0x5, 0x21));
+    let outcome = exec(&array.core, &b, 0, &[0; 6], &[]);
+    assert_eq!(
+        (outcome.sense[1], outcome.sense[2], outcome.sense[3]),
+        (0x6, 0x2a, 0x01)
+    );
+    // A change to a bit that is not changeable is refused with a field pointer.
+    let (cdb, mut list) = mode_select_control(false);
+    list[4 + 3] = 0x00; // QUEUE ALGORITHM MODIFIER
+    let outcome = exec(&array.core, &a, 0, &cdb, &list);
+    assert_eq!(outcome.sense[0], 0x72);
+    assert_eq!((outcome.sense[2], outcome.sense[3]), (0x26, 0x00));
+    let (cdb, list) = mode_select_control(false);
+    good(exec(&array.core, &a, 0, &cdb, &list));
+}
+
+fn prout(action: u8, kind: u8, key: u64, service_action_key: u64) -> (Vec<u8>, Vec<u8>) {
+    let mut cdb = vec![0x5f, action, kind, 0, 0, 0, 0, 0, 24, 0];
+    cdb[2] = kind;
+    let mut list = vec![0u8; 24];
+    list[0..8].copy_from_slice(&key.to_be_bytes());
+    list[8..16].copy_from_slice(&service_action_key.to_be_bytes());
+    (cdb, list)
+}
+
+fn run_prout(
+    core: &ScsiCore,
+    nexus: &ItNexus,
+    action: u8,
+    kind: u8,
+    key: u64,
+    sa_key: u64,
+) -> CommandOutcome {
+    let (cdb, list) = prout(action, kind, key, sa_key);
+    exec(core, nexus, 0, &cdb, &list)
+}
+
+#[test]
+fn persistent_reservations_access_preempt_and_move() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    let b = nexus("iqn.b", 2);
+    let c = nexus("iqn.c", 3);
+    for n in [&a, &b, &c] {
+        drain_attentions(&array.core, n, 0);
+    }
+    good(run_prout(&array.core, &a, 0x00, 0, 0, 0xaa));
+    good(run_prout(&array.core, &b, 0x00, 0, 0, 0xbb));
+    // APTPL is refused cleanly.
+    let (cdb, mut list) = prout(0x06, 0, 0, 0xcc);
+    list[20] = 0x01;
+    assert_eq!(
+        sense(&exec(&array.core, &c, 0, &cdb, &list)),
+        (0x5, 0x26, 0x00)
+    );
+    // Write Exclusive, Registrants Only: registrants write, others only read.
+    good(run_prout(&array.core, &a, 0x01, 0x05, 0xaa, 0));
+    good(exec(&array.core, &b, 0, &write10(0, 1), &[1u8; 512]));
+    assert_eq!(
+        exec(&array.core, &c, 0, &write10(0, 1), &[1u8; 512]).status,
+        ScsiStatus::ReservationConflict
+    );
+    good(exec(&array.core, &c, 0, &read10(0, 1), &[]));
+    // b preempts a: a's registration goes, a hears REGISTRATIONS PREEMPTED.
+    good(run_prout(&array.core, &b, 0x04, 0x03, 0xbb, 0xaa));
+    assert_eq!(drain_attentions(&array.core, &a, 0), vec![(0x2a, 0x05)]);
+    assert_eq!(
+        exec(&array.core, &a, 0, &read10(0, 1), &[]).status,
+        ScsiStatus::ReservationConflict
+    );
+    // READ FULL STATUS names b as holder with its TransportID.
+    let full = good(exec(
+        &array.core,
+        &b,
+        0,
+        &[0x5e, 0x03, 0, 0, 0, 0, 0, 0x10, 0, 0],
+        &[],
+    ));
+    assert_eq!(u64::from_be_bytes(full[8..16].try_into().unwrap()), 0xbb);
+    assert_eq!(full[8 + 12], 0x01);
+    assert_eq!(full[8 + 13], 0x03);
+    assert!(full[8 + 28..].starts_with(b"iqn.b,i,0x000000000002"));
+    // REGISTER AND MOVE the reservation to c.
+    let mut cdb = vec![0x5f, 0x07, 0x03, 0, 0, 0, 0, 0, 0, 0];
+    let port = b"iqn.c,i,0x000000000003\0\0";
+    let mut list = vec![0u8; 24];
+    list[0..8].copy_from_slice(&0xbbu64.to_be_bytes());
+    list[8..16].copy_from_slice(&0xccu64.to_be_bytes());
+    list[18..20].copy_from_slice(&1u16.to_be_bytes());
+    let mut transport_id = vec![0x45, 0];
+    transport_id.extend_from_slice(&(port.len() as u16).to_be_bytes());
+    transport_id.extend_from_slice(port);
+    list[20..24].copy_from_slice(&(transport_id.len() as u32).to_be_bytes());
+    list.extend(transport_id);
+    cdb[8] = list.len() as u8;
+    good(exec(&array.core, &b, 0, &cdb, &list));
+    let reservation = good(exec(
+        &array.core,
+        &c,
+        0,
+        &[0x5e, 0x01, 0, 0, 0, 0, 0, 0, 32, 0],
+        &[],
+    ));
+    assert_eq!(
+        u64::from_be_bytes(reservation[8..16].try_into().unwrap()),
+        0xcc
+    );
+    good(exec(&array.core, &c, 0, &write10(0, 1), &[2u8; 512]));
+    // CLEAR by c: b hears RESERVATIONS PREEMPTED; nothing is reserved any more.
+    good(run_prout(&array.core, &c, 0x03, 0, 0xcc, 0));
+    assert_eq!(drain_attentions(&array.core, &b, 0), vec![(0x2a, 0x03)]);
+    good(exec(&array.core, &a, 0, &write10(0, 1), &[3u8; 512]));
+}
+
+#[test]
+fn spc2_reservation_ends_with_nexus_and_lun_reset() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    let b = nexus("iqn.b", 2);
+    drain_attentions(&array.core, &a, 0);
+    drain_attentions(&array.core, &b, 0);
+    good(exec(&array.core, &a, 0, &[0x16, 0, 0, 0, 0, 0], &[]));
+    assert_eq!(
+        exec(&array.core, &b, 0, &read10(0, 1), &[]).status,
+        ScsiStatus::ReservationConflict
+    );
+    good(exec(&array.core, &b, 0, &[0x12, 0, 0, 0, 36, 0], &[]));
+    array.core.nexus_dropped(&a);
+    good(exec(&array.core, &b, 0, &read10(0, 1), &[]));
+    good(exec(&array.core, &b, 0, &[0x16, 0, 0, 0, 0, 0], &[]));
+    assert_eq!(
+        array
+            .core
+            .task_management(&a, 0, TaskManagementFunction::LogicalUnitReset),
+        TaskManagementResponse::FunctionComplete
+    );
+    assert_eq!(drain_attentions(&array.core, &b, 0), vec![(0x29, 0x03)]);
+    assert_eq!(drain_attentions(&array.core, &a, 0), vec![(0x29, 0x00)]);
+    good(exec(&array.core, &a, 0, &read10(0, 1), &[]));
+    assert_eq!(
+        array
+            .core
+            .task_management(&a, 9, TaskManagementFunction::LogicalUnitReset),
+        TaskManagementResponse::LunDoesNotExist
+    );
+}
+
+#[test]
+fn check_conditions_have_the_right_codes() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    assert_eq!(
+        sense(&exec(&array.core, &a, 0, &[0xff, 0, 0, 0, 0, 0], &[])),
+        (0x5, 0x20, 0x00)
+    );
+    assert_eq!(
+        sense(&exec(&array.core, &a, 0, &read10(u32::MAX, 1), &[])),
+        (0x5, 0x21, 0x00)
+    );
+    let mut rdprotect = read10(0, 1);
+    rdprotect[1] = 0x20;
+    let outcome = exec(&array.core, &a, 0, &rdprotect, &[]);
+    assert_eq!(sense(&outcome), (0x5, 0x24, 0x00));
+    assert_eq!(
+        outcome.sense[15],
+        0x80 | 0x40 | 0x08 | 7,
+        "field pointer at CDB byte 1 bit 7"
+    );
+    // UNMAP with a parameter list shorter than its header.
+    assert_eq!(
+        sense(&exec(&array.core, &a, 0, &unmap_cdb(4), &[0; 4])),
+        (0x5, 0x1a, 0x00)
+    );
+    // Read-only unit: writes are DATA PROTECT.
+    array.units[0].set_read_only(true);
+    assert_eq!(
+        sense(&exec(&array.core, &a, 0, &write10(0, 1), &[0; 512])),
+        (0x7, 0x27, 0x00)
+    );
+    let mode = good(exec(&array.core, &a, 0, &[0x1a, 0, 0x3f, 0, 255, 0], &[]));
+    assert_eq!(mode[2] & 0x80, 0x80, "WP in MODE SENSE");
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Operation codes the device server implements, so fuzzing reaches their parsers.
+    const OPCODES: &[u8] = &[
+        0x00, 0x03, 0x08, 0x0a, 0x12, 0x15, 0x16, 0x17, 0x1a, 0x1b, 0x1e, 0x25, 0x28, 0x2a, 0x2e,
+        0x2f, 0x34, 0x35, 0x37, 0x41, 0x42, 0x55, 0x56, 0x57, 0x5a, 0x5e, 0x5f, 0x83, 0x84, 0x88,
+        0x89, 0x8a, 0x8b, 0x8e, 0x8f, 0x90, 0x91, 0x93, 0x9c, 0x9e, 0xa0, 0xa3, 0xa8, 0xaa, 0xae,
+        0xaf, 0xb7,
+    ];
+
+    fn cdb() -> impl Strategy<Value = Vec<u8>> {
+        (
+            prop::sample::select(OPCODES),
+            prop::collection::vec(any::<u8>(), 0..17),
+            any::<bool>(),
+        )
+            .prop_map(|(opcode, mut rest, small_numbers)| {
+                if small_numbers {
+                    // Small LBAs and lengths reach the code past the range checks.
+                    for byte in rest.iter_mut().skip(1) {
+                        *byte &= 0x03;
+                    }
+                }
+                rest.insert(0, opcode);
+                rest
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_cdb_and_data_out_get_a_valid_outcome(
+            cdb in cdb(),
+            data_out in prop::collection::vec(any::<u8>(), 0..2048),
+            lun in 0u64..3,
+        ) {
+            let array = array();
+            let a = nexus("iqn.a", 1);
+            drain_attentions(&array.core, &a, 0);
+            let outcome = exec(&array.core, &a, lun, &cdb, &data_out);
+            match outcome.status {
+                ScsiStatus::Good => prop_assert!(outcome.sense.is_empty()),
+                ScsiStatus::CheckCondition => {
+                    prop_assert!(outcome.data_in.is_empty());
+                    prop_assert!(outcome.sense[0] == 0x70 || outcome.sense[0] == 0xf0 || outcome.sense[0] == 0x72);
+                    prop_assert_eq!(outcome.sense.len(), 8 + usize::from(outcome.sense[7]));
+                }
+                ScsiStatus::ReservationConflict => prop_assert!(outcome.sense.is_empty()),
+                other => prop_assert!(false, "unexpected status {:?}", other),
+            }
+            prop_assert!(outcome.data_in.len() <= lacuna_scsi::MAX_TRANSFER_BYTES as usize);
+            // The unit still works afterwards.
+            let after = exec(&array.core, &a, 0, &[0x12, 0, 0, 0, 36, 0], &[]);
+            prop_assert_eq!(after.status, ScsiStatus::Good);
+        }
+    }
+}

@@ -1570,7 +1570,7 @@ async fn execute(
     } = ready;
     let itt = command.itt;
     let outcome = match answer {
-        Some(answer) => Some(Ok(answer)),
+        Some(answer) => Some(Ok((answer, None))),
         None if control.aborted.load(Ordering::SeqCst) => None,
         None => {
             let scsi = target.scsi.clone();
@@ -1583,7 +1583,8 @@ async fn execute(
             );
             let data_len = data_out.len();
             let result = tokio::task::spawn_blocking(move || {
-                scsi.execute(
+                let needed = scsi.data_out_bytes(&nexus, lun, &cdb);
+                let outcome = scsi.execute(
                     &nexus,
                     Command {
                         lun,
@@ -1593,7 +1594,8 @@ async fn execute(
                         task_tag: itt,
                         attribute,
                     },
-                )
+                );
+                (outcome, needed)
             })
             .await;
             debug_assert!(data_len <= u32::MAX as usize);
@@ -1616,9 +1618,9 @@ async fn execute(
 fn completion(
     command: &PendingCommand,
     r2t_count: u32,
-    outcome: Result<CommandOutcome, String>,
+    outcome: Result<(CommandOutcome, Option<u64>), String>,
 ) -> Completion {
-    let outcome = match outcome {
+    let (outcome, data_out_needed_bytes) = match outcome {
         Ok(outcome) => outcome,
         Err(error) => {
             tracing::error!(itt = command.itt, %error, "SCSI layer failed a command");
@@ -1643,9 +1645,12 @@ fn completion(
         data_in.clear();
     }
     data_in.truncate(command.expected_data_in_bytes as usize);
-    // Write residuals: the boundary reports no Data-Out length from the CDB, so the
-    // transport can only say the whole ExpectedDataTransferLength was transferred.
-    let write_residual = Residual::default();
+    // Write residuals: the SCSI layer says how much Data-Out the CDB asked for; the
+    // difference from ExpectedDataTransferLength is the residual (RFC 7143 11.4.5).
+    let write_residual = match data_out_needed_bytes {
+        Some(needed) if command.write => Residual::of(needed, command.expected_data_transfer_bytes),
+        _ => Residual::default(),
+    };
     let (residual, bidi_read_residual) = match (command.read, command.write) {
         (true, true) => (write_residual, read_residual),
         (true, false) => (read_residual, Residual::default()),

@@ -2,25 +2,14 @@
 //! the in-memory SCSI double. Every test must run and pass: CUnit counts a SKIPPED test as
 //! passed, so SKIPPED lines are counted separately and must be zero.
 //!
-//! The write-residual tests need the Data-Out length the CDB asks for, which only the SCSI
-//! layer knows and the frozen transport boundary (`CommandOutcome`) cannot carry yet. They
-//! are listed in `BLOCKED_ON_BOUNDARY` and asserted to fail, so the day the boundary carries
-//! the length and they pass, this test says to remove them from the list.
+//! Write residuals come from `ScsiTarget::data_out_bytes`: the Data-Out length the CDB asks
+//! for, which only the SCSI layer knows.
 
 mod common;
 
 use std::sync::Arc;
 
 use common::*;
-
-const BLOCKED_ON_BOUNDARY: &[&str] = &[
-    "Write10Residuals",
-    "Write12Residuals",
-    "Write16Residuals",
-    "WriteVerify10Residuals",
-    "WriteVerify12Residuals",
-    "WriteVerify16Residuals",
-];
 
 /// (test name, passed) for every test CUnit ran, and the count of SKIPPED lines.
 fn parse_verdicts(output: &str) -> (Vec<(String, bool)>, usize) {
@@ -82,12 +71,7 @@ fn iscsi_family_passes_without_skips() {
     );
     assert_eq!(skipped, 0, "SKIPPED lines:\n{output}");
     for (name, passed) in &verdicts {
-        let blocked = BLOCKED_ON_BOUNDARY.contains(&name.as_str());
-        assert!(*passed || blocked, "{name} failed:\n{output}");
-        assert!(
-            !(*passed && blocked),
-            "{name} passes now: remove it from BLOCKED_ON_BOUNDARY"
-        );
+        assert!(*passed, "{name} failed:\n{output}");
     }
     let passed = verdicts.iter().filter(|(_, passed)| *passed).count();
     println!(

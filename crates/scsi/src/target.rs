@@ -101,6 +101,13 @@ pub trait ScsiTarget: Send + Sync {
     /// The nexus is gone (logout or connection loss without reinstatement).
     fn nexus_dropped(&self, nexus: &ItNexus);
     fn execute(&self, nexus: &ItNexus, command: Command<'_>) -> CommandOutcome;
+    /// Bytes of Data-Out the CDB asks for (transfer length × block size) when the
+    /// command transfers data to the target, so the transport can report write
+    /// residuals against its own expected length without parsing CDBs. `None` when
+    /// the command sends no data or the LUN is unknown.
+    fn data_out_bytes(&self, _nexus: &ItNexus, _lun: u64, _cdb: &[u8]) -> Option<u64> {
+        None
+    }
     /// Side effects of task management on the SCSI state (unit attentions, reservations).
     /// Aborting commands still queued in the transport is the transport's own job.
     fn task_management(

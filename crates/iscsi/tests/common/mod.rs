@@ -247,6 +247,15 @@ impl ScsiTarget for MemoryDisk {
         }
     }
 
+    fn data_out_bytes(&self, _nexus: &ItNexus, _lun: u64, cdb: &[u8]) -> Option<u64> {
+        match cdb.first()? {
+            0x0a | 0x2a | 0xaa | 0x8a | 0x2e | 0xae | 0x8e => {
+                Some(Self::lba_and_blocks(cdb).1 * BLOCK_BYTES as u64)
+            }
+            _ => None,
+        }
+    }
+
     fn task_management(
         &self,
         _nexus: &ItNexus,

@@ -169,6 +169,7 @@ impl Engine {
         }
         drop(ws);
         volumes.insert(name.to_string(), shared.clone());
+        self.stats.catalog_generation.fetch_add(1, Ordering::SeqCst);
         drop(volumes);
         // A control-plane change is durable once acknowledged.
         self.flush()?;
@@ -244,6 +245,15 @@ impl Engine {
         };
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all.iter().map(|v| self.info_of(v)).collect()
+    }
+
+    /// (id, name) of every live volume: cheap, for protocol layers that map LUNs.
+    pub fn list_volume_names(&self) -> Vec<(u64, String)> {
+        self.volumes
+            .read()
+            .values()
+            .map(|v| (v.id, v.name.clone()))
+            .collect()
     }
 
     pub fn list_volumes(&self) -> Vec<VolumeInfo> {

@@ -115,6 +115,9 @@ pub struct EngineStats {
     /// Key-value operations (lookups, range scans and entries visited) done by
     /// reads: the snapshot-depth test compares these.
     pub read_kv_ops: AtomicU64,
+    /// Bumped whenever the set of live volumes changes (create, clone, destroy,
+    /// recover): protocol layers compare it to know when to re-read the list.
+    pub catalog_generation: AtomicU64,
     /// Times physical use crossed the soft threshold upwards.
     pub soft_threshold_events: AtomicU64,
     /// Writes refused for lack of space.
@@ -353,6 +356,19 @@ impl Engine {
 impl Volume {
     pub fn name(&self) -> &str {
         &self.shared.name
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Stable id, unique in the array (never reused).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    pub fn provisioning(&self) -> Provisioning {
+        self.shared.provisioning
     }
 
     fn live(&self) -> Result<()> {

@@ -54,6 +54,7 @@ impl Engine {
         shared.deleted.store(true, Ordering::SeqCst);
         volumes.remove(name);
         self.destroyed.write().insert(name.to_string(), shared);
+        self.stats.catalog_generation.fetch_add(1, Ordering::SeqCst);
         drop(volumes);
         self.flush()
     }
@@ -72,6 +73,7 @@ impl Engine {
         shared.deleted.store(false, Ordering::SeqCst);
         self.destroyed.write().remove(name);
         volumes.insert(name.to_string(), shared);
+        self.stats.catalog_generation.fetch_add(1, Ordering::SeqCst);
         drop(volumes);
         self.flush()
     }

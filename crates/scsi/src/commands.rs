@@ -55,6 +55,7 @@ pub(crate) mod opcode {
     pub const READ_DEFECT_DATA_10: u8 = 0x37;
     pub const WRITE_SAME_10: u8 = 0x41;
     pub const UNMAP: u8 = 0x42;
+    pub const SANITIZE: u8 = 0x48;
     pub const MODE_SELECT_10: u8 = 0x55;
     pub const RESERVE_10: u8 = 0x56;
     pub const RELEASE_10: u8 = 0x57;
@@ -379,6 +380,63 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
         None,
         "UNMAP",
         &[op::UNMAP, 0, 0, 0, 0, 0, 0, 0xff, 0xff, CTL],
+        Write,
+        true,
+    ),
+    spec(
+        op::SANITIZE,
+        Some(crate::sanitize::SERVICE_ACTION_OVERWRITE),
+        "SANITIZE OVERWRITE",
+        &[
+            op::SANITIZE,
+            0x80 | crate::sanitize::SERVICE_ACTION_OVERWRITE,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0xff,
+            0xff,
+            CTL,
+        ],
+        Write,
+        true,
+    ),
+    spec(
+        op::SANITIZE,
+        Some(crate::sanitize::SERVICE_ACTION_BLOCK_ERASE),
+        "SANITIZE BLOCK ERASE",
+        &[
+            op::SANITIZE,
+            0x80 | crate::sanitize::SERVICE_ACTION_BLOCK_ERASE,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0xff,
+            0xff,
+            CTL,
+        ],
+        Write,
+        true,
+    ),
+    spec(
+        op::SANITIZE,
+        Some(crate::sanitize::SERVICE_ACTION_EXIT_FAILURE_MODE),
+        "SANITIZE EXIT FAILURE MODE",
+        &[
+            op::SANITIZE,
+            0x80 | crate::sanitize::SERVICE_ACTION_EXIT_FAILURE_MODE,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0xff,
+            0xff,
+            CTL,
+        ],
         Write,
         true,
     ),

@@ -66,6 +66,8 @@ pub(crate) struct Request<'a> {
     pub nexus: &'a ItNexus,
     pub cdb: &'a [u8],
     pub data_out: &'a [u8],
+    pub lun: u64,
+    pub task_tag: u32,
     pub unit: &'a Arc<dyn LogicalUnit>,
     pub state: &'a UnitState,
     pub geometry: Geometry,
@@ -91,12 +93,26 @@ impl Request<'_> {
     }
 }
 
+/// Most task-ending task management functions remembered for commands still waiting.
+const MAX_ABORTS_REMEMBERED: usize = 256;
+
+/// A task management function that ends tasks; `None` fields match anything.
+#[derive(Clone, Debug)]
+struct Abort {
+    generation: u64,
+    nexus: Option<ItNexus>,
+    lun: Option<u64>,
+    task_tag: Option<u32>,
+}
+
 /// The transport-independent SCSI device server for the whole array.
 pub struct ScsiCore {
     backend: Arc<dyn Backend>,
     identity: Identity,
     nexuses: Mutex<HashMap<ItNexus, Arc<Mutex<NexusState>>>>,
     units: Mutex<HashMap<UnitId, Arc<UnitState>>>,
+    /// Recent aborts, for commands that wait on long operations (SANITIZE without IMMED).
+    aborts: Mutex<(u64, std::collections::VecDeque<Abort>)>,
 }
 
 impl ScsiCore {
@@ -110,7 +126,39 @@ impl ScsiCore {
             identity,
             nexuses: Mutex::new(HashMap::new()),
             units: Mutex::new(HashMap::new()),
+            aborts: Mutex::new((0, std::collections::VecDeque::new())),
         }
+    }
+
+    /// The current abort generation: pass it to [`ScsiCore::aborted_since`] later.
+    pub(crate) fn abort_generation(&self) -> u64 {
+        self.aborts.lock().0
+    }
+
+    /// Whether a task management function since `generation` ended this task.
+    pub(crate) fn aborted_since(&self, generation: u64, request: &Request<'_>) -> bool {
+        let aborts = self.aborts.lock();
+        aborts.1.iter().any(|abort| {
+            abort.generation > generation
+                && abort.nexus.as_ref().is_none_or(|n| n == request.nexus)
+                && abort.lun.is_none_or(|lun| lun == request.lun)
+                && abort.task_tag.is_none_or(|tag| tag == request.task_tag)
+        })
+    }
+
+    fn record_abort(&self, nexus: Option<&ItNexus>, lun: Option<u64>, task_tag: Option<u32>) {
+        let mut aborts = self.aborts.lock();
+        aborts.0 += 1;
+        let generation = aborts.0;
+        if aborts.1.len() == MAX_ABORTS_REMEMBERED {
+            aborts.1.pop_front();
+        }
+        aborts.1.push_back(Abort {
+            generation,
+            nexus: nexus.cloned(),
+            lun,
+            task_tag,
+        });
     }
 
     pub(crate) fn identity(&self) -> &Identity {
@@ -268,6 +316,7 @@ fn run(request: &Request<'_>, command: &CommandSpec) -> CommandResult {
         (op::PERSISTENT_RESERVE_OUT, Some(action)) => {
             reservation::persistent_reserve_out(request, action)
         }
+        (op::SANITIZE, Some(action)) => sanitize::sanitize(request, action),
         _ => {
             // The command table and this match disagree: a bug, answered cleanly.
             debug_assert!(false, "no handler for {}", command.name);
@@ -337,6 +386,8 @@ impl ScsiTarget for ScsiCore {
             nexus,
             cdb: command.cdb,
             data_out: command.data_out,
+            lun: command.lun,
+            task_tag: command.task_tag,
             unit: &unit,
             state: &state,
             geometry: Geometry::of(unit.as_ref()),
@@ -362,9 +413,16 @@ impl ScsiTarget for ScsiCore {
         function: TaskManagementFunction,
     ) -> TaskManagementResponse {
         match function {
-            TaskManagementFunction::AbortTask { .. }
-            | TaskManagementFunction::AbortTaskSet
-            | TaskManagementFunction::ClearTaskSet => TaskManagementResponse::FunctionComplete,
+            TaskManagementFunction::AbortTask {
+                referenced_task_tag,
+            } => {
+                self.record_abort(Some(nexus), Some(lun), Some(referenced_task_tag));
+                TaskManagementResponse::FunctionComplete
+            }
+            TaskManagementFunction::AbortTaskSet | TaskManagementFunction::ClearTaskSet => {
+                self.record_abort(Some(nexus), Some(lun), None);
+                TaskManagementResponse::FunctionComplete
+            }
             TaskManagementFunction::ClearAca => TaskManagementResponse::FunctionNotSupported,
             TaskManagementFunction::LogicalUnitReset => {
                 let nexus_state = self.nexus_state(nexus);
@@ -377,6 +435,7 @@ impl ScsiTarget for ScsiCore {
                 let Some(unit) = unit else {
                     return TaskManagementResponse::LunDoesNotExist;
                 };
+                self.record_abort(None, Some(lun), None);
                 self.reset_unit(
                     unit.as_ref(),
                     AdditionalSense::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
@@ -405,6 +464,7 @@ impl ScsiCore {
     }
 
     fn reset_target(&self, code: AdditionalSense) {
+        self.record_abort(None, None, None);
         let units: Vec<(UnitId, Arc<UnitState>)> = self
             .units
             .lock()

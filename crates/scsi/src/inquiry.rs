@@ -249,7 +249,7 @@ fn block_limits(unit: &dyn LogicalUnit, geometry: &Geometry) -> Vec<u8> {
 fn block_device_characteristics() -> Vec<u8> {
     let mut body = vec![0u8; 0x3c];
     body[0..2].copy_from_slice(&1u16.to_be_bytes()); // MEDIUM ROTATION RATE: non-rotating
-    body[4] = 0x40; // WABEREQ 01b: reads after BLOCK ERASE return GOOD (zeros)
+    body[3] = 0x40; // WABEREQ 01b: reads after BLOCK ERASE return GOOD (zeros)
     body
 }
 

@@ -92,6 +92,8 @@ pub struct Sense {
     /// INFORMATION field: the first failing LBA, or the miscompare offset.
     pub information: Option<u64>,
     pub field_pointer: Option<FieldPointer>,
+    /// Progress of a long operation (NOT READY, e.g. SANITIZE IN PROGRESS), in 65536ths.
+    pub progress: Option<u16>,
 }
 
 /// The two sense data formats (SPC-5 4.4.2, 4.4.3).
@@ -111,6 +113,7 @@ impl Sense {
             code,
             information: None,
             field_pointer: None,
+            progress: None,
         }
     }
 
@@ -182,7 +185,10 @@ impl Sense {
     }
 
     fn sense_key_specific(&self) -> Option<[u8; 3]> {
-        let pointer = self.field_pointer?;
+        let Some(pointer) = self.field_pointer else {
+            let progress = self.progress?.to_be_bytes();
+            return Some([0x80, progress[0], progress[1]]);
+        };
         let mut bytes = [0u8; 3];
         bytes[0] = 0x80; // SKSV
         if pointer.in_cdb {

@@ -729,3 +729,93 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn sanitize_overwrite_survives_resets_and_nexus_loss() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    good(exec(&array.core, &a, 0, &write10(0, 8), &[1u8; 4096]));
+    let mut parameters = vec![0x01, 0, 0, 4];
+    parameters.extend_from_slice(&[0xaa, 0xbb, 0xcc, 0xdd]);
+    // IMMED: returns at once; 16 MiB at the overwrite pace takes about a second.
+    let cdb = [
+        0x48,
+        0x80 | 0x01,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        parameters.len() as u8,
+        0,
+    ];
+    good(exec(&array.core, &a, 0, &cdb, &parameters));
+    let in_progress = |n: &ItNexus| {
+        let outcome = exec(&array.core, n, 0, &[0; 6], &[]);
+        outcome.status == ScsiStatus::CheckCondition && sense(&outcome) == (0x2, 0x04, 0x1b)
+    };
+    assert!(in_progress(&a));
+    array
+        .core
+        .task_management(&a, 0, TaskManagementFunction::TargetColdReset);
+    array.core.nexus_dropped(&a);
+    let b = nexus("iqn.a", 5);
+    array.core.nexus_created(&b);
+    // The new nexus sees its unit attention first, then the sanitize still running.
+    assert_eq!(sense(&exec(&array.core, &b, 0, &[0; 6], &[])).0, 0x6);
+    assert!(in_progress(&b));
+    good(exec(&array.core, &b, 0, &[0x12, 0, 0, 0, 36, 0], &[]));
+    let started = std::time::Instant::now();
+    while in_progress(&b) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let data = good(exec(&array.core, &b, 0, &read10(0, 2), &[]));
+    assert!(data.chunks(4).all(|c| c == [0xaa, 0xbb, 0xcc, 0xdd]));
+}
+
+#[test]
+fn sanitize_without_immed_ends_when_its_task_is_aborted() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    let parameters = vec![0x01, 0, 0, 1, 0x77];
+    let cdb = [0x48, 0x01, 0, 0, 0, 0, 0, 0, parameters.len() as u8, 0];
+    let started = std::time::Instant::now();
+    let outcome = std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            array.core.execute(
+                &a,
+                Command {
+                    lun: 0,
+                    cdb: &cdb,
+                    data_out: &parameters,
+                    expected_data_in_bytes: 0,
+                    task_tag: 42,
+                    attribute: TaskAttribute::Simple,
+                },
+            )
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        array.core.task_management(
+            &a,
+            0,
+            TaskManagementFunction::AbortTask {
+                referenced_task_tag: 42,
+            },
+        );
+        waiting.join().unwrap()
+    });
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(900),
+        "ended by the abort"
+    );
+    assert_eq!(sense(&outcome).0, 0xb);
+    // The sanitize itself goes on.
+    assert_eq!(
+        sense(&exec(&array.core, &a, 0, &[0; 6], &[])),
+        (0x2, 0x04, 0x1b)
+    );
+}

@@ -13,6 +13,10 @@
 //!   where the standard and the test agree. Every other test runs against 512-byte logical
 //!   blocks in 4096-byte physical blocks, as Lacuna volumes are.
 //!
+//! The tests in [`KNOWN_NOT_PASSING`] are expected to fail or skip, each for the reason
+//! given there; any other failure or skip fails this test, and so does a listed test that
+//! starts passing (the list must shrink with the code).
+//!
 //! Skipped (not run) when `iscsi-test-cu` is not installed, with a message saying so.
 
 use std::collections::BTreeMap;
@@ -27,6 +31,38 @@ use lacuna_scsi::memory::{MemoryBackend, MemoryUnitConfig};
 use lacuna_scsi::ScsiCore;
 
 const TEST_TOOL: &str = "/usr/bin/iscsi-test-cu";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Failed,
+    Skipped,
+}
+
+/// Tests that do not pass, with why. Keep this list short and every reason true.
+const KNOWN_NOT_PASSING: &[(&str, Verdict, &str)] = &[
+    (
+        "SCSI.Sanitize.CryptoErase",
+        Verdict::Skipped,
+        "CRYPTO ERASE is not offered: Lacuna keeps no per-volume key to destroy",
+    ),
+    (
+        "SCSI.Sanitize.Readonly",
+        Verdict::Skipped,
+        "passes for OVERWRITE and BLOCK ERASE; logs [SKIPPED] for its CRYPTO ERASE part",
+    ),
+    (
+        "SCSI.Sanitize.Reservations",
+        Verdict::Skipped,
+        "passes for OVERWRITE and BLOCK ERASE; logs [SKIPPED] for its CRYPTO ERASE part",
+    ),
+    (
+        "SCSI.Sanitize.Reset",
+        Verdict::Failed,
+        "the iSCSI transport waits for an aborted task to finish before it calls \
+         ScsiTarget::task_management, so a SANITIZE without IMMED (which the SCSI layer ends \
+         on ABORT TASK) completes first and the test finds it no longer in progress",
+    ),
+];
 const MIB: u64 = 1 << 20;
 
 const LUN_MAIN: u64 = 0;
@@ -162,6 +198,8 @@ struct Outcome {
 fn run(tests: &[String], urls: &[String]) -> (Outcome, String) {
     let output = Command::new(TEST_TOOL)
         .arg("--dataloss")
+        .arg("--allow-sanitize")
+        .args(std::env::var_os("CONFORMANCE_VERBOSE").map(|_| "-V"))
         .arg("--test")
         .arg(tests.join(","))
         .args(urls)
@@ -264,11 +302,28 @@ fn iscsi_test_cu_scsi_family_passes_without_skips() {
             tests.len()
         );
         total_passed += outcome.passed.len();
+        let expected = |name: &str| {
+            KNOWN_NOT_PASSING
+                .iter()
+                .find(|(known, _, _)| *known == name)
+                .map(|(_, verdict, _)| *verdict)
+        };
         for name in &outcome.failed {
-            failures.push(format!("FAILED  {name} ({group})"));
+            if expected(name) != Some(Verdict::Failed) {
+                failures.push(format!("FAILED  {name} ({group})"));
+            }
         }
         for name in &outcome.skipped {
-            failures.push(format!("SKIPPED {name} ({group})"));
+            if expected(name) != Some(Verdict::Skipped) {
+                failures.push(format!("SKIPPED {name} ({group})"));
+            }
+        }
+        for name in &outcome.passed {
+            if expected(name).is_some() {
+                failures.push(format!(
+                    "PASSED  {name} ({group}): remove it from KNOWN_NOT_PASSING"
+                ));
+            }
         }
         if accounted != tests.len() {
             failures.push(format!(
@@ -278,6 +333,11 @@ fn iscsi_test_cu_scsi_family_passes_without_skips() {
         }
     }
     println!("total: {total_passed} of {} SCSI tests passed", all.len());
+    for (name, verdict, reason) in KNOWN_NOT_PASSING {
+        if all.iter().any(|n| n == name) {
+            println!("known {verdict:?}: {name}: {reason}");
+        }
+    }
     assert!(!all.is_empty());
     assert!(failures.is_empty(), "conformance:\n{}", failures.join("\n"));
 }

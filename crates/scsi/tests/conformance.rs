@@ -175,6 +175,9 @@ fn backend() -> Arc<MemoryBackend> {
 
 /// The SCSI family as `iscsi-test-cu -l` lists it (FAMILY.SUITE.TEST names).
 fn scsi_tests() -> Vec<String> {
+    // CONFORMANCE_FAMILY=iSCSI runs the transport's family instead, for information.
+    let family = std::env::var("CONFORMANCE_FAMILY").unwrap_or_else(|_| "SCSI".to_string());
+    let prefix = format!("{family}.");
     let output = Command::new(TEST_TOOL)
         .arg("-l")
         .output()
@@ -182,7 +185,7 @@ fn scsi_tests() -> Vec<String> {
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .map(str::trim)
-        .filter(|name| name.starts_with("SCSI.") && name.split('.').count() == 3)
+        .filter(|name| name.starts_with(&prefix) && name.split('.').count() == 3)
         .map(str::to_string)
         .collect()
 }
@@ -221,7 +224,11 @@ fn run(tests: &[String], urls: &[String]) -> (Outcome, String) {
             suite = tokens.next().unwrap_or_default().to_string();
         } else if token == "Test:" {
             if let Some(name) = tokens.next() {
-                current = Some((format!("SCSI.{suite}.{name}"), false));
+                let family = tests
+                    .first()
+                    .and_then(|t| t.split('.').next())
+                    .unwrap_or("SCSI");
+                current = Some((format!("{family}.{suite}.{name}"), false));
             }
         } else if token.contains("[SKIPPED]") {
             if let Some((_, skipped)) = current.as_mut() {
@@ -252,7 +259,7 @@ fn iscsi_test_cu_scsi_family_passes_without_skips() {
     }
     let target = Target::start(backend());
     let all = scsi_tests();
-    assert!(all.len() > 200, "unexpected test list: {} tests", all.len());
+    assert!(all.len() > 10, "unexpected test list: {} tests", all.len());
     // For debugging: CONFORMANCE_ONLY=SCSI.WriteSame10,SCSI.Inquiry runs only those.
     let only: Vec<String> = std::env::var("CONFORMANCE_ONLY")
         .map(|v| v.split(',').map(str::to_string).collect())

@@ -139,10 +139,19 @@ impl Reservations {
         }
     }
 
-    /// May `nexus` run a command of class `access`?
+    /// May `nexus` run `command`?
     fn allows(&self, nexus: &ItNexus, command: &CommandSpec) -> bool {
+        self.allows_access(
+            nexus,
+            command.access,
+            command.allowed_under_spc2_reservation,
+        )
+    }
+
+    /// May `nexus` access the unit in the way `access` describes?
+    fn allows_access(&self, nexus: &ItNexus, access: Access, allowed_under_spc2: bool) -> bool {
         if let Some(holder) = &self.spc2_holder {
-            if holder != nexus && !command.allowed_under_spc2_reservation {
+            if holder != nexus && !allowed_under_spc2 {
                 return false;
             }
         }
@@ -154,7 +163,7 @@ impl Reservations {
         {
             return true;
         }
-        match command.access {
+        match access {
             Access::Unrestricted | Access::Reservation => true,
             Access::Read => !reservation.kind.exclusive_access(),
             Access::Write => false,
@@ -166,6 +175,26 @@ impl Reservations {
 pub(crate) fn check_access(request: &Request<'_>, command: &CommandSpec) -> Result<(), Failure> {
     let shared = request.state.lock();
     if shared.reservations.allows(request.nexus, command) {
+        Ok(())
+    } else {
+        Err(Failure::ReservationConflict)
+    }
+}
+
+/// RESERVATION CONFLICT unless `nexus` may read (or write) the unit whose state is
+/// `state`: EXTENDED COPY checks the units it copies from and to, not only the one it was
+/// sent to.
+pub(crate) fn check_copy_access(
+    state: &crate::unit_state::UnitState,
+    nexus: &ItNexus,
+    write: bool,
+) -> Result<(), Failure> {
+    let access = if write { Access::Write } else { Access::Read };
+    if state
+        .lock()
+        .reservations
+        .allows_access(nexus, access, false)
+    {
         Ok(())
     } else {
         Err(Failure::ReservationConflict)

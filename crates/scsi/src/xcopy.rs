@@ -15,6 +15,7 @@ use crate::backend::LogicalUnit;
 use crate::block::{be16, be32, be64, storage_failure, truncate, Geometry};
 use crate::dispatch::{CommandResult, Failure, Request};
 use crate::inquiry::naa_designator;
+use crate::reservation::check_copy_access;
 use crate::sense::{AdditionalSense, Sense, SenseKey};
 use crate::target::ItNexus;
 
@@ -264,8 +265,11 @@ fn run_segments(
         if destination.read_only() {
             return Err(Sense::new(SenseKey::DataProtect, AdditionalSense::WRITE_PROTECTED).into());
         }
+        let source_state = request.core.unit_state(source.as_ref());
+        let destination_state = request.core.unit_state(destination.as_ref());
+        check_copy_access(&source_state, request.nexus, false)?;
+        check_copy_access(&destination_state, request.nexus, true)?;
         if segment.block_count > 0 {
-            let destination_state = request.core.unit_state(destination.as_ref());
             let offset_bytes = destination_geometry.offset_bytes(segment.destination_lba);
             let len_bytes = destination_geometry.len_bytes(segment.block_count);
             let _range = destination_state.range_lock.lock(offset_bytes, len_bytes);

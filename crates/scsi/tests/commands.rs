@@ -819,3 +819,24 @@ fn sanitize_without_immed_ends_when_its_task_is_aborted() {
         (0x2, 0x04, 0x1b)
     );
 }
+
+#[test]
+fn extended_copy_respects_reservations_on_the_units_it_names() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    let holder = nexus("iqn.a", 2);
+    for n in [&a, &holder] {
+        drain_attentions(&array.core, n, 0);
+        drain_attentions(&array.core, n, 1);
+    }
+    good(exec(&array.core, &holder, 1, &[0x16, 0, 0, 0, 0, 0], &[]));
+    let zero = naa_of(&array.core, &a, 0);
+    let one = naa_of(&array.core, &holder, 1);
+    let (cdb, list) = xcopy(&[zero, one], &[(0, 1, 8, 0, 0)]);
+    assert_eq!(
+        exec(&array.core, &a, 0, &cdb, &list).status,
+        ScsiStatus::ReservationConflict
+    );
+    good(exec(&array.core, &holder, 1, &[0x17, 0, 0, 0, 0, 0], &[]));
+    good(exec(&array.core, &a, 0, &cdb, &list));
+}

@@ -6,8 +6,9 @@
 
 use parking_lot::Mutex;
 
+use crate::backend::LogicalUnit;
 use crate::block::{be16, be32, truncate};
-use crate::commands::{self, CommandSpec, COMMANDS};
+use crate::commands::{self, opcode, CommandSpec, COMMANDS};
 use crate::dispatch::{CommandResult, Request};
 use crate::sense::Sense;
 use crate::unit_attention::NexusState;
@@ -91,6 +92,15 @@ fn one_command_data(command: Option<&CommandSpec>, with_timeouts: bool) -> Vec<u
     bytes
 }
 
+/// Whether `command` is offered on `unit`: UNMAP and SANITIZE BLOCK ERASE need a thin
+/// unit (a fully provisioned one answers them INVALID COMMAND OPERATION CODE / FIELD).
+fn offered(command: &CommandSpec, unit: &dyn LogicalUnit) -> bool {
+    let needs_thin = command.opcode == opcode::UNMAP
+        || (command.opcode == opcode::SANITIZE
+            && command.service_action == Some(crate::sanitize::SERVICE_ACTION_BLOCK_ERASE));
+    !needs_thin || unit.provisioning().is_thin()
+}
+
 /// REPORT SUPPORTED OPERATION CODES.
 pub(crate) fn report_supported_operation_codes(request: &Request<'_>) -> CommandResult {
     let cdb = request.cdb;
@@ -100,8 +110,9 @@ pub(crate) fn report_supported_operation_codes(request: &Request<'_>) -> Command
     let requested_service_action = be16(cdb, 4);
     let allocation_len = be32(cdb, 6) as usize;
     let has_service_action = commands::has_service_action(requested_opcode);
+    let unit = request.unit.as_ref();
     let find = |service_action: Option<u16>| {
-        COMMANDS.iter().find(|c| {
+        COMMANDS.iter().filter(|c| offered(c, unit)).find(|c| {
             c.opcode == requested_opcode
                 && match service_action {
                     None => true,
@@ -112,7 +123,7 @@ pub(crate) fn report_supported_operation_codes(request: &Request<'_>) -> Command
     let data = match reporting_options {
         0 => {
             let mut descriptors = Vec::new();
-            for command in COMMANDS {
+            for command in COMMANDS.iter().filter(|c| offered(c, unit)) {
                 descriptors.extend(all_commands_descriptor(command, with_timeouts));
             }
             let mut data = (descriptors.len() as u32).to_be_bytes().to_vec();

@@ -840,3 +840,39 @@ fn extended_copy_respects_reservations_on_the_units_it_names() {
     good(exec(&array.core, &holder, 1, &[0x17, 0, 0, 0, 0, 0], &[]));
     good(exec(&array.core, &a, 0, &cdb, &list));
 }
+
+#[test]
+fn thick_units_are_fully_provisioned() {
+    let backend = Arc::new(MemoryBackend::new());
+    let thick = backend.create_unit(MemoryUnitConfig {
+        provisioning: lacuna_scsi::backend::Provisioning::EagerZeroedThick,
+        ..MemoryUnitConfig::thin("thick", 8 * MIB)
+    });
+    backend.map(None, 0, &thick);
+    let core = ScsiCore::new(backend);
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&core, &a, 0);
+    let capacity = good(exec(&core, &a, 0, &read_capacity_16(), &[]));
+    assert_eq!(capacity[14] & 0x80, 0, "LBPME clear");
+    let page = good(exec(&core, &a, 0, &[0x12, 1, 0xb2, 0, 64, 0], &[]));
+    assert_eq!(
+        (page[5] & 0xe0, page[6] & 0x07),
+        (0, 0),
+        "no LBPU/LBPWS, fully provisioned"
+    );
+    let list = unmap_list(&[(0, 8)]);
+    assert_eq!(
+        sense(&exec(&core, &a, 0, &unmap_cdb(list.len() as u16), &list)),
+        (0x5, 0x20, 0x00)
+    );
+    let rsoc = good(exec(
+        &core,
+        &a,
+        0,
+        &[0xa3, 0x0c, 0x01, 0x42, 0, 0, 0, 0, 1, 0, 0, 0],
+        &[],
+    ));
+    assert_eq!(rsoc[1] & 0x07, 0x01, "UNMAP reported as not supported");
+    let status = good(exec(&core, &a, 0, &get_lba_status(0), &[]));
+    assert_eq!(status[20], 0, "mapped");
+}

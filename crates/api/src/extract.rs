@@ -2,7 +2,7 @@
 //! the same JSON error shape as every other failure instead of axum's plain text.
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::Json;
@@ -56,7 +56,7 @@ fn error_source_text(e: &dyn std::error::Error) -> String {
     innermost.to_string()
 }
 
-/// The single path parameter of a route (a volume name).
+/// The single path parameter of a route (a volume name, or `VOL@SNAP`).
 pub struct PathParam(pub String);
 
 impl<S> FromRequestParts<S> for PathParam
@@ -78,5 +78,27 @@ fn path_rejection(rejection: PathRejection) -> ApiError {
         ApiError::Internal(rejection.body_text())
     } else {
         ApiError::BadRequest(rejection.body_text())
+    }
+}
+
+/// The query string of a request. Unknown parameters and values of the wrong type
+/// are a 400 with serde's message, like bodies.
+pub struct QueryParams<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for QueryParams<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(QueryParams(value)),
+            Err(rejection) => Err(ApiError::BadRequest(format!(
+                "invalid query string: {}",
+                error_source_text(&rejection)
+            ))),
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! Lacuna's control plane: a small REST API (JSON over HTTP/1.1) for creating,
-//! resizing and deleting volumes and for reading the array's space figures.
+//! Lacuna's control plane: a small REST API (JSON over HTTP/1.1) for volumes (create,
+//! clone, resize, destroy, recover, restore, range copy), snapshots and consistency
+//! groups, and the array's space figures.
 //!
 //! Every request except `GET /healthz` must carry `Authorization: Bearer <token>`,
 //! where the token lives in `<data_dir>/api-token` (see [`load_or_create_token`]).
@@ -8,25 +9,37 @@
 //!
 //! Routes (the served OpenAPI document at `/v1/openapi.json` is the reference):
 //!
-//! | method | path                   | does                           |
-//! |--------|------------------------|--------------------------------|
-//! | GET    | `/healthz`             | liveness, no token needed      |
-//! | GET    | `/v1/volumes`          | list volumes (a JSON array)    |
-//! | POST   | `/v1/volumes`          | create `{name, size_bytes}`    |
-//! | GET    | `/v1/volumes/{name}`   | one volume                     |
-//! | PATCH  | `/v1/volumes/{name}`   | resize `{size_bytes}`          |
-//! | DELETE | `/v1/volumes/{name}`   | delete                         |
-//! | GET    | `/v1/array/space`      | array-wide space report        |
-//! | GET    | `/v1/openapi.json`     | this API's OpenAPI 3.0 document|
+//! | method | path                              | does                                  |
+//! |--------|-----------------------------------|---------------------------------------|
+//! | GET    | `/healthz`                        | liveness, no token needed             |
+//! | GET    | `/v1/volumes[?destroyed=true]`    | list live (or destroyed) volumes      |
+//! | POST   | `/v1/volumes`                     | create `{name, size_bytes, provisioning?}` or clone `{name, source, provisioning?}` |
+//! | GET    | `/v1/volumes/{name}`              | one volume, live or destroyed         |
+//! | PATCH  | `/v1/volumes/{name}`              | resize `{size_bytes}`                 |
+//! | DELETE | `/v1/volumes/{name}`              | destroy (recoverable for a while)     |
+//! | POST   | `/v1/volumes/{name}/recover`      | bring a destroyed volume back         |
+//! | POST   | `/v1/volumes/{name}/eradicate`    | eradicate a destroyed volume now      |
+//! | POST   | `/v1/volumes/{name}/restore`      | revert to a snapshot `{snapshot}`     |
+//! | POST   | `/v1/volumes/{name}/copy`         | range copy to a volume                |
+//! | GET    | `/v1/snapshots[?volume=V&destroyed=true]` | list snapshots                |
+//! | POST   | `/v1/snapshots`                   | snapshot `{volumes, name?, group?}`   |
+//! | GET    | `/v1/snapshots/{VOL@S}`           | one snapshot, live or destroyed       |
+//! | DELETE | `/v1/snapshots/{VOL@S}`           | destroy (recoverable for a while)     |
+//! | POST   | `/v1/snapshots/{VOL@S}/recover`   | bring a destroyed snapshot back       |
+//! | POST   | `/v1/snapshots/{VOL@S}/eradicate` | eradicate a destroyed snapshot now    |
+//! | GET    | `/v1/array/space`                 | array-wide space report               |
+//! | GET    | `/v1/openapi.json`                | this API's OpenAPI 3.0 document       |
 //!
-//! Errors are `{"error": "message"}` with 400 (invalid argument or body), 401
-//! (token), 404 (no such volume or route), 409 (volume exists), 413 (body too
-//! large), 415 (body not JSON), 507 (out of space) or 500 (I/O, metadata).
+//! Errors are `{"error": "message"}` with 400 (invalid argument, body or query),
+//! 401 (token), 404 (no such volume, snapshot or route), 409 (volume or snapshot
+//! exists), 413 (body too large), 415 (body not JSON), 507 (out of space, or a
+//! thick reservation the array cannot honour) or 500 (I/O, metadata).
 
 mod control;
 mod error;
 mod extract;
 pub mod openapi;
+mod requests;
 mod token;
 
 use std::sync::Arc;
@@ -35,16 +48,22 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
-use lacuna_engine::{EngineError, SpaceReport, VolumeInfo};
+use lacuna_engine::{
+    CopyReport, EngineError, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport, VolumeInfo,
+};
 use serde::{Deserialize, Serialize};
 
 pub use control::ControlPlane;
 pub use error::{ApiError, ErrorBody};
+pub use requests::{
+    CopyRangeRequest, CreateSnapshotsRequest, CreateVolumeRequest, ListSnapshotsQuery,
+    ListVolumesQuery, ResizeVolumeRequest, RestoreVolumeRequest,
+};
 pub use token::{load_or_create_token, tokens_match, TOKEN_FILE_NAME};
 
-use extract::{JsonBody, PathParam};
+use extract::{JsonBody, PathParam, QueryParams};
 
 /// Largest request body accepted. Control-plane bodies are a few dozen bytes; the
 /// limit only stops a client from making the daemon buffer junk.
@@ -67,21 +86,6 @@ impl ApiState {
     }
 }
 
-/// Body of `POST /v1/volumes`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateVolumeRequest {
-    pub name: String,
-    pub size_bytes: u64,
-}
-
-/// Body of `PATCH /v1/volumes/{name}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResizeVolumeRequest {
-    pub size_bytes: u64,
-}
-
 /// Body of `GET /healthz`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Health {
@@ -95,6 +99,20 @@ pub fn router(state: ApiState) -> Router {
         .route(
             "/v1/volumes/{name}",
             get(show_volume).patch(resize_volume).delete(delete_volume),
+        )
+        .route("/v1/volumes/{name}/recover", post(recover_volume))
+        .route("/v1/volumes/{name}/eradicate", post(eradicate_volume))
+        .route("/v1/volumes/{name}/restore", post(restore_volume))
+        .route("/v1/volumes/{name}/copy", post(copy_range))
+        .route("/v1/snapshots", get(list_snapshots).post(create_snapshots))
+        .route(
+            "/v1/snapshots/{snapshot}",
+            get(show_snapshot).delete(delete_snapshot),
+        )
+        .route("/v1/snapshots/{snapshot}/recover", post(recover_snapshot))
+        .route(
+            "/v1/snapshots/{snapshot}/eradicate",
+            post(eradicate_snapshot),
         )
         .route("/v1/array/space", get(array_space))
         .route("/v1/openapi.json", get(openapi_document))
@@ -152,20 +170,72 @@ async fn healthz() -> Json<Health> {
     })
 }
 
-/// Answers a JSON array of volumes, sorted by name.
-async fn list_volumes(State(state): State<ApiState>) -> Result<Json<Vec<VolumeInfo>>, ApiError> {
-    Ok(Json(blocking(&state, |c| c.list_volumes()).await?))
+/// Answers a JSON array of live (or destroyed) volumes, sorted by name.
+async fn list_volumes(
+    State(state): State<ApiState>,
+    QueryParams(query): QueryParams<ListVolumesQuery>,
+) -> Result<Json<Vec<VolumeInfo>>, ApiError> {
+    let destroyed = query.destroyed;
+    Ok(Json(
+        blocking(&state, move |c| c.list_volumes(destroyed)).await?,
+    ))
 }
 
+/// Creates a volume, or clones one when `source` is given (then `size_bytes`, if
+/// sent, must equal the source's size: a clone has its source's size).
 async fn create_volume(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<CreateVolumeRequest>,
 ) -> Result<(StatusCode, Json<VolumeInfo>), ApiError> {
-    let info = blocking(&state, move |c| {
-        c.create_volume(&body.name, body.size_bytes)
-    })
-    .await?;
+    let provisioning = body.provisioning.unwrap_or(Provisioning::Thin);
+    let info = match (body.source, body.size_bytes) {
+        (None, None) => {
+            return Err(ApiError::BadRequest(
+                "invalid request body: size_bytes is required unless source is given (a clone)"
+                    .to_string(),
+            ))
+        }
+        (None, Some(size_bytes)) => {
+            blocking(&state, move |c| {
+                c.create_volume(&body.name, size_bytes, provisioning)
+            })
+            .await?
+        }
+        (Some(source), size_bytes) => {
+            blocking(&state, move |c| {
+                if let Some(wanted) = size_bytes {
+                    check_clone_size(c, &source, wanted)?;
+                }
+                c.clone_volume(&source, &body.name, provisioning)
+            })
+            .await?
+        }
+    };
     Ok((StatusCode::CREATED, Json(info)))
+}
+
+/// A clone takes its source's size; a `size_bytes` that says otherwise is refused
+/// rather than silently ignored. A source that does not exist (or is destroyed)
+/// is left for the clone itself to report.
+fn check_clone_size(c: &dyn ControlPlane, source: &str, wanted: u64) -> Result<(), EngineError> {
+    let size_bytes = if source.contains('@') {
+        c.snapshot_info(source)
+            .ok()
+            .filter(|s| s.destroyed_unix_s.is_none())
+            .map(|s| s.size_bytes)
+    } else {
+        c.volume_info(source)
+            .ok()
+            .filter(|v| v.destroyed_unix_s.is_none())
+            .map(|v| v.size_bytes)
+    };
+    match size_bytes {
+        Some(size_bytes) if size_bytes != wanted => Err(EngineError::InvalidArgument(format!(
+            "a clone has its source's size: '{source}' is {size_bytes} bytes, not {wanted} \
+             (omit size_bytes, or resize the clone afterwards)"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 async fn show_volume(
@@ -189,6 +259,115 @@ async fn delete_volume(
     PathParam(name): PathParam,
 ) -> Result<StatusCode, ApiError> {
     blocking(&state, move |c| c.delete_volume(&name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Answers the recovered volume.
+async fn recover_volume(
+    State(state): State<ApiState>,
+    PathParam(name): PathParam,
+) -> Result<Json<VolumeInfo>, ApiError> {
+    let info = blocking(&state, move |c| {
+        c.recover_volume(&name)?;
+        c.volume_info(&name)
+    })
+    .await?;
+    Ok(Json(info))
+}
+
+async fn eradicate_volume(
+    State(state): State<ApiState>,
+    PathParam(name): PathParam,
+) -> Result<StatusCode, ApiError> {
+    blocking(&state, move |c| c.eradicate_volume(&name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn restore_volume(
+    State(state): State<ApiState>,
+    PathParam(name): PathParam,
+    JsonBody(body): JsonBody<RestoreVolumeRequest>,
+) -> Result<Json<VolumeInfo>, ApiError> {
+    let info = blocking(&state, move |c| c.restore_volume(&name, &body.snapshot)).await?;
+    Ok(Json(info))
+}
+
+async fn copy_range(
+    State(state): State<ApiState>,
+    PathParam(source): PathParam,
+    JsonBody(body): JsonBody<CopyRangeRequest>,
+) -> Result<Json<CopyReport>, ApiError> {
+    let report = blocking(&state, move |c| {
+        c.copy_range(
+            &source,
+            body.offset_bytes,
+            body.length_bytes,
+            &body.destination,
+            body.destination_offset_bytes,
+        )
+    })
+    .await?;
+    Ok(Json(report))
+}
+
+async fn list_snapshots(
+    State(state): State<ApiState>,
+    QueryParams(query): QueryParams<ListSnapshotsQuery>,
+) -> Result<Json<Vec<SnapshotInfo>>, ApiError> {
+    let list = blocking(&state, move |c| {
+        c.list_snapshots(query.volume.as_deref(), query.destroyed)
+    })
+    .await?;
+    Ok(Json(list))
+}
+
+async fn create_snapshots(
+    State(state): State<ApiState>,
+    JsonBody(body): JsonBody<CreateSnapshotsRequest>,
+) -> Result<(StatusCode, Json<GroupSnapshot>), ApiError> {
+    let taken = blocking(&state, move |c| {
+        let volumes: Vec<&str> = body.volumes.iter().map(String::as_str).collect();
+        c.create_snapshots(&volumes, body.name.as_deref(), body.group.as_deref())
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(taken)))
+}
+
+async fn show_snapshot(
+    State(state): State<ApiState>,
+    PathParam(full_name): PathParam,
+) -> Result<Json<SnapshotInfo>, ApiError> {
+    Ok(Json(
+        blocking(&state, move |c| c.snapshot_info(&full_name)).await?,
+    ))
+}
+
+async fn delete_snapshot(
+    State(state): State<ApiState>,
+    PathParam(full_name): PathParam,
+) -> Result<StatusCode, ApiError> {
+    blocking(&state, move |c| c.delete_snapshot(&full_name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Answers the recovered snapshot.
+async fn recover_snapshot(
+    State(state): State<ApiState>,
+    PathParam(full_name): PathParam,
+) -> Result<Json<SnapshotInfo>, ApiError> {
+    let info = blocking(&state, move |c| {
+        c.recover_snapshot(&full_name)?;
+        c.snapshot_info(&full_name)
+    })
+    .await?;
+    Ok(Json(info))
+}
+
+async fn eradicate_snapshot(
+    State(state): State<ApiState>,
+    PathParam(full_name): PathParam,
+) -> Result<StatusCode, ApiError> {
+    blocking(&state, move |c| c.eradicate_snapshot(&full_name)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -14,12 +14,26 @@ pub fn document() -> Value {
         "description": "Volume name: 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.'). It is also the NBD export name.",
         "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"}
     });
+    let snapshot_param = json!({
+        "name": "snapshot",
+        "in": "path",
+        "required": true,
+        "description": "Snapshot as VOL@NAME (the '@' may be sent as is or as %40). It is also the read-only NBD export name.",
+        "schema": {"type": "string", "pattern": "^[^@/]+@[^@/]+$"}
+    });
+    let destroyed_query = json!({
+        "name": "destroyed",
+        "in": "query",
+        "required": false,
+        "description": "true: list the destroyed (recoverable) ones instead of the live ones",
+        "schema": {"type": "boolean", "default": false}
+    });
     json!({
         "openapi": "3.0.3",
         "info": {
             "title": "Lacuna control API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Manage the volumes of a Lacuna storage array and read its space figures. Every operation except GET /healthz needs 'Authorization: Bearer <token>', the token being in <data-dir>/api-token. All sizes are in bytes."
+            "description": "Manage the volumes and snapshots of a Lacuna storage array and read its space figures. Every operation except GET /healthz needs 'Authorization: Bearer <token>', the token being in <data-dir>/api-token. All sizes are in bytes."
         },
         "servers": [{"url": "http://127.0.0.1:8080"}],
         "security": [{"bearerAuth": []}],
@@ -37,31 +51,33 @@ pub fn document() -> Value {
             "/v1/volumes": {
                 "get": {
                     "operationId": "listVolumes",
-                    "summary": "List volumes, sorted by name",
+                    "summary": "List live volumes (or destroyed ones), sorted by name",
+                    "parameters": [destroyed_query.clone()],
                     "responses": with_errors(json!({
                         "200": {
-                            "description": "All volumes, sorted by name",
+                            "description": "The volumes, sorted by name",
                             "content": {"application/json": {"schema": {
                                 "type": "array",
                                 "items": {"$ref": "#/components/schemas/VolumeInfo"}
                             }}}
                         }
-                    }), &["401", "500"])
+                    }), &["400", "401", "500"])
                 },
                 "post": {
                     "operationId": "createVolume",
-                    "summary": "Create a thin-provisioned volume",
+                    "summary": "Create a volume, or clone one",
+                    "description": "Without 'source': a new volume of 'size_bytes' (required). With 'source' (VOL or VOL@SNAP): an instant, writable clone that is independent from then on; it has the source's size, so 'size_bytes' is best omitted and, if sent, must equal the source's size (else 400). 'provisioning' (default thin) applies to either; a thick type the array cannot reserve gets 507.",
                     "requestBody": json_request("CreateVolumeRequest"),
                     "responses": with_errors(json!({
                         "201": json_response("The new volume", "VolumeInfo")
-                    }), &["400", "401", "409", "413", "415", "500", "507"])
+                    }), &["400", "401", "404", "409", "413", "415", "500", "507"])
                 }
             },
             "/v1/volumes/{name}": {
-                "parameters": [name_param],
+                "parameters": [name_param.clone()],
                 "get": {
                     "operationId": "getVolume",
-                    "summary": "One volume's size and space figures",
+                    "summary": "One volume, live or destroyed (then destroyed_unix_s and eradicate_at_unix_s are set)",
                     "responses": with_errors(json!({
                         "200": json_response("The volume", "VolumeInfo")
                     }), &["400", "401", "404", "500"])
@@ -76,9 +92,122 @@ pub fn document() -> Value {
                 },
                 "delete": {
                     "operationId": "deleteVolume",
-                    "summary": "Delete a volume; its space is reclaimed in the background",
+                    "summary": "Destroy a volume: hosts lose it at once; it stays recoverable, with its snapshots, until its eradicate_at_unix_s, then its space is reclaimed in the background",
                     "responses": with_errors(json!({
-                        "204": {"description": "Deleted"}
+                        "204": {"description": "Destroyed"}
+                    }), &["400", "401", "404", "500"])
+                }
+            },
+            "/v1/volumes/{name}/recover": {
+                "parameters": [name_param.clone()],
+                "post": {
+                    "operationId": "recoverVolume",
+                    "summary": "Bring a destroyed volume back, with its snapshots",
+                    "responses": with_errors(json!({
+                        "200": json_response("The recovered volume", "VolumeInfo")
+                    }), &["400", "401", "404", "409", "500"])
+                }
+            },
+            "/v1/volumes/{name}/eradicate": {
+                "parameters": [name_param.clone()],
+                "post": {
+                    "operationId": "eradicateVolume",
+                    "summary": "Eradicate a destroyed volume now (400 if it is not destroyed); its space goes to the background reclaimer, except what clones and copies still read",
+                    "responses": with_errors(json!({
+                        "204": {"description": "Eradicated"}
+                    }), &["400", "401", "404", "500"])
+                }
+            },
+            "/v1/volumes/{name}/restore": {
+                "parameters": [name_param.clone()],
+                "post": {
+                    "operationId": "restoreVolume",
+                    "summary": "Revert a volume to one of its snapshots (metadata only); the volume takes the snapshot's size",
+                    "requestBody": json_request("RestoreVolumeRequest"),
+                    "responses": with_errors(json!({
+                        "200": json_response("The restored volume", "VolumeInfo")
+                    }), &["400", "401", "404", "413", "415", "500", "507"])
+                }
+            },
+            "/v1/volumes/{name}/copy": {
+                "parameters": [name_param],
+                "post": {
+                    "operationId": "copyRange",
+                    "summary": "Point-in-time copy of a byte range of this volume to a volume (the same one allowed, ranges may overlap): metadata only where grain-aligned (the engine side of SCSI EXTENDED COPY)",
+                    "requestBody": json_request("CopyRangeRequest"),
+                    "responses": with_errors(json!({
+                        "200": json_response("What was copied by reference and as data", "CopyReport")
+                    }), &["400", "401", "404", "413", "415", "500", "507"])
+                }
+            },
+            "/v1/snapshots": {
+                "get": {
+                    "operationId": "listSnapshots",
+                    "summary": "List named snapshots in creation order; destroyed ones (and those of destroyed volumes) only with destroyed=true",
+                    "parameters": [
+                        {
+                            "name": "volume",
+                            "in": "query",
+                            "required": false,
+                            "description": "Only this volume's snapshots (404 if no such volume)",
+                            "schema": {"type": "string"}
+                        },
+                        destroyed_query
+                    ],
+                    "responses": with_errors(json!({
+                        "200": {
+                            "description": "The snapshots, in creation order",
+                            "content": {"application/json": {"schema": {
+                                "type": "array",
+                                "items": {"$ref": "#/components/schemas/SnapshotInfo"}
+                            }}}
+                        }
+                    }), &["400", "401", "404", "500"])
+                },
+                "post": {
+                    "operationId": "createSnapshots",
+                    "summary": "Snapshot one volume, or several at one instant with respect to writes (a consistency group)",
+                    "description": "Two phases: prepare (checks, writes flow) and commit (writes to the members are held). The answer reports both durations; commit_window_us is how long writes were held. Every snapshot gets 'name', else the group's name, else snap-<unix time>.",
+                    "requestBody": json_request("CreateSnapshotsRequest"),
+                    "responses": with_errors(json!({
+                        "201": json_response("The snapshots taken", "GroupSnapshot")
+                    }), &["400", "401", "404", "409", "413", "415", "500", "507"])
+                }
+            },
+            "/v1/snapshots/{snapshot}": {
+                "parameters": [snapshot_param.clone()],
+                "get": {
+                    "operationId": "getSnapshot",
+                    "summary": "One snapshot, live or destroyed",
+                    "responses": with_errors(json!({
+                        "200": json_response("The snapshot", "SnapshotInfo")
+                    }), &["400", "401", "404", "500"])
+                },
+                "delete": {
+                    "operationId": "deleteSnapshot",
+                    "summary": "Destroy a snapshot: hidden from hosts and lists, recoverable until its eradicate_at_unix_s",
+                    "responses": with_errors(json!({
+                        "204": {"description": "Destroyed"}
+                    }), &["400", "401", "404", "500"])
+                }
+            },
+            "/v1/snapshots/{snapshot}/recover": {
+                "parameters": [snapshot_param.clone()],
+                "post": {
+                    "operationId": "recoverSnapshot",
+                    "summary": "Bring a destroyed snapshot back (400 if it is not destroyed)",
+                    "responses": with_errors(json!({
+                        "200": json_response("The recovered snapshot", "SnapshotInfo")
+                    }), &["400", "401", "404", "500"])
+                }
+            },
+            "/v1/snapshots/{snapshot}/eradicate": {
+                "parameters": [snapshot_param],
+                "post": {
+                    "operationId": "eradicateSnapshot",
+                    "summary": "Eradicate a destroyed snapshot now (400 if it is not destroyed); what clones and copies still read is kept",
+                    "responses": with_errors(json!({
+                        "204": {"description": "Eradicated"}
                     }), &["400", "401", "404", "500"])
                 }
             },
@@ -148,11 +277,15 @@ const ERRORS: &[(&str, &str, &str)] = &[
     (
         "400",
         "BadRequest",
-        "Invalid argument (name, size) or malformed body",
+        "Invalid argument (name, size, range, state) or malformed body or query",
     ),
     ("401", "Unauthorized", "Missing or wrong bearer token"),
-    ("404", "NotFound", "No such volume"),
-    ("409", "Conflict", "A volume with that name exists"),
+    ("404", "NotFound", "No such volume or snapshot"),
+    (
+        "409",
+        "Conflict",
+        "A volume or snapshot with that name exists",
+    ),
     ("413", "PayloadTooLarge", "Request body over 64 KiB"),
     (
         "415",
@@ -164,7 +297,11 @@ const ERRORS: &[(&str, &str, &str)] = &[
         "InternalError",
         "I/O or metadata failure in the array",
     ),
-    ("507", "InsufficientStorage", "The array is out of space"),
+    (
+        "507",
+        "InsufficientStorage",
+        "The array is out of space, or cannot honour a thick reservation",
+    ),
 ];
 
 fn error_response_name(status: &str) -> &'static str {
@@ -191,9 +328,39 @@ fn ratio(description: &str) -> Value {
     json!({"type": "number", "format": "double", "description": description})
 }
 
+/// A non-negative integer: a count, microseconds or seconds since the epoch.
+fn count(description: &str) -> Value {
+    json!({"type": "integer", "format": "int64", "minimum": 0, "description": description})
+}
+
+/// A field always sent, `null` when it does not apply.
+fn nullable(mut schema: Value) -> Value {
+    schema["nullable"] = Value::Bool(true);
+    schema
+}
+
+fn provisioning(description: &str) -> Value {
+    json!({
+        "type": "string",
+        "enum": ["thin", "zeroedthick", "eagerzeroedthick"],
+        "description": description
+    })
+}
+
+/// An object whose every property is always present.
 fn object(properties: Value) -> Value {
     let required: Vec<&String> = properties.as_object().expect("properties").keys().collect();
     json!({"type": "object", "required": required, "properties": properties})
+}
+
+/// An object with required properties and optional ones (absent when not sent).
+fn object_with_optional(required: Value, optional: Value) -> Value {
+    let mut schema = object(required);
+    let properties = schema["properties"].as_object_mut().expect("properties");
+    for (key, value) in optional.as_object().expect("optional properties") {
+        properties.insert(key.clone(), value.clone());
+    }
+    schema
 }
 
 /// Request bodies reject unknown fields (a misspelt `size_bytes` is an error, not
@@ -211,13 +378,59 @@ fn schemas() -> Value {
         "Health": object(json!({
             "status": {"type": "string", "enum": ["ok"]}
         })),
-        "CreateVolumeRequest": closed(object(json!({
-            "name": {"type": "string", "description": "1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')"},
-            "size_bytes": bytes("Volume size: a non-zero multiple of 512, at most 1 PiB")
+        "CreateVolumeRequest": closed(object_with_optional(json!({
+            "name": {"type": "string", "description": "1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')"}
+        }), json!({
+            "size_bytes": bytes("Volume size: a non-zero multiple of 512, at most 1 PiB. Required without 'source'; with 'source', omit it or give the source's size"),
+            "provisioning": provisioning("thin (default: reserves nothing), zeroedthick (reserves the full size so writes never lack space) or eagerzeroedthick (zeroedthick, created already zeroed with one metadata record)"),
+            "source": {"type": "string", "description": "Clone this: a volume (VOL, as it is now) or a snapshot (VOL@SNAP)"}
         }))),
         "ResizeVolumeRequest": closed(object(json!({
             "size_bytes": bytes("New volume size: a non-zero multiple of 512, at most 1 PiB")
         }))),
+        "RestoreVolumeRequest": closed(object(json!({
+            "snapshot": {"type": "string", "description": "A snapshot of this volume: its NAME or VOL@NAME"}
+        }))),
+        "CopyRangeRequest": closed(object(json!({
+            "offset_bytes": bytes("Where the range starts in the source volume (the path's)"),
+            "length_bytes": bytes("How many bytes to copy"),
+            "destination": {"type": "string", "description": "Destination volume (may be the source)"},
+            "destination_offset_bytes": bytes("Where the copy lands in the destination")
+        }))),
+        "CopyReport": object(json!({
+            "referenced_bytes": bytes("Bytes copied by reference (metadata only)"),
+            "data_bytes": bytes("Bytes copied as data (unaligned edges or mismatched alignment within a 4 KiB grain)")
+        })),
+        "CreateSnapshotsRequest": closed(object_with_optional(json!({
+            "volumes": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string"},
+                "description": "Volumes to snapshot at one instant, each named once"
+            }
+        }), json!({
+            "name": {"type": "string", "description": "Snapshot name for every member (default: the group's name, else snap-<unix time>)"},
+            "group": {"type": "string", "description": "Consistency group name, recorded with each snapshot"}
+        }))),
+        "SnapshotInfo": object(json!({
+            "id": count("Internal snapshot number, never reused"),
+            "volume": {"type": "string", "description": "The volume it is a snapshot of"},
+            "name": {"type": "string"},
+            "full_name": {"type": "string", "description": "VOL@NAME: the read-only NBD export name and the clone/restore source syntax"},
+            "size_bytes": bytes("The volume's size when the snapshot was taken"),
+            "created_unix_s": count("Creation time, seconds since the Unix epoch"),
+            "group": nullable(json!({"type": "string", "description": "Consistency group it was taken in, if any"})),
+            "destroyed_unix_s": nullable(count("When it was destroyed; null while live")),
+            "eradicate_at_unix_s": nullable(count("When a destroyed snapshot is eradicated automatically; null while live"))
+        })),
+        "GroupSnapshot": object(json!({
+            "snapshots": {
+                "type": "array",
+                "items": {"$ref": "#/components/schemas/SnapshotInfo"}
+            },
+            "prepare_us": count("Checks and name resolution before the commit, in microseconds (writes flow meanwhile)"),
+            "commit_window_us": count("How long writes to the member volumes were held, in microseconds")
+        })),
         "VolumeInfo": object(json!({
             "name": {"type": "string"},
             "id": {"type": "integer", "format": "int64", "minimum": 0, "description": "Internal volume number, never reused"},
@@ -228,7 +441,12 @@ fn schemas() -> Value {
             "unique_physical_bytes": bytes("Physical bytes of blocks only this volume references"),
             "shared_physical_bytes": bytes("Physical bytes of deduplicated blocks shared with other volumes, in proportion to this volume's references"),
             "data_reduction_ratio": ratio("logical_data_bytes / (unique + shared physical bytes); 1.0 when empty"),
-            "created_unix_s": {"type": "integer", "format": "int64", "minimum": 0, "description": "Creation time, seconds since the Unix epoch"}
+            "created_unix_s": count("Creation time, seconds since the Unix epoch"),
+            "provisioning": provisioning("The volume's provisioning type"),
+            "reserved_bytes": bytes("Physical bytes held in reserve for this (thick) volume's unwritten grains"),
+            "snapshot_count": count("Named snapshots of the volume"),
+            "destroyed_unix_s": nullable(count("When it was destroyed; null while live")),
+            "eradicate_at_unix_s": nullable(count("When a destroyed volume is eradicated automatically; null while live"))
         })),
         "SpaceReport": object(json!({
             "capacity_bytes": bytes("Physical capacity of the array"),
@@ -241,8 +459,18 @@ fn schemas() -> Value {
             "reclaim_backlog_bytes": bytes("Logical bytes unmapped or zeroed whose old mappings the background reclaimer has not yet dropped"),
             "data_reduction_ratio": ratio("logical data / live physical (dedup, compression, pattern removal)"),
             "total_reduction_ratio": ratio("provisioned / physical used (adds thin provisioning)"),
-            "volume_count": {"type": "integer", "format": "int64", "minimum": 0},
-            "segment_count": {"type": "integer", "format": "int64", "minimum": 0}
+            "volume_count": count("Live volumes"),
+            "segment_count": count("Segment files"),
+            "volume_unique_bytes": bytes("Live bytes referenced once, by one volume"),
+            "snapshot_bytes": bytes("Live bytes only snapshots hold (what eradicating them would free)"),
+            "shared_bytes": bytes("Live bytes referenced more than once (dedup, clones, copies, snapshots sharing with their volume); volume_unique + snapshot + shared = live"),
+            "reserved_bytes": bytes("Physical bytes promised to thick volumes and not yet used"),
+            "thin_available_bytes": bytes("Space thin volumes may still use: free less reservations and headroom"),
+            "soft_threshold_percent": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Physical use, in percent of capacity, at which the soft-threshold event is raised"},
+            "soft_threshold_exceeded": {"type": "boolean", "description": "Physical use is at or above the soft threshold"},
+            "soft_threshold_events": count("Times physical use crossed the soft threshold upwards since the daemon started"),
+            "snapshot_count": count("Named snapshots, live and destroyed"),
+            "destroyed_volume_count": count("Destroyed volumes awaiting eradication")
         }))
     })
 }

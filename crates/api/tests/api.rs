@@ -1,6 +1,7 @@
 //! The API over a real engine in a temporary directory: authentication,
-//! validation, JSON errors for malformed bodies, and an OpenAPI document that
-//! names every route.
+//! validation, JSON errors for malformed bodies, snapshots, clones, range copies,
+//! restores, provisioning types, destroy/recover/eradicate, and an OpenAPI
+//! document that names every route.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -184,6 +185,14 @@ async fn openapi_document_lists_every_route() {
         ("/healthz", vec!["get"]),
         ("/v1/volumes", vec!["get", "post"]),
         ("/v1/volumes/{name}", vec!["get", "patch", "delete"]),
+        ("/v1/volumes/{name}/recover", vec!["post"]),
+        ("/v1/volumes/{name}/eradicate", vec!["post"]),
+        ("/v1/volumes/{name}/restore", vec!["post"]),
+        ("/v1/volumes/{name}/copy", vec!["post"]),
+        ("/v1/snapshots", vec!["get", "post"]),
+        ("/v1/snapshots/{snapshot}", vec!["get", "delete"]),
+        ("/v1/snapshots/{snapshot}/recover", vec!["post"]),
+        ("/v1/snapshots/{snapshot}/eradicate", vec!["post"]),
         ("/v1/array/space", vec!["get"]),
         ("/v1/openapi.json", vec!["get"]),
     ] {
@@ -191,4 +200,350 @@ async fn openapi_document_lists_every_route() {
             assert!(paths[path][method].is_object(), "{method} {path} missing");
         }
     }
+}
+
+/// Writes `data` at `offset_bytes` of a volume through the engine's data path.
+fn write(f: &Fixture, volume: &str, offset_bytes: u64, data: &[u8]) {
+    let v = f.engine.open_volume(volume).unwrap();
+    v.write(offset_bytes, data).unwrap();
+    v.flush().unwrap();
+}
+
+fn read(f: &Fixture, volume: &str, offset_bytes: u64, length_bytes: usize) -> Vec<u8> {
+    let v = f.engine.open_volume(volume).unwrap();
+    let mut buf = vec![0u8; length_bytes];
+    v.read(offset_bytes, &mut buf).unwrap();
+    buf
+}
+
+async fn create(f: &Fixture, body: &str) -> (StatusCode, Value) {
+    call(f, "POST", "/v1/volumes", Some(f.token.as_str()), Some(body)).await
+}
+
+#[tokio::test]
+async fn provisioning_types_and_reservations() {
+    let f = fixture("provisioning");
+    let t = Some(f.token.as_str());
+    for (name, kind) in [
+        ("thin1", "thin"),
+        ("zt", "zeroedthick"),
+        ("ezt", "eagerzeroedthick"),
+    ] {
+        let body = format!(r#"{{"name":"{name}","size_bytes":16777216,"provisioning":"{kind}"}}"#);
+        let (status, v) = create(&f, &body).await;
+        assert_eq!(status, StatusCode::CREATED, "{v}");
+        assert_eq!(v["provisioning"], kind);
+        if kind == "thin" {
+            assert_eq!(v["reserved_bytes"], 0, "{v}");
+        } else {
+            assert!(v["reserved_bytes"].as_u64().unwrap() >= 16 << 20, "{v}");
+        }
+    }
+    // Without a type: thin.
+    let (_, v) = create(&f, r#"{"name":"plain","size_bytes":1048576}"#).await;
+    assert_eq!(v["provisioning"], "thin");
+    // A thick reservation larger than the 1 GiB array: 507, nothing created;
+    // the same size thin is fine.
+    let (status, body) = create(
+        &f,
+        r#"{"name":"huge","size_bytes":4294967296,"provisioning":"zeroedthick"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("cannot reserve"),
+        "{body}"
+    );
+    let (status, _) = call(&f, "GET", "/v1/volumes/huge", t, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = create(&f, r#"{"name":"huge","size_bytes":4294967296}"#).await;
+    assert_eq!(status, StatusCode::CREATED);
+    // The space report shows the reservations and the soft threshold.
+    let (_, space) = call(&f, "GET", "/v1/array/space", t, None).await;
+    assert!(
+        space["reserved_bytes"].as_u64().unwrap() >= 32 << 20,
+        "{space}"
+    );
+    assert_eq!(space["soft_threshold_percent"], 80);
+    assert_eq!(space["soft_threshold_exceeded"], false);
+    assert!(space["thin_available_bytes"].as_u64().unwrap() < 1 << 30);
+}
+
+#[tokio::test]
+async fn snapshots_lifecycle() {
+    let f = fixture("snapshots");
+    let t = Some(f.token.as_str());
+    create(&f, r#"{"name":"db","size_bytes":1048576}"#).await;
+    create(&f, r#"{"name":"logs","size_bytes":1048576}"#).await;
+    write(&f, "db", 0, &[7u8; 4096]);
+
+    let (status, taken) = call(
+        &f,
+        "POST",
+        "/v1/snapshots",
+        t,
+        Some(r#"{"volumes":["db"],"name":"s1"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{taken}");
+    assert_eq!(taken["snapshots"][0]["full_name"], "db@s1");
+    assert_eq!(taken["snapshots"][0]["size_bytes"], 1048576);
+    assert!(taken["commit_window_us"].is_u64(), "{taken}");
+    assert!(taken["prepare_us"].is_u64(), "{taken}");
+    // The same name again: 409; an unknown volume: 404; no volume: 400.
+    let (status, _) = call(
+        &f,
+        "POST",
+        "/v1/snapshots",
+        t,
+        Some(r#"{"volumes":["db"],"name":"s1"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (status, _) = call(
+        &f,
+        "POST",
+        "/v1/snapshots",
+        t,
+        Some(r#"{"volumes":["nope"],"name":"s1"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(&f, "POST", "/v1/snapshots", t, Some(r#"{"volumes":[]}"#)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // A consistency group: every member, one name, the group recorded.
+    let (status, group) = call(
+        &f,
+        "POST",
+        "/v1/snapshots",
+        t,
+        Some(r#"{"volumes":["db","logs"],"group":"g1"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{group}");
+    let names: Vec<&str> = group["snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["full_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["db@g1", "logs@g1"]);
+    assert_eq!(group["snapshots"][1]["group"], "g1");
+    assert!(group["commit_window_us"].is_u64());
+
+    let (_, all) = call(&f, "GET", "/v1/snapshots", t, None).await;
+    assert_eq!(all.as_array().unwrap().len(), 3, "{all}");
+    let (_, of_db) = call(&f, "GET", "/v1/snapshots?volume=db", t, None).await;
+    assert_eq!(of_db.as_array().unwrap().len(), 2, "{of_db}");
+    let (status, _) = call(&f, "GET", "/v1/snapshots?volume=nope", t, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, one) = call(&f, "GET", "/v1/snapshots/db@s1", t, None).await;
+    assert_eq!(status, StatusCode::OK, "{one}");
+    assert_eq!(one["name"], "s1");
+    assert_eq!(one["destroyed_unix_s"], Value::Null);
+    for missing in ["db@nope", "nope@s1", "db", "db%40"] {
+        let (status, _) = call(&f, "GET", &format!("/v1/snapshots/{missing}"), t, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
+    }
+
+    // Destroy: gone from the live list, listed as destroyed with its deadline.
+    let (status, _) = call(&f, "DELETE", "/v1/snapshots/db%40s1", t, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = call(&f, "DELETE", "/v1/snapshots/db@s1", t, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "already destroyed");
+    let (_, of_db) = call(&f, "GET", "/v1/snapshots?volume=db", t, None).await;
+    assert_eq!(of_db.as_array().unwrap().len(), 1, "{of_db}");
+    let (_, destroyed) = call(&f, "GET", "/v1/snapshots?destroyed=true", t, None).await;
+    assert_eq!(destroyed.as_array().unwrap().len(), 1, "{destroyed}");
+    let at = destroyed[0]["destroyed_unix_s"].as_u64().unwrap();
+    assert_eq!(
+        destroyed[0]["eradicate_at_unix_s"].as_u64().unwrap(),
+        at + 24 * 3600
+    );
+    let (_, one) = call(&f, "GET", "/v1/snapshots/db@s1", t, None).await;
+    assert_eq!(one["destroyed_unix_s"], at);
+
+    // Recover, then eradicating a live snapshot is refused.
+    let (status, recovered) = call(&f, "POST", "/v1/snapshots/db@s1/recover", t, None).await;
+    assert_eq!(status, StatusCode::OK, "{recovered}");
+    assert_eq!(recovered["destroyed_unix_s"], Value::Null);
+    let (status, _) = call(&f, "POST", "/v1/snapshots/db@s1/recover", t, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "not destroyed");
+    let (status, body) = call(&f, "POST", "/v1/snapshots/db@s1/eradicate", t, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["error"].as_str().unwrap().contains("delete it first"));
+    call(&f, "DELETE", "/v1/snapshots/db@s1", t, None).await;
+    let (status, _) = call(&f, "POST", "/v1/snapshots/db@s1/eradicate", t, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = call(&f, "GET", "/v1/snapshots/db@s1", t, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(&f, "POST", "/v1/snapshots/db@s1/recover", t, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn clones_restores_and_range_copies() {
+    let f = fixture("clones");
+    let t = Some(f.token.as_str());
+    create(&f, r#"{"name":"src","size_bytes":1048576}"#).await;
+    write(&f, "src", 0, &[1u8; 8192]);
+    call(
+        &f,
+        "POST",
+        "/v1/snapshots",
+        t,
+        Some(r#"{"volumes":["src"],"name":"before"}"#),
+    )
+    .await;
+    write(&f, "src", 0, &[2u8; 8192]);
+
+    // Clone of a snapshot (no size: the source's) and of the live volume.
+    let (status, c1) = create(&f, r#"{"name":"c1","source":"src@before"}"#).await;
+    assert_eq!(status, StatusCode::CREATED, "{c1}");
+    assert_eq!(c1["size_bytes"], 1048576);
+    assert_eq!(read(&f, "c1", 0, 8192), vec![1u8; 8192]);
+    let (status, c2) = create(
+        &f,
+        r#"{"name":"c2","source":"src","size_bytes":1048576,"provisioning":"zeroedthick"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{c2}");
+    assert_eq!(c2["provisioning"], "zeroedthick");
+    assert_eq!(read(&f, "c2", 0, 8192), vec![2u8; 8192]);
+    // Independent from then on.
+    write(&f, "c2", 0, &[3u8; 4096]);
+    assert_eq!(read(&f, "src", 0, 4096), vec![2u8; 4096]);
+    // Errors: a size other than the source's, a missing source, an existing name.
+    let (status, body) = create(&f, r#"{"name":"c3","source":"src","size_bytes":2097152}"#).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, _) = call(&f, "GET", "/v1/volumes/c3", t, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing created");
+    let (status, _) = create(&f, r#"{"name":"c3","source":"src@nope"}"#).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = create(&f, r#"{"name":"c3","source":"nope"}"#).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = create(&f, r#"{"name":"c1","source":"src"}"#).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    // Restore: back to the snapshot, by its name or VOL@NAME.
+    let (status, restored) = call(
+        &f,
+        "POST",
+        "/v1/volumes/src/restore",
+        t,
+        Some(r#"{"snapshot":"before"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{restored}");
+    assert_eq!(restored["name"], "src");
+    assert_eq!(read(&f, "src", 0, 8192), vec![1u8; 8192]);
+    write(&f, "src", 0, &[9u8; 4096]);
+    let (status, _) = call(
+        &f,
+        "POST",
+        "/v1/volumes/src/restore",
+        t,
+        Some(r#"{"snapshot":"src@before"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(read(&f, "src", 0, 4096), vec![1u8; 4096]);
+    let (status, _) = call(
+        &f,
+        "POST",
+        "/v1/volumes/src/restore",
+        t,
+        Some(r#"{"snapshot":"nope"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Range copy: 8 KiB of src to c1 at 64 KiB, by reference.
+    let (status, report) = call(
+        &f,
+        "POST",
+        "/v1/volumes/src/copy",
+        t,
+        Some(r#"{"offset_bytes":0,"length_bytes":8192,"destination":"c1","destination_offset_bytes":65536}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(
+        report,
+        serde_json::json!({"referenced_bytes": 8192, "data_bytes": 0})
+    );
+    assert_eq!(read(&f, "c1", 65536, 8192), vec![1u8; 8192]);
+    // Unaligned: copied as data.
+    let (_, report) = call(
+        &f,
+        "POST",
+        "/v1/volumes/src/copy",
+        t,
+        Some(r#"{"offset_bytes":512,"length_bytes":1024,"destination":"c1","destination_offset_bytes":200704}"#),
+    )
+    .await;
+    assert_eq!(report["data_bytes"], 1024, "{report}");
+    assert_eq!(read(&f, "c1", 200704, 1024), vec![1u8; 1024]);
+    let (status, body) = call(
+        &f,
+        "POST",
+        "/v1/volumes/src/copy",
+        t,
+        Some(r#"{"offset_bytes":1044480,"length_bytes":8192,"destination":"c1","destination_offset_bytes":0}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("beyond the end"));
+    let (status, _) = call(
+        &f,
+        "POST",
+        "/v1/volumes/src/copy",
+        t,
+        Some(r#"{"offset_bytes":0,"length_bytes":4096,"destination":"nope","destination_offset_bytes":0}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn volumes_destroy_recover_eradicate() {
+    let f = fixture("destroy");
+    let t = Some(f.token.as_str());
+    create(&f, r#"{"name":"v1","size_bytes":1048576}"#).await;
+    write(&f, "v1", 0, &[5u8; 4096]);
+    let (status, body) = call(&f, "POST", "/v1/volumes/v1/eradicate", t, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["error"].as_str().unwrap().contains("delete it first"));
+    let (status, body) = call(&f, "POST", "/v1/volumes/v1/recover", t, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+
+    call(&f, "DELETE", "/v1/volumes/v1", t, None).await;
+    let (_, live) = call(&f, "GET", "/v1/volumes", t, None).await;
+    assert_eq!(live, serde_json::json!([]));
+    let (_, destroyed) = call(&f, "GET", "/v1/volumes?destroyed=true", t, None).await;
+    assert_eq!(destroyed[0]["name"], "v1", "{destroyed}");
+    let at = destroyed[0]["destroyed_unix_s"].as_u64().unwrap();
+    assert_eq!(destroyed[0]["eradicate_at_unix_s"], at + 24 * 3600);
+    // The name stays taken while the volume is recoverable.
+    let (status, _) = create(&f, r#"{"name":"v1","size_bytes":1048576}"#).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    let (status, recovered) = call(&f, "POST", "/v1/volumes/v1/recover", t, None).await;
+    assert_eq!(status, StatusCode::OK, "{recovered}");
+    assert_eq!(recovered["destroyed_unix_s"], Value::Null);
+    assert_eq!(read(&f, "v1", 0, 4096), vec![5u8; 4096]);
+
+    call(&f, "DELETE", "/v1/volumes/v1", t, None).await;
+    let (status, _) = call(&f, "POST", "/v1/volumes/v1/eradicate", t, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = call(&f, "GET", "/v1/volumes/v1", t, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, destroyed) = call(&f, "GET", "/v1/volumes?destroyed=true", t, None).await;
+    assert_eq!(destroyed, serde_json::json!([]));
+    let (status, _) = call(&f, "POST", "/v1/volumes/v1/eradicate", t, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // The name is free again.
+    let (status, _) = create(&f, r#"{"name":"v1","size_bytes":1048576}"#).await;
+    assert_eq!(status, StatusCode::CREATED);
 }

@@ -9,24 +9,72 @@ use std::sync::{Arc, Mutex};
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use lacuna_api::{router, ApiState, ControlPlane, MAX_BODY_BYTES};
-use lacuna_engine::{EngineError, SpaceReport, VolumeInfo};
+use lacuna_engine::{
+    CopyReport, EngineError, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport, VolumeInfo,
+};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-/// An engine double: volumes in a map, and an optional error every call returns.
+/// An engine double: volumes (live and destroyed) and snapshots in maps, a log of
+/// the calls it received with their arguments, and an optional error every call
+/// returns.
 #[derive(Default)]
 struct FakeArray {
     volumes: Mutex<BTreeMap<String, VolumeInfo>>,
+    snapshots: Mutex<BTreeMap<String, SnapshotInfo>>,
+    calls: Mutex<Vec<String>>,
     fail_with: Mutex<Option<fn() -> EngineError>>,
 }
 
 impl FakeArray {
-    fn check(&self) -> Result<(), EngineError> {
+    fn check(&self, call: String) -> Result<(), EngineError> {
+        self.calls.lock().unwrap().push(call);
         match *self.fail_with.lock().unwrap() {
             Some(make) => Err(make()),
             None => Ok(()),
+        }
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+
+    fn live_volume(&self, name: &str) -> Result<VolumeInfo, EngineError> {
+        self.volumes
+            .lock()
+            .unwrap()
+            .get(name)
+            .filter(|v| v.destroyed_unix_s.is_none())
+            .cloned()
+            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))
+    }
+
+    fn set_volume_destroyed(&self, name: &str, destroyed: bool) -> Result<(), EngineError> {
+        let mut volumes = self.volumes.lock().unwrap();
+        match volumes.get_mut(name) {
+            Some(v) if v.destroyed_unix_s.is_some() != destroyed => {
+                v.destroyed_unix_s = destroyed.then_some(1000);
+                v.eradicate_at_unix_s = destroyed.then_some(1000 + 86400);
+                Ok(())
+            }
+            _ => Err(EngineError::VolumeNotFound(name.to_string())),
+        }
+    }
+
+    fn set_snapshot_destroyed(&self, full_name: &str, destroyed: bool) -> Result<(), EngineError> {
+        let mut snapshots = self.snapshots.lock().unwrap();
+        match snapshots.get_mut(full_name) {
+            Some(s) if s.destroyed_unix_s.is_some() != destroyed => {
+                s.destroyed_unix_s = destroyed.then_some(1000);
+                s.eradicate_at_unix_s = destroyed.then_some(1000 + 86400);
+                Ok(())
+            }
+            Some(_) => Err(EngineError::InvalidArgument(format!(
+                "snapshot '{full_name}' is in the wrong state"
+            ))),
+            None => Err(EngineError::SnapshotNotFound(full_name.to_string())),
         }
     }
 }
@@ -43,7 +91,7 @@ fn info(name: &str, size_bytes: u64) -> VolumeInfo {
         shared_physical_bytes: 0,
         data_reduction_ratio: 1.0,
         created_unix_s: 0,
-        provisioning: lacuna_engine::Provisioning::Thin,
+        provisioning: Provisioning::Thin,
         reserved_bytes: 0,
         snapshot_count: 0,
         destroyed_unix_s: None,
@@ -51,14 +99,35 @@ fn info(name: &str, size_bytes: u64) -> VolumeInfo {
     }
 }
 
+fn snapshot(volume: &str, name: &str, group: Option<&str>) -> SnapshotInfo {
+    SnapshotInfo {
+        id: 2,
+        volume: volume.to_string(),
+        name: name.to_string(),
+        full_name: format!("{volume}@{name}"),
+        size_bytes: 512,
+        created_unix_s: 0,
+        group: group.map(str::to_string),
+        destroyed_unix_s: None,
+        eradicate_at_unix_s: None,
+    }
+}
+
 impl ControlPlane for FakeArray {
-    fn list_volumes(&self) -> Result<Vec<VolumeInfo>, EngineError> {
-        self.check()?;
-        Ok(self.volumes.lock().unwrap().values().cloned().collect())
+    fn list_volumes(&self, destroyed: bool) -> Result<Vec<VolumeInfo>, EngineError> {
+        self.check(format!("list_volumes {destroyed}"))?;
+        Ok(self
+            .volumes
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|v| v.destroyed_unix_s.is_some() == destroyed)
+            .cloned()
+            .collect())
     }
 
     fn volume_info(&self, name: &str) -> Result<VolumeInfo, EngineError> {
-        self.check()?;
+        self.check(format!("volume_info {name}"))?;
         let volumes = self.volumes.lock().unwrap();
         volumes
             .get(name)
@@ -66,39 +135,198 @@ impl ControlPlane for FakeArray {
             .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))
     }
 
-    fn create_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError> {
-        self.check()?;
+    fn create_volume(
+        &self,
+        name: &str,
+        size_bytes: u64,
+        provisioning: Provisioning,
+    ) -> Result<VolumeInfo, EngineError> {
+        self.check(format!("create_volume {name} {size_bytes} {provisioning}"))?;
         let mut volumes = self.volumes.lock().unwrap();
         if volumes.contains_key(name) {
             return Err(EngineError::VolumeExists(name.to_string()));
         }
-        let v = info(name, size_bytes);
+        let v = VolumeInfo {
+            provisioning,
+            ..info(name, size_bytes)
+        };
+        volumes.insert(name.to_string(), v.clone());
+        Ok(v)
+    }
+
+    fn clone_volume(
+        &self,
+        source: &str,
+        name: &str,
+        provisioning: Provisioning,
+    ) -> Result<VolumeInfo, EngineError> {
+        self.check(format!("clone_volume {source} {name} {provisioning}"))?;
+        let size_bytes = match source.split_once('@') {
+            Some(_) => self
+                .snapshots
+                .lock()
+                .unwrap()
+                .get(source)
+                .map(|s| s.size_bytes)
+                .ok_or_else(|| EngineError::SnapshotNotFound(source.to_string()))?,
+            None => self.live_volume(source)?.size_bytes,
+        };
+        let mut volumes = self.volumes.lock().unwrap();
+        if volumes.contains_key(name) {
+            return Err(EngineError::VolumeExists(name.to_string()));
+        }
+        let v = VolumeInfo {
+            provisioning,
+            ..info(name, size_bytes)
+        };
         volumes.insert(name.to_string(), v.clone());
         Ok(v)
     }
 
     fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError> {
-        self.check()?;
+        self.check(format!("resize_volume {name} {size_bytes}"))?;
+        self.live_volume(name)?;
         let mut volumes = self.volumes.lock().unwrap();
-        let v = volumes
-            .get_mut(name)
-            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))?;
+        let v = volumes.get_mut(name).expect("live");
         v.size_bytes = size_bytes;
         Ok(v.clone())
     }
 
     fn delete_volume(&self, name: &str) -> Result<(), EngineError> {
-        self.check()?;
-        self.volumes
+        self.check(format!("delete_volume {name}"))?;
+        self.set_volume_destroyed(name, true)
+    }
+
+    fn recover_volume(&self, name: &str) -> Result<(), EngineError> {
+        self.check(format!("recover_volume {name}"))?;
+        self.set_volume_destroyed(name, false)
+    }
+
+    fn eradicate_volume(&self, name: &str) -> Result<(), EngineError> {
+        self.check(format!("eradicate_volume {name}"))?;
+        let mut volumes = self.volumes.lock().unwrap();
+        match volumes.get(name) {
+            Some(v) if v.destroyed_unix_s.is_some() => {
+                volumes.remove(name);
+                Ok(())
+            }
+            Some(_) => Err(EngineError::InvalidArgument(format!(
+                "volume '{name}' is not destroyed"
+            ))),
+            None => Err(EngineError::VolumeNotFound(name.to_string())),
+        }
+    }
+
+    fn restore_volume(&self, volume: &str, snapshot: &str) -> Result<VolumeInfo, EngineError> {
+        self.check(format!("restore_volume {volume} {snapshot}"))?;
+        self.live_volume(volume)
+    }
+
+    fn copy_range(
+        &self,
+        source: &str,
+        source_offset_bytes: u64,
+        length_bytes: u64,
+        destination: &str,
+        destination_offset_bytes: u64,
+    ) -> Result<CopyReport, EngineError> {
+        self.check(format!(
+            "copy_range {source} {source_offset_bytes} {length_bytes} {destination} {destination_offset_bytes}"
+        ))?;
+        self.live_volume(source)?;
+        self.live_volume(destination)?;
+        Ok(CopyReport {
+            referenced_bytes: length_bytes,
+            data_bytes: 0,
+        })
+    }
+
+    fn create_snapshots(
+        &self,
+        volumes: &[&str],
+        name: Option<&str>,
+        group: Option<&str>,
+    ) -> Result<GroupSnapshot, EngineError> {
+        self.check(format!("create_snapshots {volumes:?} {name:?} {group:?}"))?;
+        let name = name.or(group).unwrap_or("snap");
+        let mut taken = Vec::new();
+        for volume in volumes {
+            self.live_volume(volume)?;
+            taken.push(snapshot(volume, name, group));
+        }
+        let mut snapshots = self.snapshots.lock().unwrap();
+        for s in &taken {
+            if snapshots.contains_key(&s.full_name) {
+                return Err(EngineError::SnapshotExists(s.full_name.clone()));
+            }
+        }
+        for s in &taken {
+            snapshots.insert(s.full_name.clone(), s.clone());
+        }
+        Ok(GroupSnapshot {
+            snapshots: taken,
+            prepare_us: 5,
+            commit_window_us: 7,
+        })
+    }
+
+    fn list_snapshots(
+        &self,
+        volume: Option<&str>,
+        destroyed: bool,
+    ) -> Result<Vec<SnapshotInfo>, EngineError> {
+        self.check(format!("list_snapshots {volume:?} {destroyed}"))?;
+        if let Some(volume) = volume {
+            self.live_volume(volume)?;
+        }
+        Ok(self
+            .snapshots
             .lock()
             .unwrap()
-            .remove(name)
-            .map(drop)
-            .ok_or_else(|| EngineError::VolumeNotFound(name.to_string()))
+            .values()
+            .filter(|s| volume.is_none_or(|v| s.volume == v))
+            .filter(|s| s.destroyed_unix_s.is_some() == destroyed)
+            .cloned()
+            .collect())
+    }
+
+    fn snapshot_info(&self, full_name: &str) -> Result<SnapshotInfo, EngineError> {
+        self.check(format!("snapshot_info {full_name}"))?;
+        self.snapshots
+            .lock()
+            .unwrap()
+            .get(full_name)
+            .cloned()
+            .ok_or_else(|| EngineError::SnapshotNotFound(full_name.to_string()))
+    }
+
+    fn delete_snapshot(&self, full_name: &str) -> Result<(), EngineError> {
+        self.check(format!("delete_snapshot {full_name}"))?;
+        self.set_snapshot_destroyed(full_name, true)
+    }
+
+    fn recover_snapshot(&self, full_name: &str) -> Result<(), EngineError> {
+        self.check(format!("recover_snapshot {full_name}"))?;
+        self.set_snapshot_destroyed(full_name, false)
+    }
+
+    fn eradicate_snapshot(&self, full_name: &str) -> Result<(), EngineError> {
+        self.check(format!("eradicate_snapshot {full_name}"))?;
+        let mut snapshots = self.snapshots.lock().unwrap();
+        match snapshots.get(full_name) {
+            Some(s) if s.destroyed_unix_s.is_some() => {
+                snapshots.remove(full_name);
+                Ok(())
+            }
+            Some(_) => Err(EngineError::InvalidArgument(format!(
+                "snapshot '{full_name}' is not destroyed"
+            ))),
+            None => Err(EngineError::SnapshotNotFound(full_name.to_string())),
+        }
     }
 
     fn space(&self) -> Result<SpaceReport, EngineError> {
-        self.check()?;
+        self.check("space".to_string())?;
         Ok(space_report())
     }
 }
@@ -194,23 +422,62 @@ fn error_message(response: &Response, status: StatusCode) -> String {
         .to_string()
 }
 
+/// Every operation behind the token: method, path template and a valid body.
+const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
+    ("GET", "/v1/volumes", None),
+    (
+        "POST",
+        "/v1/volumes",
+        Some(r#"{"name":"v","size_bytes":512}"#),
+    ),
+    ("GET", "/v1/volumes/{name}", None),
+    ("PATCH", "/v1/volumes/{name}", Some(r#"{"size_bytes":512}"#)),
+    ("DELETE", "/v1/volumes/{name}", None),
+    ("POST", "/v1/volumes/{name}/recover", None),
+    ("POST", "/v1/volumes/{name}/eradicate", None),
+    (
+        "POST",
+        "/v1/volumes/{name}/restore",
+        Some(r#"{"snapshot":"s"}"#),
+    ),
+    (
+        "POST",
+        "/v1/volumes/{name}/copy",
+        Some(
+            r#"{"offset_bytes":0,"length_bytes":512,"destination":"v","destination_offset_bytes":0}"#,
+        ),
+    ),
+    ("GET", "/v1/snapshots", None),
+    (
+        "POST",
+        "/v1/snapshots",
+        Some(r#"{"volumes":["v"],"name":"s"}"#),
+    ),
+    ("GET", "/v1/snapshots/{snapshot}", None),
+    ("DELETE", "/v1/snapshots/{snapshot}", None),
+    ("POST", "/v1/snapshots/{snapshot}/recover", None),
+    ("POST", "/v1/snapshots/{snapshot}/eradicate", None),
+    ("GET", "/v1/array/space", None),
+    ("GET", "/v1/openapi.json", None),
+];
+
+/// A path template with its parameters filled in.
+fn concrete(path: &str) -> String {
+    path.replace("{name}", "v").replace("{snapshot}", "v@s")
+}
+
 #[tokio::test]
 async fn token_is_required_everywhere_but_healthz() {
-    let (app, _) = app();
-    let routes = [
-        ("GET", "/v1/volumes"),
-        ("POST", "/v1/volumes"),
-        ("GET", "/v1/volumes/a"),
-        ("PATCH", "/v1/volumes/a"),
-        ("DELETE", "/v1/volumes/a"),
-        ("GET", "/v1/array/space"),
-        ("GET", "/v1/openapi.json"),
-        // Unknown paths too: probing without the token learns nothing.
-        ("GET", "/v1/nothing"),
-        ("PUT", "/v1/volumes"),
-    ];
+    let (app, fake) = app();
+    let mut routes: Vec<(String, String)> = OPERATIONS
+        .iter()
+        .map(|(m, p, _)| (m.to_string(), concrete(p)))
+        .collect();
+    // Unknown paths too: probing without the token learns nothing.
+    routes.push(("GET".into(), "/v1/nothing".into()));
+    routes.push(("PUT".into(), "/v1/volumes".into()));
     let wrong = format!("Bearer {}", TOKEN.replace('0', "1"));
-    for (method, uri) in routes {
+    for (method, uri) in &routes {
         for authorization in [
             None,
             Some(wrong.as_str()),
@@ -225,6 +492,7 @@ async fn token_is_required_everywhere_but_healthz() {
             assert!(r.headers.contains_key(header::WWW_AUTHENTICATE));
         }
     }
+    assert!(fake.calls().is_empty(), "nothing reached the engine");
     let r = send(&app, "GET", "/healthz", None, None).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body, json!({"status": "ok"}));
@@ -242,16 +510,27 @@ async fn token_is_required_everywhere_but_healthz() {
 
 #[tokio::test]
 async fn volume_lifecycle_statuses() {
-    let (app, _) = app();
+    let (app, fake) = app();
     let create = r#"{"name":"v1","size_bytes":1048576}"#;
     let r = send(&app, "POST", "/v1/volumes", bearer(), Some(create)).await;
     assert_eq!(r.status, StatusCode::CREATED);
     assert_eq!(r.body["name"], "v1");
+    assert_eq!(r.body["provisioning"], "thin");
     let r = send(&app, "POST", "/v1/volumes", bearer(), Some(create)).await;
     assert!(error_message(&r, StatusCode::CONFLICT).contains("already exists"));
+    let r = send(
+        &app,
+        "POST",
+        "/v1/volumes",
+        bearer(),
+        Some(r#"{"name":"thick","size_bytes":512,"provisioning":"eagerzeroedthick"}"#),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["provisioning"], "eagerzeroedthick");
     let r = send(&app, "GET", "/v1/volumes", bearer(), None).await;
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(r.body.as_array().unwrap().len(), 1);
+    assert_eq!(r.body.as_array().unwrap().len(), 2);
     let r = send(
         &app,
         "PATCH",
@@ -265,23 +544,215 @@ async fn volume_lifecycle_statuses() {
     let r = send(&app, "DELETE", "/v1/volumes/v1", bearer(), None).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     assert_eq!(r.body, Value::Null);
+    let r = send(&app, "GET", "/v1/volumes?destroyed=true", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body[0]["name"], "v1");
+    assert_eq!(r.body.as_array().unwrap().len(), 1);
+    let r = send(&app, "POST", "/v1/volumes/v1/recover", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["name"], "v1");
+    assert_eq!(r.body["destroyed_unix_s"], Value::Null);
+    let r = send(&app, "POST", "/v1/volumes/v1/eradicate", bearer(), None).await;
+    assert!(error_message(&r, StatusCode::BAD_REQUEST).contains("not destroyed"));
+    send(&app, "DELETE", "/v1/volumes/v1", bearer(), None).await;
+    let r = send(&app, "POST", "/v1/volumes/v1/eradicate", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
     let r = send(&app, "GET", "/v1/volumes/v1", bearer(), None).await;
     assert!(error_message(&r, StatusCode::NOT_FOUND).contains("does not exist"));
     let r = send(&app, "GET", "/v1/array/space", bearer(), None).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body, serde_json::to_value(space_report()).unwrap());
+    assert!(fake
+        .calls()
+        .contains(&"create_volume thick 512 eagerzeroedthick".to_string()));
+}
+
+/// Each route hands the engine exactly the arguments of the request: path
+/// parameters (a snapshot's '@', escaped or not), query strings and body fields.
+#[tokio::test]
+async fn routes_pass_their_arguments_to_the_engine() {
+    let (app, fake) = app();
+    /// Method, URI, body, expected status, the engine calls it makes.
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, StatusCode, &'a [&'a str]);
+    let cases: &[Case] = &[
+        (
+            "POST",
+            "/v1/volumes",
+            Some(r#"{"name":"src","size_bytes":4096,"provisioning":"zeroedthick"}"#),
+            StatusCode::CREATED,
+            &["create_volume src 4096 zeroedthick"],
+        ),
+        (
+            "POST",
+            "/v1/volumes",
+            Some(r#"{"name":"dst","size_bytes":8192}"#),
+            StatusCode::CREATED,
+            &["create_volume dst 8192 thin"],
+        ),
+        (
+            "GET",
+            "/v1/volumes?destroyed=false",
+            None,
+            StatusCode::OK,
+            &["list_volumes false"],
+        ),
+        (
+            "GET",
+            "/v1/volumes",
+            None,
+            StatusCode::OK,
+            &["list_volumes false"],
+        ),
+        (
+            "POST",
+            "/v1/snapshots",
+            Some(r#"{"volumes":["src","dst"],"group":"g1"}"#),
+            StatusCode::CREATED,
+            &[r#"create_snapshots ["src", "dst"] None Some("g1")"#],
+        ),
+        (
+            "POST",
+            "/v1/snapshots",
+            Some(r#"{"volumes":["src"],"name":"s2"}"#),
+            StatusCode::CREATED,
+            &[r#"create_snapshots ["src"] Some("s2") None"#],
+        ),
+        (
+            "GET",
+            "/v1/snapshots?volume=src&destroyed=true",
+            None,
+            StatusCode::OK,
+            &[r#"list_snapshots Some("src") true"#],
+        ),
+        (
+            "GET",
+            "/v1/snapshots",
+            None,
+            StatusCode::OK,
+            &["list_snapshots None false"],
+        ),
+        (
+            "GET",
+            "/v1/snapshots/src@g1",
+            None,
+            StatusCode::OK,
+            &["snapshot_info src@g1"],
+        ),
+        (
+            "DELETE",
+            "/v1/snapshots/src%40s2",
+            None,
+            StatusCode::NO_CONTENT,
+            &["delete_snapshot src@s2"],
+        ),
+        (
+            "POST",
+            "/v1/snapshots/src@s2/recover",
+            None,
+            StatusCode::OK,
+            &["recover_snapshot src@s2", "snapshot_info src@s2"],
+        ),
+        (
+            "POST",
+            "/v1/volumes/dst/restore",
+            Some(r#"{"snapshot":"g1"}"#),
+            StatusCode::OK,
+            &["restore_volume dst g1"],
+        ),
+        (
+            "POST",
+            "/v1/volumes/src/copy",
+            Some(
+                r#"{"offset_bytes":512,"length_bytes":1024,"destination":"dst","destination_offset_bytes":4096}"#,
+            ),
+            StatusCode::OK,
+            &["copy_range src 512 1024 dst 4096"],
+        ),
+        // A clone without a size: the source's.
+        (
+            "POST",
+            "/v1/volumes",
+            Some(r#"{"name":"c1","source":"src@g1","provisioning":"thin"}"#),
+            StatusCode::CREATED,
+            &["clone_volume src@g1 c1 thin"],
+        ),
+        // With the source's size: looked up, then cloned.
+        (
+            "POST",
+            "/v1/volumes",
+            Some(r#"{"name":"c2","source":"src","size_bytes":4096}"#),
+            StatusCode::CREATED,
+            &["volume_info src", "clone_volume src c2 thin"],
+        ),
+        // With another size: refused before anything is cloned.
+        (
+            "POST",
+            "/v1/volumes",
+            Some(r#"{"name":"c3","source":"src@g1","size_bytes":1024}"#),
+            StatusCode::BAD_REQUEST,
+            &["snapshot_info src@g1"],
+        ),
+    ];
+    for (method, uri, body, status, calls) in cases {
+        let r = send(&app, method, uri, bearer(), *body).await;
+        assert_eq!(r.status, *status, "{method} {uri}: {}", r.body);
+        assert_eq!(fake.calls(), *calls, "{method} {uri}");
+    }
+    // The copy answers the engine's report, the group snapshot its timings.
+    let r = send(
+        &app,
+        "POST",
+        "/v1/volumes/src/copy",
+        bearer(),
+        Some(r#"{"offset_bytes":0,"length_bytes":2048,"destination":"dst","destination_offset_bytes":0}"#),
+    )
+    .await;
+    assert_eq!(r.body, json!({"referenced_bytes": 2048, "data_bytes": 0}));
+    let r = send(
+        &app,
+        "POST",
+        "/v1/snapshots",
+        bearer(),
+        Some(r#"{"volumes":["src","dst"],"group":"g2"}"#),
+    )
+    .await;
+    assert_eq!(r.body["commit_window_us"], 7);
+    assert_eq!(r.body["prepare_us"], 5);
+    assert_eq!(r.body["snapshots"][1]["full_name"], "dst@g2");
+    assert_eq!(r.body["snapshots"][1]["group"], "g2");
+    let r = send(
+        &app,
+        "POST",
+        "/v1/volumes",
+        bearer(),
+        Some(r#"{"name":"c4","source":"src","size_bytes":1024}"#),
+    )
+    .await;
+    let message = error_message(&r, StatusCode::BAD_REQUEST);
+    assert!(
+        message.contains("source's size") && message.contains("4096"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
 async fn every_engine_error_maps_to_its_status() {
     let (app, fake) = app();
-    let cases: [(fn() -> EngineError, StatusCode); 8] = [
+    let cases: [(fn() -> EngineError, StatusCode); 10] = [
         (
             || EngineError::VolumeNotFound("v".into()),
             StatusCode::NOT_FOUND,
         ),
         (
             || EngineError::VolumeExists("v".into()),
+            StatusCode::CONFLICT,
+        ),
+        (
+            || EngineError::SnapshotNotFound("v@s".into()),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            || EngineError::SnapshotExists("v@s".into()),
             StatusCode::CONFLICT,
         ),
         (
@@ -313,21 +784,16 @@ async fn every_engine_error_maps_to_its_status() {
             StatusCode::INTERNAL_SERVER_ERROR,
         ),
     ];
+    let clone = r#"{"name":"c","source":"v@s"}"#;
     for (make, status) in cases {
         *fake.fail_with.lock().unwrap() = Some(make);
-        for (method, uri, body) in [
-            ("GET", "/v1/volumes", None),
-            (
-                "POST",
-                "/v1/volumes",
-                Some(r#"{"name":"v","size_bytes":512}"#),
-            ),
-            ("GET", "/v1/volumes/v", None),
-            ("PATCH", "/v1/volumes/v", Some(r#"{"size_bytes":512}"#)),
-            ("DELETE", "/v1/volumes/v", None),
-            ("GET", "/v1/array/space", None),
-        ] {
-            let r = send(&app, method, uri, bearer(), body).await;
+        let operations = OPERATIONS
+            .iter()
+            .filter(|(_, path, _)| *path != "/v1/openapi.json")
+            .map(|(method, path, body)| (*method, concrete(path), *body))
+            .chain([("POST", "/v1/volumes".to_string(), Some(clone))]);
+        for (method, uri, body) in operations {
+            let r = send(&app, method, &uri, bearer(), body).await;
             let message = error_message(&r, status);
             // The engine's own message reaches the client unchanged.
             assert_eq!(message, make().to_string(), "{method} {uri}");
@@ -347,16 +813,80 @@ async fn malformed_bodies_get_json_errors() {
         (r#"{"name":"x","size_bytes":"1G"}"#, "invalid type"),
         (r#"{"name":"x","size_bytes":1.5}"#, "invalid type"),
         (r#"{"name":"x","size_bytes":18446744073709551616}"#, ""),
-        (r#"{"name":"x"}"#, "missing field `size_bytes`"),
+        (
+            r#"{"name":"x"}"#,
+            "size_bytes is required unless source is given",
+        ),
         (r#"{"name":"x","size":1}"#, "unknown field `size`"),
+        (
+            r#"{"name":"x","size_bytes":512,"provisioning":"thick"}"#,
+            "unknown variant `thick`",
+        ),
+        (
+            r#"{"name":"x","size_bytes":512,"provisioning":"Thin"}"#,
+            "unknown variant",
+        ),
+        (r#"{"name":"x","source":7}"#, "invalid type"),
     ];
     for (body, expected) in bad_request {
         let r = send(&app, "POST", "/v1/volumes", bearer(), Some(body)).await;
         let message = error_message(&r, StatusCode::BAD_REQUEST);
         assert!(message.contains(expected), "{body}: {message}");
     }
-    let r = send(&app, "PATCH", "/v1/volumes/x", bearer(), Some("{}")).await;
-    assert!(error_message(&r, StatusCode::BAD_REQUEST).contains("size_bytes"));
+    for (method, uri, body, expected) in [
+        ("PATCH", "/v1/volumes/x", "{}", "size_bytes"),
+        (
+            "POST",
+            "/v1/volumes/x/restore",
+            "{}",
+            "missing field `snapshot`",
+        ),
+        (
+            "POST",
+            "/v1/volumes/x/copy",
+            r#"{"offset_bytes":0,"length_bytes":512,"destination":"y"}"#,
+            "missing field `destination_offset_bytes`",
+        ),
+        (
+            "POST",
+            "/v1/volumes/x/copy",
+            r#"{"offset_bytes":0,"length_bytes":512,"destination":"y","destination_offset_bytes":0,"to":1}"#,
+            "unknown field `to`",
+        ),
+        ("POST", "/v1/snapshots", "{}", "missing field `volumes`"),
+        (
+            "POST",
+            "/v1/snapshots",
+            r#"{"volumes":"x"}"#,
+            "invalid type",
+        ),
+        (
+            "POST",
+            "/v1/snapshots",
+            r#"{"volumes":["x"],"consistent":true}"#,
+            "unknown field `consistent`",
+        ),
+    ] {
+        let r = send(&app, method, uri, bearer(), Some(body)).await;
+        let message = error_message(&r, StatusCode::BAD_REQUEST);
+        assert!(
+            message.contains(expected),
+            "{method} {uri} {body}: {message}"
+        );
+    }
+    for uri in [
+        "/v1/volumes?destroyed=maybe",
+        "/v1/volumes?deleted=true",
+        "/v1/snapshots?destroyed=1",
+        "/v1/snapshots?vol=x",
+    ] {
+        let r = send(&app, "GET", uri, bearer(), None).await;
+        let message = error_message(&r, StatusCode::BAD_REQUEST);
+        assert!(
+            message.starts_with("invalid query string"),
+            "{uri}: {message}"
+        );
+    }
     // No Content-Type.
     let request = Request::post("/v1/volumes")
         .header(header::AUTHORIZATION, bearer().unwrap())
@@ -373,6 +903,7 @@ async fn malformed_bodies_get_json_errors() {
     assert!(error_message(&r, StatusCode::PAYLOAD_TOO_LARGE).contains("too large"));
     // Nothing reached the engine.
     assert!(fake.volumes.lock().unwrap().is_empty());
+    assert!(fake.calls().is_empty());
 }
 
 #[tokio::test]
@@ -385,10 +916,16 @@ async fn unknown_routes_and_methods_get_json_errors() {
     let r = send(&app, "PUT", "/v1/volumes/a", bearer(), None).await;
     assert!(error_message(&r, StatusCode::METHOD_NOT_ALLOWED).contains("PUT"));
     assert!(r.headers.contains_key(header::ALLOW));
+    let r = send(&app, "GET", "/v1/volumes/a/recover", bearer(), None).await;
+    assert!(error_message(&r, StatusCode::METHOD_NOT_ALLOWED).contains("GET"));
+    let r = send(&app, "PATCH", "/v1/snapshots/a@b", bearer(), None).await;
+    error_message(&r, StatusCode::METHOD_NOT_ALLOWED);
     let r = send(&app, "POST", "/healthz", None, None).await;
     error_message(&r, StatusCode::METHOD_NOT_ALLOWED);
     // A path parameter that is not UTF-8 once decoded.
     let r = send(&app, "GET", "/v1/volumes/%FF", bearer(), None).await;
+    error_message(&r, StatusCode::BAD_REQUEST);
+    let r = send(&app, "GET", "/v1/snapshots/a@%FF", bearer(), None).await;
     error_message(&r, StatusCode::BAD_REQUEST);
 }
 
@@ -397,23 +934,16 @@ async fn unknown_routes_and_methods_get_json_errors() {
 /// `$ref` resolves.
 #[tokio::test]
 async fn openapi_document_matches_router_and_types() {
-    let (app, _) = app();
+    let (app, fake) = app();
     let r = send(&app, "GET", "/v1/openapi.json", bearer(), None).await;
     assert_eq!(r.status, StatusCode::OK);
     let doc = r.body;
     assert_eq!(doc, lacuna_api::openapi::document());
     assert_eq!(doc["openapi"], "3.0.3");
+    // Something for the operations to find.
+    fake.create_volume("v", 512, Provisioning::Thin).unwrap();
+    fake.create_snapshots(&["v"], Some("s"), None).unwrap();
 
-    let routes = [
-        ("/healthz", "get"),
-        ("/v1/volumes", "get"),
-        ("/v1/volumes", "post"),
-        ("/v1/volumes/{name}", "get"),
-        ("/v1/volumes/{name}", "patch"),
-        ("/v1/volumes/{name}", "delete"),
-        ("/v1/array/space", "get"),
-        ("/v1/openapi.json", "get"),
-    ];
     let mut documented = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
@@ -430,15 +960,18 @@ async fn openapi_document_matches_router_and_types() {
             );
             // The operation exists: with a token and a valid body it is neither
             // an unknown route nor a wrong method.
-            let uri = path.replace("{name}", "v");
-            let body = match method.as_str() {
-                "post" => Some(r#"{"name":"v","size_bytes":512}"#),
-                "patch" => Some(r#"{"size_bytes":512}"#),
-                _ => None,
-            };
+            let body = OPERATIONS
+                .iter()
+                .find(|(m, p, _)| m.eq_ignore_ascii_case(method) && p == path)
+                .and_then(|(_, _, body)| *body);
+            let uri = concrete(path);
             let r = send(&app, &method.to_uppercase(), &uri, bearer(), body).await;
+            // Operations run in document order against one fake, so some find
+            // the state another left (a snapshot already there, a volume
+            // destroyed): any documented answer but a routing failure will do.
             assert!(
-                r.status.is_success() || r.status == StatusCode::NOT_FOUND,
+                r.status.is_success()
+                    || (r.status.is_client_error() && r.status != StatusCode::METHOD_NOT_ALLOWED),
                 "{method} {path}: {} {}",
                 r.status,
                 r.body
@@ -455,54 +988,143 @@ async fn openapi_document_matches_router_and_types() {
                 operation["responses"].get(&status).is_some(),
                 "{method} {path} answered {status}, which is not documented"
             );
+            // A path parameter is declared for every {placeholder}.
+            for placeholder in ["name", "snapshot"] {
+                if path.contains(&format!("{{{placeholder}}}")) {
+                    let declared = item["parameters"]
+                        .as_array()
+                        .is_some_and(|ps| ps.iter().any(|p| p["name"] == placeholder));
+                    assert!(declared, "{path}: parameter {placeholder} not declared");
+                }
+            }
         }
     }
-    let mut expected: Vec<_> = routes
+    let mut expected: Vec<(String, String)> = OPERATIONS
         .iter()
-        .map(|(p, m)| (p.to_string(), m.to_string()))
+        .map(|(m, p, _)| (p.to_string(), m.to_ascii_lowercase()))
+        .chain([("/healthz".to_string(), "get".to_string())])
         .collect();
     expected.sort();
     documented.sort();
     assert_eq!(documented, expected);
 
     let schemas = &doc["components"]["schemas"];
-    let check = |schema: &str, example: Value| {
-        let mut sent: Vec<String> = example.as_object().unwrap().keys().cloned().collect();
+    // `full` is an example with every field; `required` the fields always sent.
+    let check = |schema: &str, full: Value, required: &[&str]| {
+        let mut sent: Vec<String> = full.as_object().unwrap().keys().cloned().collect();
         let mut listed: Vec<String> = schemas[schema]["properties"]
             .as_object()
             .unwrap_or_else(|| panic!("schema {schema}"))
             .keys()
             .cloned()
             .collect();
-        let mut required: Vec<String> = schemas[schema]["required"]
+        let mut listed_required: Vec<String> = schemas[schema]["required"]
             .as_array()
             .unwrap()
             .iter()
             .map(|v| v.as_str().unwrap().to_string())
             .collect();
+        let mut required: Vec<String> = required.iter().map(|r| r.to_string()).collect();
         sent.sort();
         listed.sort();
+        listed_required.sort();
         required.sort();
         assert_eq!(listed, sent, "schema {schema}");
-        assert_eq!(required, sent, "schema {schema}");
+        assert_eq!(listed_required, required, "schema {schema}");
     };
-    check("VolumeInfo", serde_json::to_value(info("v", 512)).unwrap());
-    check("SpaceReport", serde_json::to_value(space_report()).unwrap());
+    let all_of =
+        |example: &Value| -> Vec<String> { example.as_object().unwrap().keys().cloned().collect() };
+    for (schema, example) in [
+        ("VolumeInfo", serde_json::to_value(info("v", 512)).unwrap()),
+        ("SpaceReport", serde_json::to_value(space_report()).unwrap()),
+        (
+            "SnapshotInfo",
+            serde_json::to_value(snapshot("v", "s", Some("g"))).unwrap(),
+        ),
+        (
+            "GroupSnapshot",
+            serde_json::to_value(GroupSnapshot {
+                snapshots: vec![],
+                prepare_us: 1,
+                commit_window_us: 2,
+            })
+            .unwrap(),
+        ),
+        (
+            "CopyReport",
+            serde_json::to_value(CopyReport {
+                referenced_bytes: 1,
+                data_bytes: 2,
+            })
+            .unwrap(),
+        ),
+        (
+            "ResizeVolumeRequest",
+            serde_json::to_value(lacuna_api::ResizeVolumeRequest { size_bytes: 512 }).unwrap(),
+        ),
+        (
+            "RestoreVolumeRequest",
+            serde_json::to_value(lacuna_api::RestoreVolumeRequest {
+                snapshot: "s".into(),
+            })
+            .unwrap(),
+        ),
+        (
+            "CopyRangeRequest",
+            serde_json::to_value(lacuna_api::CopyRangeRequest {
+                offset_bytes: 0,
+                length_bytes: 512,
+                destination: "d".into(),
+                destination_offset_bytes: 0,
+            })
+            .unwrap(),
+        ),
+        (
+            "Error",
+            serde_json::to_value(lacuna_api::ErrorBody { error: "x".into() }).unwrap(),
+        ),
+    ] {
+        let required = all_of(&example);
+        let required: Vec<&str> = required.iter().map(String::as_str).collect();
+        check(schema, example.clone(), &required);
+    }
     check(
         "CreateVolumeRequest",
         serde_json::to_value(lacuna_api::CreateVolumeRequest {
             name: "v".into(),
-            size_bytes: 512,
+            size_bytes: Some(512),
+            provisioning: Some(Provisioning::ZeroedThick),
+            source: Some("a@b".into()),
         })
         .unwrap(),
+        &["name"],
     );
     check(
-        "ResizeVolumeRequest",
-        serde_json::to_value(lacuna_api::ResizeVolumeRequest { size_bytes: 512 }).unwrap(),
+        "CreateSnapshotsRequest",
+        serde_json::to_value(lacuna_api::CreateSnapshotsRequest {
+            volumes: vec!["v".into()],
+            name: Some("s".into()),
+            group: Some("g".into()),
+        })
+        .unwrap(),
+        &["volumes"],
     );
-    check(
-        "Error",
-        serde_json::to_value(lacuna_api::ErrorBody { error: "x".into() }).unwrap(),
+    // Fields that may be null are marked so.
+    for (schema, field) in [
+        ("VolumeInfo", "destroyed_unix_s"),
+        ("VolumeInfo", "eradicate_at_unix_s"),
+        ("SnapshotInfo", "group"),
+        ("SnapshotInfo", "destroyed_unix_s"),
+        ("SnapshotInfo", "eradicate_at_unix_s"),
+    ] {
+        assert_eq!(
+            schemas[schema]["properties"][field]["nullable"], true,
+            "{schema}.{field}"
+        );
+    }
+    assert_eq!(
+        schemas["VolumeInfo"]["properties"]["provisioning"]["enum"],
+        json!(["thin", "zeroedthick", "eagerzeroedthick"])
     );
 
     fn refs(value: &Value, out: &mut Vec<String>) {

@@ -47,7 +47,8 @@ pub fn run_volume(client: &Client, command: VolumeCommand, as_json: bool) -> any
         VolumeCommand::Create { name, size } => {
             let body = serde_json::to_value(CreateVolumeRequest {
                 name,
-                size_bytes: size,
+                size_bytes: Some(size),
+                ..CreateVolumeRequest::default()
             })?;
             let answer = client.call(Method::Post, "/v1/volumes", Some(&body))?;
             print(as_json, &answer, |v: VolumeInfo| {

@@ -1,29 +1,73 @@
-//! The CLI's commands: each is one API call, printed for a person (tables and
-//! `key: value` lines) or, with `--json`, as the API's JSON unchanged.
+//! The CLI's commands: each is one API call (two where the answer needs a second
+//! look, e.g. the recovery deadline after a delete), printed for a person (tables
+//! and `key: value` lines) or, with `--json`, as the API's JSON unchanged.
 
 use anyhow::Context;
-use clap::Subcommand;
-use lacuna_api::{CreateVolumeRequest, ResizeVolumeRequest};
-use lacuna_engine::{SpaceReport, VolumeInfo};
+use clap::{Subcommand, ValueEnum};
+use lacuna_api::{
+    CopyRangeRequest, CreateSnapshotsRequest, CreateVolumeRequest, ResizeVolumeRequest,
+    RestoreVolumeRequest,
+};
+use lacuna_engine::{
+    CopyReport, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport, VolumeInfo,
+};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use crate::client::{path_segment, Client, Method};
 use crate::size::{format_size, parse_size};
-use crate::table::{space_details, volume_details, volume_table};
+use crate::table::{
+    format_unix_utc, snapshot_details, snapshot_table, space_details, volume_details, volume_table,
+};
+
+/// A volume's provisioning type, as typed on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum VolumeType {
+    /// Reserves nothing; takes space as it is written.
+    Thin,
+    /// Reserves the full size, so writes to the volume never lack space.
+    Zeroedthick,
+    /// Zeroedthick, created already zeroed (as fast as thin: metadata only).
+    Eagerzeroedthick,
+}
+
+impl From<VolumeType> for Provisioning {
+    fn from(t: VolumeType) -> Provisioning {
+        match t {
+            VolumeType::Thin => Provisioning::Thin,
+            VolumeType::Zeroedthick => Provisioning::ZeroedThick,
+            VolumeType::Eagerzeroedthick => Provisioning::EagerZeroedThick,
+        }
+    }
+}
 
 #[derive(Subcommand)]
 pub enum VolumeCommand {
-    /// Create a thin-provisioned volume (exported over NBD under its name).
+    /// Create a volume (exported over NBD under its name).
     Create {
+        /// Volume name (also its NBD export name).
         name: String,
         /// Size, e.g. 100G, 1.5T, 512M (binary units); a multiple of 512 bytes.
-        #[arg(long, value_parser = parse_size)]
-        size: u64,
+        #[arg(
+            value_parser = parse_size,
+            required_unless_present = "size_flag",
+            conflicts_with = "size_flag"
+        )]
+        size: Option<u64>,
+        /// The size as an option (same as the SIZE argument).
+        #[arg(long = "size", id = "size_flag", value_name = "SIZE", value_parser = parse_size)]
+        size_flag: Option<u64>,
+        /// Provisioning type.
+        #[arg(long = "type", value_enum, default_value_t = VolumeType::Thin)]
+        volume_type: VolumeType,
     },
-    /// List volumes.
-    List,
-    /// Show one volume's size and space figures.
+    /// List volumes (live ones, or with --destroyed those awaiting eradication).
+    List {
+        /// List destroyed volumes, with when each is eradicated.
+        #[arg(long)]
+        destroyed: bool,
+    },
+    /// Show one volume's size, type, snapshots and space figures.
     Show { name: String },
     /// Grow or shrink a volume (shrinking discards data beyond the new end).
     Resize {
@@ -32,57 +76,344 @@ pub enum VolumeCommand {
         #[arg(long, value_parser = parse_size)]
         size: u64,
     },
-    /// Delete a volume (its space comes back in the background).
+    /// Destroy a volume: hosts lose it at once, it stays recoverable (with its
+    /// snapshots) for the array's retention period, then its space is reclaimed.
     Delete { name: String },
+    /// Bring a destroyed volume back, with its snapshots.
+    Recover { name: String },
+    /// Eradicate a destroyed volume now (delete it first).
+    Eradicate { name: String },
+    /// Create NEW as an instant, writable clone of SOURCE (a volume, or VOL@SNAP).
+    Clone {
+        /// A volume (cloned as it is now) or a snapshot, VOL@SNAP.
+        source: String,
+        /// Name of the new volume.
+        new: String,
+        /// Provisioning type of the clone.
+        #[arg(long = "type", value_enum, default_value_t = VolumeType::Thin)]
+        volume_type: VolumeType,
+    },
+    /// Revert a volume to one of its snapshots (metadata only).
+    Restore {
+        volume: String,
+        /// The snapshot: its name, or VOL@NAME.
+        #[arg(long)]
+        from_snapshot: String,
+    },
+    /// Point-in-time copy of a byte range from SRC to DST (the same volume
+    /// allowed); metadata only where 4 KiB aligned.
+    Copy {
+        /// Source volume.
+        src: String,
+        /// Destination volume.
+        dst: String,
+        /// Where the range starts in SRC, e.g. 0, 64K, 1G.
+        #[arg(long, value_parser = parse_size)]
+        offset: u64,
+        /// How much to copy, e.g. 1M.
+        #[arg(long, value_parser = parse_size)]
+        length: u64,
+        /// Where the copy lands in DST.
+        #[arg(long, value_parser = parse_size)]
+        to: u64,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum SnapshotCommand {
+    /// Snapshot one volume, or several at one instant (a consistency group).
+    Create {
+        /// Volumes to snapshot together.
+        #[arg(required = true, value_name = "VOL")]
+        volumes: Vec<String>,
+        /// Snapshot name (default: the group's name, else snap-<unix time>).
+        #[arg(long)]
+        name: Option<String>,
+        /// Consistency group name, recorded with each snapshot.
+        #[arg(long)]
+        group: Option<String>,
+    },
+    /// List snapshots, of one volume or all (with --destroyed, the destroyed ones).
+    List {
+        /// Only this volume's snapshots.
+        volume: Option<String>,
+        /// List destroyed snapshots (and those of destroyed volumes).
+        #[arg(long)]
+        destroyed: bool,
+    },
+    /// Show one snapshot (VOL@SNAP).
+    Show { snapshot: String },
+    /// Destroy a snapshot (VOL@SNAP): recoverable for the array's retention period.
+    Delete { snapshot: String },
+    /// Bring a destroyed snapshot back.
+    Recover { snapshot: String },
+    /// Eradicate a destroyed snapshot now (delete it first).
+    Eradicate { snapshot: String },
 }
 
 #[derive(Subcommand)]
 pub enum ArrayCommand {
-    /// Capacity, physical use, stale space awaiting reclaim, free space, reduction.
+    /// Capacity, physical use (volume-unique, snapshot and shared bytes), stale
+    /// space, reservations, free space, reduction and the soft threshold.
     Space,
+}
+
+fn volume_path(name: &str) -> String {
+    format!("/v1/volumes/{}", path_segment(name))
+}
+
+fn snapshot_path(full_name: &str) -> String {
+    format!("/v1/snapshots/{}", path_segment(full_name))
+}
+
+/// "thin", or "zeroedthick, 1 GiB reserved".
+fn type_and_reservation(v: &VolumeInfo) -> String {
+    if v.reserved_bytes > 0 {
+        format!(
+            "{}, {} reserved",
+            v.provisioning,
+            format_size(v.reserved_bytes)
+        )
+    } else {
+        v.provisioning.to_string()
+    }
 }
 
 pub fn run_volume(client: &Client, command: VolumeCommand, as_json: bool) -> anyhow::Result<()> {
     match command {
-        VolumeCommand::Create { name, size } => {
+        VolumeCommand::Create {
+            name,
+            size,
+            size_flag,
+            volume_type,
+        } => {
             let body = serde_json::to_value(CreateVolumeRequest {
                 name,
-                size_bytes: Some(size),
-                ..CreateVolumeRequest::default()
+                size_bytes: size.or(size_flag),
+                provisioning: Some(volume_type.into()),
+                source: None,
             })?;
             let answer = client.call(Method::Post, "/v1/volumes", Some(&body))?;
             print(as_json, &answer, |v: VolumeInfo| {
-                format!("created volume {} ({})", v.name, format_size(v.size_bytes))
+                format!(
+                    "created volume {} ({}, {})",
+                    v.name,
+                    format_size(v.size_bytes),
+                    type_and_reservation(&v)
+                )
             })
         }
-        VolumeCommand::List => {
-            let answer = client.call(Method::Get, "/v1/volumes", None)?;
+        VolumeCommand::List { destroyed } => {
+            let path = format!("/v1/volumes?destroyed={destroyed}");
+            let answer = client.call(Method::Get, &path, None)?;
             print(as_json, &answer, |volumes: Vec<VolumeInfo>| {
-                volume_table(&volumes)
+                volume_table(&volumes, destroyed)
             })
         }
         VolumeCommand::Show { name } => {
-            let path = format!("/v1/volumes/{}", path_segment(&name));
-            let answer = client.call(Method::Get, &path, None)?;
+            let answer = client.call(Method::Get, &volume_path(&name), None)?;
             print(as_json, &answer, |v: VolumeInfo| volume_details(&v))
         }
         VolumeCommand::Resize { name, size } => {
-            let path = format!("/v1/volumes/{}", path_segment(&name));
             let body = serde_json::to_value(ResizeVolumeRequest { size_bytes: size })?;
-            let answer = client.call(Method::Patch, &path, Some(&body))?;
+            let answer = client.call(Method::Patch, &volume_path(&name), Some(&body))?;
             print(as_json, &answer, |v: VolumeInfo| {
                 format!("resized volume {} to {}", v.name, format_size(v.size_bytes))
             })
         }
         VolumeCommand::Delete { name } => {
-            let path = format!("/v1/volumes/{}", path_segment(&name));
-            client.call(Method::Delete, &path, None)?;
-            // The API answers 204 with no body; give --json users something to parse.
-            print(as_json, &json!({ "deleted": name }), |_: Value| {
-                format!("deleted volume {name}")
+            client.call(Method::Delete, &volume_path(&name), None)?;
+            // The API answers 204; the destroyed volume says until when it can be
+            // recovered.
+            match client.call(Method::Get, &volume_path(&name), None) {
+                Ok(answer) => print(as_json, &answer, |v: VolumeInfo| {
+                    destroyed_message("volume", &name, v.eradicate_at_unix_s)
+                }),
+                // Already eradicated (a zero retention period), or the second
+                // call failed: the delete itself succeeded all the same.
+                Err(e) => print(as_json, &json!({ "deleted": name }), |_: Value| {
+                    format!("destroyed volume {name} (cannot show its recovery deadline: {e})")
+                }),
+            }
+        }
+        VolumeCommand::Recover { name } => {
+            let path = format!("{}/recover", volume_path(&name));
+            let answer = client.call(Method::Post, &path, None)?;
+            print(as_json, &answer, |v: VolumeInfo| {
+                format!(
+                    "recovered volume {} ({}, {} snapshots)",
+                    v.name,
+                    format_size(v.size_bytes),
+                    v.snapshot_count
+                )
+            })
+        }
+        VolumeCommand::Eradicate { name } => {
+            let path = format!("{}/eradicate", volume_path(&name));
+            client.call(Method::Post, &path, None)?;
+            print(as_json, &json!({ "eradicated": name }), |_: Value| {
+                format!("eradicated volume {name}; its space is reclaimed in the background")
+            })
+        }
+        VolumeCommand::Clone {
+            source,
+            new,
+            volume_type,
+        } => {
+            let body = serde_json::to_value(CreateVolumeRequest {
+                name: new,
+                size_bytes: None,
+                provisioning: Some(volume_type.into()),
+                source: Some(source.clone()),
+            })?;
+            let answer = client.call(Method::Post, "/v1/volumes", Some(&body))?;
+            print(as_json, &answer, |v: VolumeInfo| {
+                format!(
+                    "cloned {source} to volume {} ({}, {})",
+                    v.name,
+                    format_size(v.size_bytes),
+                    type_and_reservation(&v)
+                )
+            })
+        }
+        VolumeCommand::Restore {
+            volume,
+            from_snapshot,
+        } => {
+            let path = format!("{}/restore", volume_path(&volume));
+            let body = serde_json::to_value(RestoreVolumeRequest {
+                snapshot: from_snapshot.clone(),
+            })?;
+            let answer = client.call(Method::Post, &path, Some(&body))?;
+            let full_name = if from_snapshot.contains('@') {
+                from_snapshot
+            } else {
+                format!("{volume}@{from_snapshot}")
+            };
+            print(as_json, &answer, |v: VolumeInfo| {
+                format!(
+                    "restored volume {} from snapshot {full_name} ({})",
+                    v.name,
+                    format_size(v.size_bytes)
+                )
+            })
+        }
+        VolumeCommand::Copy {
+            src,
+            dst,
+            offset,
+            length,
+            to,
+        } => {
+            let path = format!("{}/copy", volume_path(&src));
+            let body = serde_json::to_value(CopyRangeRequest {
+                offset_bytes: offset,
+                length_bytes: length,
+                destination: dst.clone(),
+                destination_offset_bytes: to,
+            })?;
+            let answer = client.call(Method::Post, &path, Some(&body))?;
+            print(as_json, &answer, |r: CopyReport| {
+                format!(
+                    "copied {} from {src} at byte {offset} to {dst} at byte {to}: {} by reference, {} as data",
+                    format_size(length),
+                    format_size(r.referenced_bytes),
+                    format_size(r.data_bytes)
+                )
             })
         }
     }
+}
+
+pub fn run_snapshot(
+    client: &Client,
+    command: SnapshotCommand,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    match command {
+        SnapshotCommand::Create {
+            volumes,
+            name,
+            group,
+        } => {
+            let body = serde_json::to_value(CreateSnapshotsRequest {
+                volumes,
+                name,
+                group: group.clone(),
+            })?;
+            let answer = client.call(Method::Post, "/v1/snapshots", Some(&body))?;
+            print(as_json, &answer, |g: GroupSnapshot| {
+                let mut lines: Vec<String> = g
+                    .snapshots
+                    .iter()
+                    .map(|s| format!("created snapshot {}", s.full_name))
+                    .collect();
+                if let Some(group) = &group {
+                    lines.push(format!(
+                        "consistency group {group}: {} volumes",
+                        g.snapshots.len()
+                    ));
+                }
+                lines.push(format!(
+                    "commit window: {} µs (writes held), prepare: {} µs",
+                    g.commit_window_us, g.prepare_us
+                ));
+                lines.join("\n")
+            })
+        }
+        SnapshotCommand::List { volume, destroyed } => {
+            let mut path = format!("/v1/snapshots?destroyed={destroyed}");
+            if let Some(volume) = &volume {
+                path.push_str(&format!("&volume={}", path_segment(volume)));
+            }
+            let answer = client.call(Method::Get, &path, None)?;
+            print(as_json, &answer, |snapshots: Vec<SnapshotInfo>| {
+                snapshot_table(&snapshots, destroyed)
+            })
+        }
+        SnapshotCommand::Show { snapshot } => {
+            let answer = client.call(Method::Get, &snapshot_path(&snapshot), None)?;
+            print(as_json, &answer, |s: SnapshotInfo| snapshot_details(&s))
+        }
+        SnapshotCommand::Delete { snapshot } => {
+            client.call(Method::Delete, &snapshot_path(&snapshot), None)?;
+            match client.call(Method::Get, &snapshot_path(&snapshot), None) {
+                Ok(answer) => print(as_json, &answer, |s: SnapshotInfo| {
+                    destroyed_message("snapshot", &s.full_name, s.eradicate_at_unix_s)
+                }),
+                Err(e) => print(as_json, &json!({ "deleted": snapshot }), |_: Value| {
+                    format!(
+                        "destroyed snapshot {snapshot} (cannot show its recovery deadline: {e})"
+                    )
+                }),
+            }
+        }
+        SnapshotCommand::Recover { snapshot } => {
+            let path = format!("{}/recover", snapshot_path(&snapshot));
+            let answer = client.call(Method::Post, &path, None)?;
+            print(as_json, &answer, |s: SnapshotInfo| {
+                format!("recovered snapshot {}", s.full_name)
+            })
+        }
+        SnapshotCommand::Eradicate { snapshot } => {
+            let path = format!("{}/eradicate", snapshot_path(&snapshot));
+            client.call(Method::Post, &path, None)?;
+            print(as_json, &json!({ "eradicated": snapshot }), |_: Value| {
+                format!("eradicated snapshot {snapshot}; its space is reclaimed in the background")
+            })
+        }
+    }
+}
+
+/// What a delete did and how to undo it or finish it.
+fn destroyed_message(kind: &str, name: &str, eradicate_at_unix_s: Option<u64>) -> String {
+    let until = match eradicate_at_unix_s {
+        Some(at) => format!("recoverable until {}", format_unix_utc(at)),
+        None => "recoverable".to_string(),
+    };
+    format!(
+        "destroyed {kind} {name}: {until}\n  undo:      lacuna {kind} recover {name}\n  free now:  lacuna {kind} eradicate {name}"
+    )
 }
 
 pub fn run_array(client: &Client, command: ArrayCommand, as_json: bool) -> anyhow::Result<()> {

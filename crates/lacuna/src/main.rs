@@ -52,9 +52,14 @@ struct Cli {
 enum Command {
     /// Run the array: NBD and the control API on loopback by default.
     Serve(ServeArgs),
-    /// Create, list, show, resize and delete volumes.
+    /// Volumes: create (thin or thick), list, show, resize, clone, restore,
+    /// range copy, delete, recover and eradicate.
     #[command(subcommand)]
     Volume(cli::VolumeCommand),
+    /// Snapshots, alone or as a consistency group: create, list, show, delete,
+    /// recover and eradicate.
+    #[command(subcommand)]
+    Snapshot(cli::SnapshotCommand),
     /// Array-wide reports.
     #[command(subcommand)]
     Array(cli::ArrayCommand),
@@ -100,6 +105,8 @@ fn main() -> ExitCode {
         }
         Command::Volume(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
             .and_then(|c| cli::run_volume(&c, command, cli.json)),
+        Command::Snapshot(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+            .and_then(|c| cli::run_snapshot(&c, command, cli.json)),
         Command::Array(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
             .and_then(|c| cli::run_array(&c, command, cli.json)),
     };

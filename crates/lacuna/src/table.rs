@@ -1,7 +1,7 @@
 //! Human renderings of API answers: aligned tables and `key: value` blocks, with
 //! sizes in binary units.
 
-use lacuna_engine::{SpaceReport, VolumeInfo};
+use lacuna_engine::{SnapshotInfo, SpaceReport, VolumeInfo};
 
 use crate::size::format_size;
 
@@ -58,40 +58,88 @@ pub fn format_percent(percent: f64) -> String {
     format!("{percent:.1}%")
 }
 
-pub fn volume_table(volumes: &[VolumeInfo]) -> String {
+/// Seconds since the Unix epoch as `2024-03-05 17:04:09 UTC`.
+pub fn format_unix_utc(unix_s: u64) -> String {
+    let days = (unix_s / 86_400) as i64;
+    let seconds_of_day = unix_s % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        seconds_of_day / 3600,
+        seconds_of_day / 60 % 60,
+        seconds_of_day % 60
+    )
+}
+
+fn optional_time(unix_s: Option<u64>) -> String {
+    unix_s
+        .map(format_unix_utc)
+        .unwrap_or_else(|| "-".to_string())
+}
+
+/// Live volumes, or (`destroyed`) destroyed ones with when each goes for good.
+pub fn volume_table(volumes: &[VolumeInfo], destroyed: bool) -> String {
     if volumes.is_empty() {
-        return "no volumes (create one with 'lacuna volume create NAME --size 10G')".to_string();
+        return if destroyed {
+            "no destroyed volumes".to_string()
+        } else {
+            "no volumes (create one with 'lacuna volume create NAME 10G')".to_string()
+        };
     }
     let rows: Vec<Vec<String>> = volumes
         .iter()
         .map(|v| {
-            vec![
+            let mut row = vec![
                 v.name.clone(),
                 format_size(v.size_bytes),
+                v.provisioning.to_string(),
                 format_size(v.written_bytes),
                 format_percent(v.thin_provisioning_percent),
                 format_size(v.unique_physical_bytes + v.shared_physical_bytes),
                 format_ratio(v.data_reduction_ratio),
-            ]
+                v.snapshot_count.to_string(),
+            ];
+            if destroyed {
+                row.push(optional_time(v.destroyed_unix_s));
+                row.push(optional_time(v.eradicate_at_unix_s));
+            }
+            row
         })
         .collect();
-    table(
-        &[
-            ("NAME", Align::Left),
-            ("SIZE", Align::Right),
-            ("WRITTEN", Align::Right),
-            ("THIN", Align::Right),
-            ("PHYSICAL", Align::Right),
-            ("REDUCTION", Align::Right),
-        ],
-        &rows,
-    )
+    let mut header = vec![
+        ("NAME", Align::Left),
+        ("SIZE", Align::Right),
+        ("TYPE", Align::Left),
+        ("WRITTEN", Align::Right),
+        ("THIN", Align::Right),
+        ("PHYSICAL", Align::Right),
+        ("REDUCTION", Align::Right),
+        ("SNAPSHOTS", Align::Right),
+    ];
+    if destroyed {
+        header.push(("DESTROYED", Align::Left));
+        header.push(("ERADICATE AT", Align::Left));
+    }
+    table(&header, &rows)
 }
 
 pub fn volume_details(v: &VolumeInfo) -> String {
-    key_values(&[
+    let mut pairs = vec![
         ("name", v.name.clone()),
         ("size", format_size(v.size_bytes)),
+        ("type", v.provisioning.to_string()),
+        ("reserved", format_size(v.reserved_bytes)),
+        ("snapshots", v.snapshot_count.to_string()),
         ("written", format_size(v.written_bytes)),
         (
             "thin_provisioning",
@@ -101,22 +149,104 @@ pub fn volume_details(v: &VolumeInfo) -> String {
         ("unique physical", format_size(v.unique_physical_bytes)),
         ("shared physical", format_size(v.shared_physical_bytes)),
         ("data reduction", format_ratio(v.data_reduction_ratio)),
-    ])
+        ("created", format_unix_utc(v.created_unix_s)),
+    ];
+    if let Some(at) = v.destroyed_unix_s {
+        pairs.push(("destroyed", format_unix_utc(at)));
+    }
+    if let Some(at) = v.eradicate_at_unix_s {
+        pairs.push(("eradicate at", format_unix_utc(at)));
+    }
+    key_values(&pairs)
+}
+
+/// Snapshots in the order given; `destroyed` adds when each goes for good.
+pub fn snapshot_table(snapshots: &[SnapshotInfo], destroyed: bool) -> String {
+    if snapshots.is_empty() {
+        return if destroyed {
+            "no destroyed snapshots".to_string()
+        } else {
+            "no snapshots (take one with 'lacuna snapshot create VOL --name NAME')".to_string()
+        };
+    }
+    let rows: Vec<Vec<String>> = snapshots
+        .iter()
+        .map(|s| {
+            let mut row = vec![
+                s.full_name.clone(),
+                format_size(s.size_bytes),
+                format_unix_utc(s.created_unix_s),
+                s.group.clone().unwrap_or_else(|| "-".to_string()),
+            ];
+            if destroyed {
+                row.push(optional_time(s.destroyed_unix_s));
+                row.push(optional_time(s.eradicate_at_unix_s));
+            }
+            row
+        })
+        .collect();
+    let mut header = vec![
+        ("NAME", Align::Left),
+        ("SIZE", Align::Right),
+        ("CREATED", Align::Left),
+        ("GROUP", Align::Left),
+    ];
+    if destroyed {
+        header.push(("DESTROYED", Align::Left));
+        header.push(("ERADICATE AT", Align::Left));
+    }
+    table(&header, &rows)
+}
+
+pub fn snapshot_details(s: &SnapshotInfo) -> String {
+    let mut pairs = vec![
+        ("name", s.full_name.clone()),
+        ("volume", s.volume.clone()),
+        ("size", format_size(s.size_bytes)),
+        ("created", format_unix_utc(s.created_unix_s)),
+        ("group", s.group.clone().unwrap_or_else(|| "-".to_string())),
+    ];
+    if let Some(at) = s.destroyed_unix_s {
+        pairs.push(("destroyed", format_unix_utc(at)));
+    }
+    if let Some(at) = s.eradicate_at_unix_s {
+        pairs.push(("eradicate at", format_unix_utc(at)));
+    }
+    key_values(&pairs)
 }
 
 pub fn space_details(s: &SpaceReport) -> String {
+    let threshold = if s.soft_threshold_exceeded {
+        format!("{}% of capacity: EXCEEDED", s.soft_threshold_percent)
+    } else {
+        format!("{}% of capacity: not reached", s.soft_threshold_percent)
+    };
     key_values(&[
         ("capacity", format_size(s.capacity_bytes)),
         ("physical used", format_size(s.physical_used_bytes)),
         ("  live", format_size(s.live_physical_bytes)),
+        ("    volume unique", format_size(s.volume_unique_bytes)),
+        ("    snapshots only", format_size(s.snapshot_bytes)),
+        ("    shared", format_size(s.shared_bytes)),
         ("  stale awaiting reclaim", format_size(s.stale_bytes)),
         ("free", format_size(s.free_bytes)),
+        ("reserved (thick)", format_size(s.reserved_bytes)),
+        ("thin available", format_size(s.thin_available_bytes)),
         ("provisioned", format_size(s.provisioned_bytes)),
         ("logical data", format_size(s.logical_data_bytes)),
         ("reclaim backlog", format_size(s.reclaim_backlog_bytes)),
         ("data reduction", format_ratio(s.data_reduction_ratio)),
         ("total reduction", format_ratio(s.total_reduction_ratio)),
-        ("volumes", s.volume_count.to_string()),
+        ("soft threshold", threshold),
+        ("soft threshold events", s.soft_threshold_events.to_string()),
+        (
+            "volumes",
+            format!(
+                "{} ({} destroyed, recoverable)",
+                s.volume_count, s.destroyed_volume_count
+            ),
+        ),
+        ("snapshots", s.snapshot_count.to_string()),
     ])
 }
 
@@ -167,7 +297,10 @@ mod tests {
 
     #[test]
     fn volume_table_has_human_sizes() {
-        let t = volume_table(&[volume("db", 100 << 30, 3 << 29), volume("logs", 1 << 20, 0)]);
+        let t = volume_table(
+            &[volume("db", 100 << 30, 3 << 29), volume("logs", 1 << 20, 0)],
+            false,
+        );
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3, "{t}");
         assert!(lines[0].starts_with("NAME"), "{t}");
@@ -182,7 +315,9 @@ mod tests {
         // Right-aligned columns end at the same place.
         assert_eq!(lines[0].len(), lines[1].len(), "{t}");
         assert_eq!(lines[1].len(), lines[2].len(), "{t}");
-        assert!(volume_table(&[]).starts_with("no volumes"));
+        assert!(lines[1].contains(" thin "), "{t}");
+        assert!(volume_table(&[], false).starts_with("no volumes"));
+        assert_eq!(volume_table(&[], true), "no destroyed volumes");
     }
 
     #[test]
@@ -197,12 +332,113 @@ mod tests {
             "unique physical:   128 MiB",
             "shared physical:   32 MiB",
             "data reduction:    3.20:1",
+            "type:              thin",
+            "reserved:          0 B",
+            "snapshots:         0",
+            "created:           1970-01-01 00:00:00 UTC",
         ] {
             assert!(
                 text.lines().any(|l| l == expected),
                 "{expected:?} in\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn unix_times_are_utc_dates() {
+        assert_eq!(format_unix_utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(format_unix_utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(format_unix_utc(1_709_658_249), "2024-03-05 17:04:09 UTC");
+        assert_eq!(format_unix_utc(4_102_444_799), "2099-12-31 23:59:59 UTC");
+        // No panic at the far end.
+        assert!(format_unix_utc(u64::MAX).ends_with(" UTC"));
+    }
+
+    #[test]
+    fn destroyed_volumes_show_when_they_go() {
+        let mut v = volume("old", 1 << 30, 0);
+        v.provisioning = lacuna_engine::Provisioning::ZeroedThick;
+        v.reserved_bytes = 1 << 30;
+        v.snapshot_count = 2;
+        v.destroyed_unix_s = Some(1_709_658_249);
+        v.eradicate_at_unix_s = Some(1_709_658_249 + 86_400);
+        let text = volume_details(&v);
+        for expected in [
+            "type:              zeroedthick",
+            "reserved:          1 GiB",
+            "snapshots:         2",
+            "destroyed:         2024-03-05 17:04:09 UTC",
+            "eradicate at:      2024-03-06 17:04:09 UTC",
+        ] {
+            assert!(
+                text.lines().any(|l| l == expected),
+                "{expected:?} in\n{text}"
+            );
+        }
+        assert!(!volume_details(&volume("live", 512, 0)).contains("destroyed"));
+        let t = volume_table(&[v], true);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[1].ends_with("2024-03-05 17:04:09 UTC  2024-03-06 17:04:09 UTC"),
+            "{t}"
+        );
+        // Each heading starts where its column's values do.
+        assert_eq!(
+            lines[0].find("DESTROYED"),
+            lines[1].find("2024-03-05"),
+            "{t}"
+        );
+        assert_eq!(
+            lines[0].find("ERADICATE AT"),
+            lines[1].find("2024-03-06"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn snapshot_table_and_details() {
+        let snapshot = |volume: &str, name: &str, group: Option<&str>| SnapshotInfo {
+            id: 9,
+            volume: volume.to_string(),
+            name: name.to_string(),
+            full_name: format!("{volume}@{name}"),
+            size_bytes: 1 << 30,
+            created_unix_s: 1_709_658_249,
+            group: group.map(str::to_string),
+            destroyed_unix_s: None,
+            eradicate_at_unix_s: None,
+        };
+        let t = snapshot_table(
+            &[
+                snapshot("db", "s1", None),
+                snapshot("logs", "g1", Some("g1")),
+            ],
+            false,
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        assert_eq!(lines[0], "NAME      SIZE  CREATED                  GROUP");
+        assert_eq!(lines[1], "db@s1    1 GiB  2024-03-05 17:04:09 UTC  -");
+        assert_eq!(lines[2], "logs@g1  1 GiB  2024-03-05 17:04:09 UTC  g1");
+        assert!(snapshot_table(&[], false).starts_with("no snapshots"));
+        assert_eq!(snapshot_table(&[], true), "no destroyed snapshots");
+        let mut gone = snapshot("db", "s1", None);
+        gone.destroyed_unix_s = Some(0);
+        gone.eradicate_at_unix_s = Some(86_400);
+        let text = snapshot_details(&gone);
+        assert!(text.contains("name:         db@s1"), "{text}");
+        assert!(
+            text.contains("eradicate at: 1970-01-02 00:00:00 UTC"),
+            "{text}"
+        );
+        let t = snapshot_table(&[gone], true);
+        assert!(
+            t.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("1970-01-02 00:00:00 UTC"),
+            "{t}"
+        );
     }
 
     #[test]
@@ -249,6 +485,17 @@ mod tests {
             "3.00:1",
             "total reduction:",
             "341.33:1",
+            "volume unique:",
+            "snapshots only:",
+            "shared:",
+            "reserved (thick):",
+            "thin available:",
+            "12 GiB",
+            "soft threshold:",
+            "80% of capacity: not reached",
+            "soft threshold events:",
+            "volumes:",
+            "2 (0 destroyed, recoverable)",
         ] {
             assert!(text.contains(expected), "{expected:?} in\n{text}");
         }
@@ -259,5 +506,17 @@ mod tests {
             })
             .collect();
         assert!(value_columns.windows(2).all(|w| w[0] == w[1]), "{text}");
+        let exceeded = SpaceReport {
+            soft_threshold_exceeded: true,
+            soft_threshold_events: 3,
+            ..report
+        };
+        let text = space_details(&exceeded);
+        assert!(text.contains("80% of capacity: EXCEEDED"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("soft threshold events:") && l.ends_with(" 3")),
+            "{text}"
+        );
     }
 }

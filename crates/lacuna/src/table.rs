@@ -242,7 +242,7 @@ pub fn space_details(s: &SpaceReport) -> String {
         (
             "volumes",
             format!(
-                "{} ({} destroyed, recoverable)",
+                "{} live, {} destroyed (recoverable)",
                 s.volume_count, s.destroyed_volume_count
             ),
         ),
@@ -495,7 +495,7 @@ mod tests {
             "80% of capacity: not reached",
             "soft threshold events:",
             "volumes:",
-            "2 (0 destroyed, recoverable)",
+            "2 live, 0 destroyed (recoverable)",
         ] {
             assert!(text.contains(expected), "{expected:?} in\n{text}");
         }

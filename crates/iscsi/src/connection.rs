@@ -1161,27 +1161,25 @@ impl Connection {
         let out = self.out.clone();
         let itt = request.initiator_task_tag;
         tokio::spawn(async move {
+            // The SCSI layer hears of the function before the transport waits for the
+            // running tasks it aborts: a task blocked inside the SCSI layer (a waiting
+            // SANITIZE, say) can only end once the layer knows it was aborted.
+            let scsi = target.scsi.clone();
+            let nexus = session.nexus.clone();
+            let scsi_response =
+                tokio::task::spawn_blocking(move || scsi.task_management(&nexus, lun, function))
+                    .await;
             session.wait_for_tasks(&dispatched).await;
-            let response = match function {
-                TaskManagementFunction::AbortTask { .. } => {
+            let response = match (function, scsi_response) {
+                (TaskManagementFunction::AbortTask { .. }, _) => {
                     if local_found || !dispatched.is_empty() {
                         TMF_FUNCTION_COMPLETE
                     } else {
                         TMF_TASK_DOES_NOT_EXIST
                     }
                 }
-                _ => {
-                    let scsi = target.scsi.clone();
-                    let nexus = session.nexus.clone();
-                    let result = tokio::task::spawn_blocking(move || {
-                        scsi.task_management(&nexus, lun, function)
-                    })
-                    .await;
-                    match result {
-                        Ok(response) => tmf_code(response),
-                        Err(_) => TMF_FUNCTION_REJECTED,
-                    }
-                }
+                (_, Ok(response)) => tmf_code(response),
+                (_, Err(_)) => TMF_FUNCTION_REJECTED,
             };
             let header = Header::TaskManagementResponse(pdu::TaskManagementResponse {
                 response,

@@ -406,6 +406,13 @@ impl ScsiTarget for ScsiCore {
         outcome(result, state.sense_format())
     }
 
+    fn data_out_bytes(&self, nexus: &ItNexus, lun: u64, cdb: &[u8]) -> Option<u64> {
+        let nexus_state = self.nexus_state(nexus);
+        let state = nexus_state.lock();
+        let unit = state.lun_map.iter().find(|e| e.lun == lun)?;
+        crate::data_out::data_out_bytes(cdb, unit.unit.block_size_bytes())
+    }
+
     fn task_management(
         &self,
         nexus: &ItNexus,

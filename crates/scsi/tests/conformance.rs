@@ -55,13 +55,6 @@ const KNOWN_NOT_PASSING: &[(&str, Verdict, &str)] = &[
         Verdict::Skipped,
         "passes for OVERWRITE and BLOCK ERASE; logs [SKIPPED] for its CRYPTO ERASE part",
     ),
-    (
-        "SCSI.Sanitize.Reset",
-        Verdict::Failed,
-        "the iSCSI transport waits for an aborted task to finish before it calls \
-         ScsiTarget::task_management, so a SANITIZE without IMMED (which the SCSI layer ends \
-         on ABORT TASK) completes first and the test finds it no longer in progress",
-    ),
 ];
 const MIB: u64 = 1 << 20;
 

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libnbd-bin python3-libnbd nbdkit qemu-utils fio libiscsi-bin)
+packages=(libnbd-bin python3-libnbd nbdkit qemu-utils qemu-block-extra fio libiscsi-bin)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -150,6 +150,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Stable id, unique in the array (never reused).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
     pub fn full_name(&self) -> String {
         self.shared.display_name()
     }

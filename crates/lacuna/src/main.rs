@@ -4,7 +4,9 @@
 mod cli;
 mod client;
 mod duration;
+mod hosts;
 mod nbd_export;
+mod scsi_backend;
 mod serve;
 mod size;
 mod table;
@@ -77,6 +79,16 @@ pub struct ServeArgs {
     /// Control API listen address.
     #[arg(long, default_value = "127.0.0.1:8080")]
     api_listen: SocketAddr,
+    /// iSCSI portal (repeat for several portals; initiators see all of them).
+    #[arg(long = "iscsi-listen", default_value = "127.0.0.1:3260")]
+    iscsi_listen: Vec<SocketAddr>,
+    /// iSCSI target name; default derived from the array name.
+    #[arg(long)]
+    iscsi_target_name: Option<String>,
+    /// Quick start: initiators that belong to no host see every volume, without
+    /// CHAP. Off by default: unknown initiators see nothing.
+    #[arg(long)]
+    iscsi_open_access: bool,
     /// Physical use, in percent of capacity, at which the array raises its
     /// soft-threshold event (SCSI: UNIT ATTENTION 38h/07h).
     #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u8).range(1..=100))]
@@ -99,6 +111,9 @@ fn main() -> ExitCode {
                 capacity_bytes: args.capacity,
                 nbd_listen: args.nbd_listen,
                 api_listen: args.api_listen,
+                iscsi_listen: args.iscsi_listen,
+                iscsi_target_name: args.iscsi_target_name,
+                iscsi_open_access: args.iscsi_open_access,
                 soft_threshold_percent: args.soft_threshold_percent,
                 destroy_retention_s: args.destroy_retention,
             })

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use lacuna_engine::{Engine, EngineConfig};
 
+use crate::hosts::HostRegistry;
 use crate::nbd_export::VolumeExports;
+use crate::scsi_backend::{self, EngineBackend, HostAccess};
 
 /// Capacity used when none is given: 16 GiB, or half the free space of the data
 /// directory's filesystem if that is less, so a default start never fills a
@@ -20,6 +22,9 @@ pub struct ServeConfig {
     pub capacity_bytes: Option<u64>,
     pub nbd_listen: SocketAddr,
     pub api_listen: SocketAddr,
+    pub iscsi_listen: Vec<SocketAddr>,
+    pub iscsi_target_name: Option<String>,
+    pub iscsi_open_access: bool,
     pub soft_threshold_percent: u8,
     pub destroy_retention_s: u64,
 }
@@ -54,14 +59,31 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
     .with_context(|| format!("opening the array in {}", config.data_dir.display()))?;
     let token =
         lacuna_api::load_or_create_token(&config.data_dir).context("creating the API token")?;
+    let hosts = Arc::new(
+        HostRegistry::open(&config.data_dir, config.iscsi_open_access)
+            .context("loading the host registry")?,
+    );
+    let array_id = scsi_backend::array_id(&config.data_dir).context("loading the array id")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(64)
         .build()
         .context("starting the runtime")?;
-    let result = runtime.block_on(serve_all(engine.clone(), &config, capacity_bytes, token));
+    let result = runtime.block_on(serve_all(
+        engine.clone(),
+        &config,
+        capacity_bytes,
+        token,
+        Iscsi { hosts, array_id },
+    ));
     let closed = engine.close().context("closing the array");
     result.and(closed)
+}
+
+/// What the iSCSI target is built from.
+struct Iscsi {
+    hosts: Arc<HostRegistry>,
+    array_id: [u8; 16],
 }
 
 async fn serve_all(
@@ -69,7 +91,26 @@ async fn serve_all(
     config: &ServeConfig,
     capacity_bytes: u64,
     token: String,
+    iscsi: Iscsi,
 ) -> anyhow::Result<()> {
+    let mut target_config = lacuna_iscsi::TargetConfig::for_array("lacuna");
+    if let Some(name) = &config.iscsi_target_name {
+        target_config.target_name = name.clone();
+    }
+    target_config.portals = config.iscsi_listen.clone();
+    target_config.allow_unknown_initiators = config.iscsi_open_access;
+    let mut portals = Vec::new();
+    for addr in &config.iscsi_listen {
+        portals.push(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding iSCSI to {addr}"))?,
+        );
+    }
+    target_config.portals = portals
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<std::io::Result<_>>()?;
     let nbd_listener = tokio::net::TcpListener::bind(config.nbd_listen)
         .await
         .with_context(|| format!("binding NBD to {}", config.nbd_listen))?;
@@ -86,6 +127,31 @@ async fn serve_all(
         api_listener.local_addr()?,
         config.data_dir.join("api-token").display()
     );
+    for portal in &target_config.portals {
+        println!(
+            "lacuna: iSCSI on {portal} (iscsi://{portal}/{}/LUN)",
+            target_config.target_name
+        );
+    }
+    let backend = Arc::new(EngineBackend::new(
+        engine.clone(),
+        iscsi.hosts.clone(),
+        iscsi.array_id,
+    ));
+    let scsi = Arc::new(lacuna_scsi::ScsiCore::new(backend));
+    let policy = Arc::new(HostAccess {
+        hosts: iscsi.hosts.clone(),
+    });
+    let (stop_iscsi, iscsi_stopped) = tokio::sync::oneshot::channel::<()>();
+    let iscsi_target = tokio::spawn(lacuna_iscsi::serve(
+        portals,
+        scsi,
+        policy,
+        Arc::new(target_config),
+        async move {
+            let _ = iscsi_stopped.await;
+        },
+    ));
     let provider = Arc::new(VolumeExports {
         engine: engine.clone(),
     });
@@ -97,6 +163,13 @@ async fn serve_all(
         r = api => r.context("API server failed")?,
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
         _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
+    }
+    // iSCSI sessions are asked to log out before the array closes.
+    let _ = stop_iscsi.send(());
+    match tokio::time::timeout(std::time::Duration::from_secs(5), iscsi_target).await {
+        Ok(Ok(result)) => result.context("iSCSI target failed")?,
+        Ok(Err(e)) => tracing::error!("iSCSI target task failed: {e}"),
+        Err(_) => tracing::warn!("iSCSI sessions did not close within 5 s"),
     }
     Ok(())
 }

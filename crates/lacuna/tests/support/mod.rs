@@ -33,7 +33,12 @@ pub struct Daemon {
     pub dir: PathBuf,
     pub nbd_port: u16,
     pub api_port: u16,
+    /// Two iSCSI portals (multipath tests need a second one).
+    pub iscsi_ports: [u16; 2],
 }
+
+/// The target name `lacuna serve` derives by default.
+pub const TARGET_IQN: &str = "iqn.2024-01.org.lacuna:lacuna";
 
 impl Daemon {
     pub fn start(dir: &Path) -> Daemon {
@@ -41,8 +46,14 @@ impl Daemon {
     }
 
     pub fn start_with(dir: &Path, capacity: &str) -> Daemon {
+        Self::start_with_args(dir, capacity, &[])
+    }
+
+    /// Starts with extra `serve` arguments.
+    pub fn start_with_args(dir: &Path, capacity: &str, extra: &[&str]) -> Daemon {
         let nbd_port = free_port();
         let api_port = free_port();
+        let iscsi_ports = [free_port(), free_port()];
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -55,6 +66,9 @@ impl Daemon {
             .args(["--capacity", capacity])
             .args(["--nbd-listen", &format!("127.0.0.1:{nbd_port}")])
             .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
+            .args(["--iscsi-listen", &format!("127.0.0.1:{}", iscsi_ports[0])])
+            .args(["--iscsi-listen", &format!("127.0.0.1:{}", iscsi_ports[1])])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -64,6 +78,7 @@ impl Daemon {
             dir: dir.to_path_buf(),
             nbd_port,
             api_port,
+            iscsi_ports,
         };
         daemon.wait_ready();
         daemon
@@ -71,7 +86,12 @@ impl Daemon {
 
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
-        for port in [self.nbd_port, self.api_port] {
+        for port in [
+            self.nbd_port,
+            self.api_port,
+            self.iscsi_ports[0],
+            self.iscsi_ports[1],
+        ] {
             while TcpStream::connect(("127.0.0.1", port)).is_err() {
                 assert!(
                     Instant::now() < deadline,
@@ -89,6 +109,14 @@ impl Daemon {
 
     pub fn uri(&self, export: &str) -> String {
         format!("nbd://127.0.0.1:{}/{export}", self.nbd_port)
+    }
+
+    /// `iscsi://` URL of a LUN through portal 0 or 1.
+    pub fn iscsi_url(&self, portal: usize, lun: u64) -> String {
+        format!(
+            "iscsi://127.0.0.1:{}/{TARGET_IQN}/{lun}",
+            self.iscsi_ports[portal]
+        )
     }
 
     /// Runs the CLI against this daemon.

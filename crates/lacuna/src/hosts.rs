@@ -1,0 +1,439 @@
+//! Hosts and LUN masking: which initiators may log in, with which CHAP secrets,
+//! and which volumes each sees at which LUN.
+//!
+//! Kept by the daemon (not the engine, which knows nothing of initiators) in
+//! `<data_dir>/hosts.json`, written atomically (temporary file, fsync, rename) with
+//! mode 0600 because it holds CHAP secrets. Every change bumps a generation that
+//! the SCSI layer watches to raise REPORTED LUNS DATA HAS CHANGED on live sessions.
+//!
+//! The mutations (create, connect, …) are complete and unit-tested here but not
+//! yet reachable from the API and CLI (`lacuna host …`): until they are, hosts are
+//! configured by writing `hosts.json` before `lacuna serve` starts.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+/// File name of the host registry inside the data directory.
+pub const HOSTS_FILE_NAME: &str = "hosts.json";
+/// Highest LUN number handed out (single-level addressing, SAM-5).
+pub const MAX_LUN: u64 = 16383;
+/// Most hosts and most connections per host: bounds on what the API can make the
+/// daemon keep.
+pub const MAX_HOSTS: usize = 1024;
+pub const MAX_LUNS_PER_HOST: usize = 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("host '{0}' does not exist")]
+    NotFound(String),
+    #[error("host '{0}' already exists")]
+    Exists(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// CHAP credentials (user name and secret).
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Chap {
+    pub user: String,
+    pub secret: String,
+}
+
+impl std::fmt::Debug for Chap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chap")
+            .field("user", &self.user)
+            .field("secret", &"<hidden>")
+            .finish()
+    }
+}
+
+/// What a host sees at one LUN: a volume (or a snapshot `VOL@SNAP`, read-only) and
+/// how it is presented.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LunSpec {
+    /// `VOL`, or `VOL@SNAP` for a read-only snapshot.
+    pub volume: String,
+    /// Logical block size: 512 (512e, the default) or 4096 (4Kn).
+    #[serde(default = "default_block_size")]
+    pub block_size_bytes: u32,
+    /// Presented as removable medium (eject and load with START STOP UNIT).
+    #[serde(default)]
+    pub removable: bool,
+}
+
+fn default_block_size() -> u32 {
+    512
+}
+
+impl LunSpec {
+    pub fn plain(volume: &str) -> LunSpec {
+        LunSpec {
+            volume: volume.to_string(),
+            block_size_bytes: 512,
+            removable: false,
+        }
+    }
+}
+
+/// A host: one or more initiator names sharing access.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Host {
+    pub name: String,
+    pub iqns: Vec<String>,
+    /// The initiator authenticates with these (one-way CHAP).
+    pub chap: Option<Chap>,
+    /// The target authenticates to the initiator with these (mutual CHAP).
+    pub mutual_chap: Option<Chap>,
+    pub luns: BTreeMap<u64, LunSpec>,
+}
+
+/// A host as the API shows it: secrets never leave the daemon.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostInfo {
+    pub name: String,
+    pub iqns: Vec<String>,
+    pub chap_user: Option<String>,
+    pub mutual_chap_user: Option<String>,
+    pub luns: BTreeMap<u64, LunSpec>,
+}
+
+impl From<&Host> for HostInfo {
+    fn from(h: &Host) -> Self {
+        HostInfo {
+            name: h.name.clone(),
+            iqns: h.iqns.clone(),
+            chap_user: h.chap.as_ref().map(|c| c.user.clone()),
+            mutual_chap_user: h.mutual_chap.as_ref().map(|c| c.user.clone()),
+            luns: h.luns.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct HostFile {
+    hosts: BTreeMap<String, Host>,
+}
+
+/// The registry. `open_access` is the quick-start mode: initiators that belong to
+/// no host see every volume (LUNs in creation order) without CHAP.
+pub struct HostRegistry {
+    path: PathBuf,
+    hosts: Mutex<BTreeMap<String, Host>>,
+    generation: AtomicU64,
+    pub open_access: bool,
+}
+
+impl HostRegistry {
+    /// Loads `<data_dir>/hosts.json` (an absent file is an empty registry).
+    pub fn open(data_dir: &Path, open_access: bool) -> Result<HostRegistry, HostError> {
+        let path = data_dir.join(HOSTS_FILE_NAME);
+        let file = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice::<HostFile>(&bytes).map_err(|e| {
+                HostError::Invalid(format!(
+                    "{} is not a valid host registry: {e}",
+                    path.display()
+                ))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HostFile::default(),
+            Err(source) => {
+                return Err(HostError::Io {
+                    context: format!("reading {}", path.display()),
+                    source,
+                })
+            }
+        };
+        Ok(HostRegistry {
+            path,
+            hosts: Mutex::new(file.hosts),
+            generation: AtomicU64::new(1),
+            open_access,
+        })
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    pub fn list(&self) -> Vec<HostInfo> {
+        self.hosts.lock().values().map(HostInfo::from).collect()
+    }
+
+    pub fn get(&self, name: &str) -> Result<HostInfo, HostError> {
+        self.hosts
+            .lock()
+            .get(name)
+            .map(HostInfo::from)
+            .ok_or_else(|| HostError::NotFound(name.to_string()))
+    }
+
+    /// The host an initiator belongs to.
+    pub fn host_of(&self, iqn: &str) -> Option<Host> {
+        self.hosts
+            .lock()
+            .values()
+            .find(|h| h.iqns.iter().any(|i| i == iqn))
+            .cloned()
+    }
+
+    pub fn create(&self, host: Host) -> Result<HostInfo, HostError> {
+        validate_host(&host)?;
+        self.update(|hosts| {
+            if hosts.contains_key(&host.name) {
+                return Err(HostError::Exists(host.name.clone()));
+            }
+            if hosts.len() >= MAX_HOSTS {
+                return Err(HostError::Invalid(format!("at most {MAX_HOSTS} hosts")));
+            }
+            for iqn in &host.iqns {
+                if let Some(other) = hosts.values().find(|h| h.iqns.contains(iqn)) {
+                    return Err(HostError::Invalid(format!(
+                        "initiator {iqn} already belongs to host '{}'",
+                        other.name
+                    )));
+                }
+            }
+            hosts.insert(host.name.clone(), host.clone());
+            Ok(HostInfo::from(&host))
+        })
+    }
+
+    pub fn delete(&self, name: &str) -> Result<(), HostError> {
+        self.update(|hosts| {
+            hosts
+                .remove(name)
+                .map(|_| ())
+                .ok_or_else(|| HostError::NotFound(name.to_string()))
+        })
+    }
+
+    /// Maps a volume (or snapshot) to the host at `lun` (the lowest free one when
+    /// `None`).
+    pub fn connect(&self, host: &str, spec: LunSpec, lun: Option<u64>) -> Result<u64, HostError> {
+        if spec.block_size_bytes != 512 && spec.block_size_bytes != 4096 {
+            return Err(HostError::Invalid(format!(
+                "block size {} is not 512 or 4096",
+                spec.block_size_bytes
+            )));
+        }
+        let volume = spec.volume.clone();
+        self.update(|hosts| {
+            let host = hosts
+                .get_mut(host)
+                .ok_or_else(|| HostError::NotFound(host.to_string()))?;
+            if let Some((lun, _)) = host.luns.iter().find(|(_, v)| v.volume == volume) {
+                return Err(HostError::Invalid(format!(
+                    "volume '{volume}' is already connected to host '{}' at LUN {lun}",
+                    host.name
+                )));
+            }
+            if host.luns.len() >= MAX_LUNS_PER_HOST {
+                return Err(HostError::Invalid(format!(
+                    "at most {MAX_LUNS_PER_HOST} LUNs per host"
+                )));
+            }
+            let lun = match lun {
+                Some(lun) if lun > MAX_LUN => {
+                    return Err(HostError::Invalid(format!("LUN {lun} is above {MAX_LUN}")))
+                }
+                Some(lun) if host.luns.contains_key(&lun) => {
+                    return Err(HostError::Invalid(format!(
+                        "LUN {lun} of host '{}' is taken by '{}'",
+                        host.name, host.luns[&lun].volume
+                    )))
+                }
+                Some(lun) => lun,
+                None => (0..=MAX_LUN)
+                    .find(|l| !host.luns.contains_key(l))
+                    .expect("fewer LUNs in use than numbers"),
+            };
+            host.luns.insert(lun, spec);
+            Ok(lun)
+        })
+    }
+
+    pub fn disconnect(&self, host: &str, volume: &str) -> Result<(), HostError> {
+        self.update(|hosts| {
+            let host = hosts
+                .get_mut(host)
+                .ok_or_else(|| HostError::NotFound(host.to_string()))?;
+            let before = host.luns.len();
+            host.luns.retain(|_, v| v.volume != volume);
+            if host.luns.len() == before {
+                return Err(HostError::Invalid(format!(
+                    "volume '{volume}' is not connected to host '{}'",
+                    host.name
+                )));
+            }
+            Ok(())
+        })
+    }
+
+    /// Applies a change and persists it before it takes effect.
+    fn update<T>(
+        &self,
+        change: impl FnOnce(&mut BTreeMap<String, Host>) -> Result<T, HostError>,
+    ) -> Result<T, HostError> {
+        let mut hosts = self.hosts.lock();
+        let mut next = hosts.clone();
+        let value = change(&mut next)?;
+        self.persist(&next)?;
+        *hosts = next;
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        Ok(value)
+    }
+
+    fn persist(&self, hosts: &BTreeMap<String, Host>) -> Result<(), HostError> {
+        let io = |context: &str, source| HostError::Io {
+            context: format!("{context} {}", self.path.display()),
+            source,
+        };
+        let json = serde_json::to_vec_pretty(&HostFile {
+            hosts: hosts.clone(),
+        })
+        .expect("host registry serialises");
+        let tmp = self.path.with_extension("json.tmp");
+        let mut file = open_private(&tmp).map_err(|e| io("creating", e))?;
+        file.write_all(&json).map_err(|e| io("writing", e))?;
+        file.sync_all().map_err(|e| io("syncing", e))?;
+        std::fs::rename(&tmp, &self.path).map_err(|e| io("replacing", e))?;
+        Ok(())
+    }
+}
+
+fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+}
+
+fn validate_host(host: &Host) -> Result<(), HostError> {
+    lacuna_engine::catalog::validate_name(&host.name)
+        .map_err(|e| HostError::Invalid(format!("host name: {e}")))?;
+    if host.iqns.is_empty() {
+        return Err(HostError::Invalid(
+            "a host needs at least one initiator name (--iqn)".into(),
+        ));
+    }
+    for iqn in &host.iqns {
+        let ok = iqn.len() <= 223
+            && (iqn.starts_with("iqn.") || iqn.starts_with("eui.") || iqn.starts_with("naa."))
+            && iqn.bytes().all(|b| b.is_ascii_graphic());
+        if !ok {
+            return Err(HostError::Invalid(format!(
+                "'{iqn}' is not an iSCSI name (iqn.…, eui.… or naa.…, at most 223 characters)"
+            )));
+        }
+    }
+    for chap in host.chap.iter().chain(host.mutual_chap.iter()) {
+        // RFC 7143 §12.1.3: secrets of at least 12 bytes; iscsiadm allows up to 16 for
+        // many initiators, and 255 is the protocol's limit.
+        if chap.user.is_empty() || chap.user.len() > 255 {
+            return Err(HostError::Invalid(
+                "CHAP user must be 1 to 255 characters".into(),
+            ));
+        }
+        if chap.secret.len() < 12 || chap.secret.len() > 255 {
+            return Err(HostError::Invalid(
+                "CHAP secret must be 12 to 255 characters".into(),
+            ));
+        }
+    }
+    if host.mutual_chap.is_some() && host.chap.is_none() {
+        return Err(HostError::Invalid(
+            "mutual CHAP needs one-way CHAP as well".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(name: &str, iqn: &str) -> Host {
+        Host {
+            name: name.into(),
+            iqns: vec![iqn.into()],
+            chap: None,
+            mutual_chap: None,
+            luns: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn hosts_persist_with_private_mode_and_luns_are_assigned() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = HostRegistry::open(dir.path(), false).unwrap();
+        let g0 = reg.generation();
+        reg.create(host("esx1", "iqn.1998-01.com.vmware:esx1"))
+            .unwrap();
+        assert!(reg.create(host("esx1", "iqn.x:y")).is_err());
+        assert!(reg
+            .create(host("esx2", "iqn.1998-01.com.vmware:esx1"))
+            .is_err());
+        let plain = LunSpec::plain;
+        assert_eq!(reg.connect("esx1", plain("vol-a"), None).unwrap(), 0);
+        assert_eq!(reg.connect("esx1", plain("vol-b"), Some(7)).unwrap(), 7);
+        assert_eq!(reg.connect("esx1", plain("vol-c"), None).unwrap(), 1);
+        assert!(reg.connect("esx1", plain("vol-d"), Some(7)).is_err());
+        assert!(reg.connect("esx1", plain("vol-a"), None).is_err());
+        let odd = LunSpec {
+            block_size_bytes: 1024,
+            ..plain("vol-e")
+        };
+        assert!(reg.connect("esx1", odd, None).is_err());
+        assert!(reg.generation() > g0);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(HOSTS_FILE_NAME))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let again = HostRegistry::open(dir.path(), false).unwrap();
+        assert_eq!(again.get("esx1").unwrap().luns.len(), 3);
+        again.disconnect("esx1", "vol-b").unwrap();
+        assert!(again.disconnect("esx1", "vol-b").is_err());
+        assert_eq!(
+            again.host_of("iqn.1998-01.com.vmware:esx1").unwrap().name,
+            "esx1"
+        );
+    }
+
+    #[test]
+    fn bad_hosts_are_refused_and_secrets_hidden() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = HostRegistry::open(dir.path(), false).unwrap();
+        assert!(reg.create(host("h", "not-an-iqn")).is_err());
+        let mut weak = host("h", "iqn.2024-01.org:h");
+        weak.chap = Some(Chap {
+            user: "u".into(),
+            secret: "short".into(),
+        });
+        assert!(reg.create(weak.clone()).is_err());
+        weak.chap = Some(Chap {
+            user: "u".into(),
+            secret: "a-long-enough-secret".into(),
+        });
+        let info = reg.create(weak.clone()).unwrap();
+        assert_eq!(info.chap_user.as_deref(), Some("u"));
+        let text = format!("{:?}", weak.chap.unwrap());
+        assert!(!text.contains("long-enough"), "{text}");
+    }
+}

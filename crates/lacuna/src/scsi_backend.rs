@@ -1,0 +1,515 @@
+//! Adapts engine volumes to the SCSI layer's storage traits, and the host registry
+//! to the iSCSI transport's access policy: the only place that knows both sides.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use lacuna_engine::{Engine, EngineError, ExtentState, Provisioning, Snapshot, Volume};
+use lacuna_iscsi::{AccessPolicy, ChapCredentials, ChapRequirement};
+use lacuna_scsi::backend::{self, Backend, BackendError, Extent, LogicalUnit, LunEntry, UnitId};
+use parking_lot::Mutex;
+
+use crate::hosts::{HostRegistry, LunSpec};
+
+/// File holding the array's random identity (hex), from which unit ids derive.
+const ARRAY_ID_FILE: &str = "array-id";
+
+/// Loads the array id, creating it on first start.
+pub fn array_id(data_dir: &Path) -> anyhow::Result<[u8; 16]> {
+    let path = data_dir.join(ARRAY_ID_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let bytes = decode_hex(text.trim())
+            .ok_or_else(|| anyhow::anyhow!("{} is not 32 hex digits", path.display()))?;
+        return Ok(bytes);
+    }
+    let mut id = [0u8; 16];
+    getrandom::fill(&mut id).map_err(|e| anyhow::anyhow!("no randomness for the array id: {e}"))?;
+    let text: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&path, text + "\n")?;
+    Ok(id)
+}
+
+fn decode_hex(text: &str) -> Option<[u8; 16]> {
+    if text.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The engine as the SCSI layer's backend, with LUN masking by host.
+pub struct EngineBackend {
+    engine: Arc<Engine>,
+    hosts: Arc<HostRegistry>,
+    array_id: [u8; 16],
+    /// One unit per (volume, presentation), so capacity generations and medium
+    /// state survive between lookups.
+    units: Mutex<HashMap<UnitKey, Arc<dyn LogicalUnit>>>,
+}
+
+/// What makes two LUNs the same unit: the volume or snapshot and how it is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct UnitKey {
+    name: String,
+    block_size_bytes: u32,
+    removable: bool,
+}
+
+impl EngineBackend {
+    pub fn new(engine: Arc<Engine>, hosts: Arc<HostRegistry>, array_id: [u8; 16]) -> Self {
+        EngineBackend {
+            engine,
+            hosts,
+            array_id,
+            units: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The unit for a LUN, made on first use; `None` when the volume or snapshot
+    /// does not exist (any more).
+    fn unit(&self, spec: &LunSpec) -> Option<Arc<dyn LogicalUnit>> {
+        let key = UnitKey {
+            name: spec.volume.clone(),
+            block_size_bytes: spec.block_size_bytes,
+            removable: spec.removable,
+        };
+        let mut units = self.units.lock();
+        if let Some(unit) = units.get(&key) {
+            if unit.size_bytes() > 0 || self.exists(&spec.volume) {
+                return Some(unit.clone());
+            }
+            units.remove(&key);
+        }
+        let presentation = Presentation {
+            block_size_bytes: spec.block_size_bytes,
+            removable: spec.removable,
+        };
+        let unit: Arc<dyn LogicalUnit> = if spec.volume.contains('@') {
+            let snapshot = self.engine.open_snapshot(&spec.volume).ok()?;
+            Arc::new(SnapshotUnit::new(snapshot, self.array_id, presentation))
+        } else {
+            let volume = self.engine.open_volume(&spec.volume).ok()?;
+            Arc::new(VolumeUnit::new(volume, self.array_id, presentation))
+        };
+        units.insert(key, unit.clone());
+        Some(unit)
+    }
+
+    fn exists(&self, name: &str) -> bool {
+        if name.contains('@') {
+            self.engine.open_snapshot(name).is_ok()
+        } else {
+            self.engine.open_volume(name).is_ok()
+        }
+    }
+}
+
+impl Backend for EngineBackend {
+    fn units_for(&self, initiator_name: &str) -> Vec<LunEntry> {
+        let mapping: Vec<(u64, LunSpec)> = match self.hosts.host_of(initiator_name) {
+            Some(host) => host.luns.into_iter().collect(),
+            None if self.hosts.open_access => {
+                let mut volumes = self.engine.list_volume_names();
+                volumes.sort_by_key(|(id, _)| *id);
+                volumes
+                    .into_iter()
+                    .enumerate()
+                    .map(|(lun, (_, name))| (lun as u64, LunSpec::plain(&name)))
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        mapping
+            .into_iter()
+            .filter_map(|(lun, spec)| {
+                Some(LunEntry {
+                    lun,
+                    unit: self.unit(&spec)?,
+                })
+            })
+            .collect()
+    }
+
+    fn lun_map_generation(&self) -> u64 {
+        // Either kind of change can change what an initiator sees.
+        self.hosts.generation() + self.engine.stats.catalog_generation.load(Ordering::SeqCst)
+    }
+
+    fn soft_threshold_events(&self) -> u64 {
+        self.engine
+            .stats
+            .soft_threshold_events
+            .load(Ordering::SeqCst)
+    }
+}
+
+/// How a LUN presents its volume.
+#[derive(Debug, Clone, Copy)]
+struct Presentation {
+    block_size_bytes: u32,
+    removable: bool,
+}
+
+/// A unit id unique per array, volume or snapshot, and presentation.
+fn unit_id(array_id: [u8; 16], kind: &[u8], id: u64, presentation: Presentation) -> UnitId {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"lacuna unit id");
+    hasher.update(&array_id);
+    hasher.update(kind);
+    hasher.update(&id.to_le_bytes());
+    hasher.update(&presentation.block_size_bytes.to_le_bytes());
+    hasher.update(&[u8::from(presentation.removable)]);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&hasher.finalize().as_bytes()[..16]);
+    out
+}
+
+/// One volume as a SCSI logical unit.
+pub struct VolumeUnit {
+    volume: Volume,
+    unit_id: UnitId,
+    provisioning: backend::Provisioning,
+    presentation: Presentation,
+    /// Size last seen, and how many times it changed.
+    seen_size_bytes: AtomicU64,
+    capacity_generation: AtomicU64,
+}
+
+impl VolumeUnit {
+    fn new(volume: Volume, array_id: [u8; 16], presentation: Presentation) -> Self {
+        let unit_id = unit_id(array_id, b"volume", volume.id(), presentation);
+        let provisioning = match volume.provisioning() {
+            Provisioning::Thin => backend::Provisioning::Thin,
+            Provisioning::ZeroedThick => backend::Provisioning::ZeroedThick,
+            Provisioning::EagerZeroedThick => backend::Provisioning::EagerZeroedThick,
+        };
+        let size_bytes = volume.size_bytes().unwrap_or(0);
+        VolumeUnit {
+            volume,
+            unit_id,
+            provisioning,
+            presentation,
+            seen_size_bytes: AtomicU64::new(size_bytes),
+            capacity_generation: AtomicU64::new(0),
+        }
+    }
+}
+
+fn backend_error(error: EngineError) -> BackendError {
+    match error {
+        EngineError::NoSpace(_) => BackendError::NoSpace,
+        EngineError::OutOfRange { .. } => BackendError::OutOfRange,
+        EngineError::VolumeNotFound(_) | EngineError::SnapshotNotFound(_) => BackendError::Gone,
+        EngineError::Corruption(m) => {
+            tracing::error!("checksum or metadata mismatch: {m}");
+            BackendError::Checksum
+        }
+        other => {
+            tracing::error!("volume I/O failed: {other}");
+            BackendError::Io
+        }
+    }
+}
+
+impl LogicalUnit for VolumeUnit {
+    fn unit_id(&self) -> UnitId {
+        self.unit_id
+    }
+
+    fn name(&self) -> String {
+        self.volume.name().to_string()
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.volume.size_bytes().unwrap_or(0)
+    }
+
+    fn block_size_bytes(&self) -> u32 {
+        self.presentation.block_size_bytes
+    }
+
+    fn removable(&self) -> bool {
+        self.presentation.removable
+    }
+
+    fn provisioning(&self) -> backend::Provisioning {
+        self.provisioning
+    }
+
+    fn capacity_generation(&self) -> u64 {
+        let now = self.size_bytes();
+        if self.seen_size_bytes.swap(now, Ordering::SeqCst) != now {
+            self.capacity_generation.fetch_add(1, Ordering::SeqCst);
+        }
+        self.capacity_generation.load(Ordering::SeqCst)
+    }
+
+    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        self.volume.read(offset_bytes, buf).map_err(backend_error)
+    }
+
+    fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), BackendError> {
+        self.volume
+            .write(offset_bytes, data)
+            .map_err(backend_error)?;
+        if fua {
+            self.volume.flush().map_err(backend_error)?;
+        }
+        Ok(())
+    }
+
+    fn unmap(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), BackendError> {
+        self.volume
+            .unmap(offset_bytes, len_bytes)
+            .map_err(backend_error)
+    }
+
+    fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        allow_unmap: bool,
+    ) -> Result<(), BackendError> {
+        self.volume
+            .write_zeroes(offset_bytes, len_bytes, allow_unmap)
+            .map_err(backend_error)
+    }
+
+    fn flush(&self) -> Result<(), BackendError> {
+        self.volume.flush().map_err(backend_error)
+    }
+
+    fn extents(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        max_extents: usize,
+    ) -> Result<Vec<Extent>, BackendError> {
+        let extents = self
+            .volume
+            .extents(offset_bytes, len_bytes)
+            .map_err(backend_error)?;
+        Ok(scsi_extents(extents, max_extents))
+    }
+
+    fn copy_from(
+        &self,
+        source: &dyn LogicalUnit,
+        source_offset_bytes: u64,
+        destination_offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(), BackendError> {
+        if let Some(snapshot) = source.as_any().downcast_ref::<SnapshotUnit>() {
+            return copy_as_data(
+                snapshot,
+                source_offset_bytes,
+                self,
+                destination_offset_bytes,
+                len_bytes,
+            );
+        }
+        let source = source
+            .as_any()
+            .downcast_ref::<VolumeUnit>()
+            .ok_or(BackendError::Io)?;
+        self.volume
+            .engine()
+            .copy_range(
+                source.volume.name(),
+                source_offset_bytes,
+                len_bytes,
+                self.volume.name(),
+                destination_offset_bytes,
+            )
+            .map(|_| ())
+            .map_err(backend_error)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Bytes moved per step when a copy reads a snapshot and writes a volume.
+const COPY_CHUNK_BYTES: u64 = 1 << 20;
+
+/// A copy out of a snapshot LUN, as data (snapshots are not copy sources in the
+/// engine's metadata-only path).
+fn copy_as_data(
+    source: &SnapshotUnit,
+    source_offset_bytes: u64,
+    destination: &VolumeUnit,
+    destination_offset_bytes: u64,
+    len_bytes: u64,
+) -> Result<(), BackendError> {
+    let mut buf = Vec::new();
+    let mut done = 0;
+    while done < len_bytes {
+        let chunk = (len_bytes - done).min(COPY_CHUNK_BYTES);
+        buf.resize(chunk as usize, 0);
+        source.read(source_offset_bytes + done, &mut buf)?;
+        destination.write(destination_offset_bytes + done, &buf, false)?;
+        done += chunk;
+    }
+    Ok(())
+}
+
+/// A snapshot as a read-only SCSI logical unit.
+pub struct SnapshotUnit {
+    snapshot: Snapshot,
+    unit_id: UnitId,
+    presentation: Presentation,
+}
+
+impl SnapshotUnit {
+    fn new(snapshot: Snapshot, array_id: [u8; 16], presentation: Presentation) -> Self {
+        let unit_id = unit_id(array_id, b"snapshot", snapshot.id(), presentation);
+        SnapshotUnit {
+            snapshot,
+            unit_id,
+            presentation,
+        }
+    }
+}
+
+impl LogicalUnit for SnapshotUnit {
+    fn unit_id(&self) -> UnitId {
+        self.unit_id
+    }
+
+    fn name(&self) -> String {
+        self.snapshot.full_name()
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.snapshot.size_bytes().unwrap_or(0)
+    }
+
+    fn block_size_bytes(&self) -> u32 {
+        self.presentation.block_size_bytes
+    }
+
+    fn removable(&self) -> bool {
+        self.presentation.removable
+    }
+
+    fn provisioning(&self) -> backend::Provisioning {
+        backend::Provisioning::Thin
+    }
+
+    fn capacity_generation(&self) -> u64 {
+        0
+    }
+
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        self.snapshot.read(offset_bytes, buf).map_err(backend_error)
+    }
+
+    fn write(&self, _offset_bytes: u64, _data: &[u8], _fua: bool) -> Result<(), BackendError> {
+        Err(BackendError::ReadOnly)
+    }
+
+    fn unmap(&self, _offset_bytes: u64, _len_bytes: u64) -> Result<(), BackendError> {
+        Err(BackendError::ReadOnly)
+    }
+
+    fn write_zeroes(
+        &self,
+        _offset: u64,
+        _len: u64,
+        _allow_unmap: bool,
+    ) -> Result<(), BackendError> {
+        Err(BackendError::ReadOnly)
+    }
+
+    fn flush(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn extents(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        max_extents: usize,
+    ) -> Result<Vec<Extent>, BackendError> {
+        let extents = self
+            .snapshot
+            .extents(offset_bytes, len_bytes)
+            .map_err(backend_error)?;
+        Ok(scsi_extents(extents, max_extents))
+    }
+
+    fn copy_from(
+        &self,
+        _source: &dyn LogicalUnit,
+        _source_offset_bytes: u64,
+        _destination_offset_bytes: u64,
+        _len_bytes: u64,
+    ) -> Result<(), BackendError> {
+        Err(BackendError::ReadOnly)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Engine extents as SCSI ones: written zeroes are allocated (mapped), only holes
+/// are deallocated; at most `max_extents` of them.
+fn scsi_extents(extents: Vec<lacuna_engine::Extent>, max_extents: usize) -> Vec<Extent> {
+    let mut out: Vec<Extent> = Vec::new();
+    for e in extents {
+        let mapped = e.state != ExtentState::Hole;
+        if let Some(last) = out.last_mut().filter(|l| l.mapped == mapped) {
+            last.len_bytes += e.length_bytes;
+        } else if out.len() == max_extents.max(1) {
+            break;
+        } else {
+            out.push(Extent {
+                len_bytes: e.length_bytes,
+                mapped,
+            });
+        }
+    }
+    out
+}
+
+/// The host registry as the iSCSI transport's access policy.
+pub struct HostAccess {
+    pub hosts: Arc<HostRegistry>,
+}
+
+impl AccessPolicy for HostAccess {
+    fn chap_for(&self, initiator_name: &str) -> ChapRequirement {
+        let Some(host) = self.hosts.host_of(initiator_name) else {
+            return ChapRequirement::None;
+        };
+        let credentials = |c: &crate::hosts::Chap| ChapCredentials {
+            user: c.user.clone(),
+            secret: c.secret.as_bytes().to_vec(),
+        };
+        match (&host.chap, &host.mutual_chap) {
+            (Some(initiator), Some(target)) => ChapRequirement::Mutual {
+                initiator: credentials(initiator),
+                target: credentials(target),
+            },
+            (Some(initiator), None) => ChapRequirement::OneWay {
+                initiator: credentials(initiator),
+            },
+            _ => ChapRequirement::None,
+        }
+    }
+
+    fn initiator_known(&self, initiator_name: &str) -> bool {
+        self.hosts.open_access || self.hosts.host_of(initiator_name).is_some()
+    }
+}

@@ -282,3 +282,46 @@ fn out_of_space_fails_thin_writes_only_and_recovers_after_freeing() {
     drop(engine);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn destroyed_volumes_and_snapshots_are_eradicated_when_the_retention_passes() {
+    let dir = temp_dir("retention");
+    let engine = Engine::open(EngineConfig {
+        destroy_retention_s: 0,
+        ..EngineConfig::new(&dir, 1 << 30)
+    })
+    .unwrap();
+    engine.create_volume("keep", 1 << 20).unwrap();
+    engine.create_volume("gone", 1 << 20).unwrap();
+    engine
+        .open_volume("gone")
+        .unwrap()
+        .write(0, &unique_bytes(1 << 20, 5))
+        .unwrap();
+    engine.create_snapshots(&["keep"], Some("s"), None).unwrap();
+    engine.delete_snapshot("keep@s").unwrap();
+    engine.delete_volume("gone").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let space = engine.space();
+        let snapshots_left = engine.list_snapshots(None, true).unwrap().len();
+        if space.destroyed_volume_count == 0
+            && snapshots_left == 0
+            && space.live_physical_bytes == 0
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not eradicated: {space:?}, {snapshots_left} snapshots"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Eradicated means gone for good: the names are free again.
+    assert!(engine.recover_volume("gone").is_err());
+    engine.create_volume("gone", 1 << 20).unwrap();
+    engine.check_consistency().unwrap();
+    engine.close().unwrap();
+    drop(engine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

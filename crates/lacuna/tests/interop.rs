@@ -355,3 +355,94 @@ fn cli_without_a_daemon_prints_one_line_naming_the_address() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
 }
+
+/// A snapshot is a read-only NBD export holding exactly the data of its instant,
+/// while the volume moves on; a clone of it is writable and independent; a range
+/// copy lands the source's bytes; a restore brings the old content back.
+#[test]
+fn snapshots_clones_and_copies_through_real_clients() {
+    let daemon = daemon_with_volume("snapshots", "vol", "16M");
+    let uri = daemon.uri("vol");
+    qemu_io(&uri, &["write -P 0x11 0 4M", "write -P 0x22 8M 1M"]);
+    let expected = daemon.dir.join("expected.raw");
+    tool_ok(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            &uri,
+            expected.to_str().unwrap(),
+        ],
+    );
+    daemon.cli_ok(&["snapshot", "create", "vol", "--name", "s1"]);
+    qemu_io(&uri, &["write -P 0x33 0 2M", "discard 8M 1M"]);
+    let snap = daemon.uri("vol@s1");
+    // The snapshot still reads as before the overwrite, byte for byte.
+    tool_ok(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            expected.to_str().unwrap(),
+            &snap,
+        ],
+    );
+    let info: serde_json::Value =
+        serde_json::from_str(&tool_ok("nbdinfo", &["--json", &snap])).unwrap();
+    assert_eq!(info["exports"][0]["is_read_only"], true, "{info}");
+    let refused = tool("qemu-io", &["-f", "raw", &snap, "-c", "write -P 0x44 0 4k"]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(
+        !text.contains("wrote 4096"),
+        "a snapshot took a write: {text}"
+    );
+    // A clone of the snapshot starts equal to it and then diverges on its own.
+    daemon.cli_ok(&["volume", "clone", "vol@s1", "copy1"]);
+    let clone = daemon.uri("copy1");
+    tool_ok(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            expected.to_str().unwrap(),
+            &clone,
+        ],
+    );
+    qemu_io(&clone, &["write -P 0x55 0 1M"]);
+    tool_ok(
+        "qemu-io",
+        &["-r", "-f", "raw", &snap, "-c", "read -P 0x11 0 1M"],
+    );
+    // Range copy from the live volume into the clone, metadata only when aligned.
+    daemon.cli_ok(&[
+        "volume", "copy", "vol", "copy1", "--offset", "0", "--length", "2M", "--to", "4M",
+    ]);
+    qemu_io(&clone, &["read -P 0x33 4M 2M", "read -P 0x55 0 1M"]);
+    // Restore puts the snapshot's content back into the volume.
+    daemon.cli_ok(&["volume", "restore", "vol", "--from-snapshot", "s1"]);
+    tool_ok(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            expected.to_str().unwrap(),
+            &uri,
+        ],
+    );
+}

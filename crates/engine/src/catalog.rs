@@ -163,6 +163,22 @@ impl Engine {
         let shared = Arc::new(volume_shared(&rec, ranges));
         if let Some(initial) = &initial {
             self.set_range_bits(&shared, 0, grains, initial.kind, initial.bits_from);
+            if let RangeKind::Ref { .. } = initial.kind {
+                let seq = shared
+                    .view
+                    .read()
+                    .ranges
+                    .find(0)
+                    .expect("initial record")
+                    .1
+                    .seq;
+                self.queue_bits(crate::bits::PendingBits {
+                    volume: shared.id,
+                    start: 0,
+                    end: grains,
+                    seq,
+                });
+            }
         }
         if provisioning.is_thick() {
             ws.thick_unwritten_grains += grains - shared.bitmap.lock().count();

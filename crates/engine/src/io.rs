@@ -308,6 +308,16 @@ impl Engine {
             .store(seq, std::sync::atomic::Ordering::SeqCst);
         let grains = view.size_bytes.div_ceil(GRAIN_BYTES);
         let before = vol.bitmap.lock().count();
+        // Copied bits are a good first estimate, but the source's own bits may
+        // still be estimates (a copy of a copy): the job settles every reference.
+        if matches!(kind, RangeKind::Ref { .. }) && start < grains {
+            self.queue_bits(crate::bits::PendingBits {
+                volume: vol.id,
+                start,
+                end: end.min(grains),
+                seq,
+            });
+        }
         self.set_range_bits(vol, start, end.min(grains), kind, bits_from);
         if vol.provisioning.is_thick() {
             let after = vol.bitmap.lock().count();

@@ -23,6 +23,7 @@
 
 mod batch;
 pub mod bitmap;
+mod bits;
 pub mod catalog;
 pub mod copy;
 pub mod error;
@@ -115,6 +116,8 @@ pub struct EngineStats {
     /// Key-value operations (lookups, range scans and entries visited) done by
     /// reads: the snapshot-depth test compares these.
     pub read_kv_ops: AtomicU64,
+    /// Grains whose data bits the background job settled (reference ranges).
+    pub bits_settled_grains: AtomicU64,
     /// Bumped whenever the set of live volumes changes (create, clone, destroy,
     /// recover): protocol layers compare it to know when to re-read the list.
     pub catalog_generation: AtomicU64,
@@ -165,6 +168,8 @@ pub struct Engine {
     snapshots: RwLock<BTreeMap<u64, Arc<snapshot::SnapshotShared>>>,
     /// Volumes whose snapshot history may hold versions no snapshot needs any more.
     sweep_pending: Mutex<BTreeMap<u64, lifecycle::SweepCursor>>,
+    /// Reference ranges whose data bits the background job still has to settle.
+    bits_pending: Mutex<std::collections::VecDeque<bits::PendingBits>>,
     /// Serialises taking pins with dropping unreferenced ones.
     pin_lock: Mutex<()>,
     /// Whether physical use is above the soft threshold (for edge detection).
@@ -212,6 +217,7 @@ impl Engine {
             snapshots: RwLock::new(recovered.snapshots),
             sweep_pending: Mutex::new(recovered.sweep_pending),
             pin_lock: Mutex::new(()),
+            bits_pending: Mutex::new(std::collections::VecDeque::new()),
             above_soft_threshold: AtomicBool::new(false),
             writer: Mutex::new(recovered.writer),
             write_queue: batch::WriteQueue::default(),
@@ -225,6 +231,7 @@ impl Engine {
             shutdown: AtomicBool::new(false),
             reclaimer: Mutex::new(None),
         });
+        engine.queue_reference_bits();
         let handle = reclaim::start(Arc::downgrade(&engine));
         *engine.reclaimer.lock() = Some(handle);
         Ok(engine)

@@ -358,7 +358,10 @@ impl Engine {
     /// No background work is pending: no history to sweep, no deleted volume to
     /// reclaim, no pin left that nothing references (tests wait for this).
     pub fn background_idle(&self) -> bool {
-        if !self.sweep_pending.lock().is_empty() || !self.writer.lock().doomed.is_empty() {
+        if !self.sweep_pending.lock().is_empty()
+            || !self.writer.lock().doomed.is_empty()
+            || !self.bits_pending.lock().is_empty()
+        {
             return false;
         }
         let _pins = self.pin_lock.lock();

@@ -45,6 +45,7 @@ fn run(weak: Weak<Engine>) {
         let step = engine
             .reclaim_step()
             .and_then(|worked| Ok(worked || engine.sweep_step()?))
+            .and_then(|worked| Ok(worked || engine.bits_step()?))
             .and_then(|worked| Ok(worked || engine.lifecycle_step()?));
         match step {
             Ok(true) => continue,

@@ -338,6 +338,7 @@ fn run(ops: Vec<Op>) {
     engine.check_consistency().unwrap();
     settle(&engine);
     check_all(&engine, &model);
+    check_written_bytes(&engine, &model);
     engine.check_consistency().unwrap();
     let space = engine.space();
     assert_eq!(
@@ -357,6 +358,19 @@ fn run(ops: Vec<Op>) {
     engine.close().unwrap();
     drop(engine);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Once background work settled, every volume's written bytes are exactly its
+/// grains holding non-zero data — clones, copies and restores included.
+fn check_written_bytes(engine: &Engine, model: &Model) {
+    for (name, content) in &model.volumes {
+        let data_grains = content
+            .chunks(4096)
+            .filter(|g| g.iter().any(|&b| b != 0))
+            .count() as u64;
+        let info = engine.volume_info(name).unwrap();
+        assert_eq!(info.written_bytes, data_grains * 4096, "{name}: {info:?}");
+    }
 }
 
 /// Waits until the background work (reclaim, history sweeps, unneeded pins) is done.

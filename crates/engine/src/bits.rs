@@ -1,0 +1,164 @@
+//! Data bits of reference ranges, worked out in the background.
+//!
+//! A clone, range copy or revert writes one `Ref` record. Which of its grains hold
+//! data starts as an estimate: the source volume's bitmap when the reference is to
+//! its current content, otherwise "all data" (a clone of an older snapshot, a
+//! revert, any reference after a restart). This job then reads the source's
+//! extents and sets the real bits, a bounded batch at a time, skipping grains
+//! written since (their own bits are already right).
+
+use std::sync::atomic::Ordering;
+
+use crate::meta::{self, kv_error, MapValue, RangeKind};
+use crate::view::{Content, Reader, Source};
+use crate::{Engine, Result};
+
+/// Grains settled per step.
+const BATCH_GRAINS: u64 = 1 << 16;
+
+/// A range of a volume whose bits follow a reference record with this seq.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PendingBits {
+    pub volume: u64,
+    pub start: u64,
+    pub end: u64,
+    pub seq: u64,
+}
+
+impl Engine {
+    /// Queues the bits of a reference record for the background job.
+    pub(crate) fn queue_bits(&self, pending: PendingBits) {
+        assert!(pending.start < pending.end);
+        self.bits_pending.lock().push_back(pending);
+        self.wake_reclaimer();
+    }
+
+    /// At open: every reference record's bits were rebuilt as "data"; queue them.
+    pub(crate) fn queue_reference_bits(&self) {
+        let volumes: Vec<_> = self
+            .volumes
+            .read()
+            .values()
+            .chain(self.destroyed.read().values())
+            .cloned()
+            .collect();
+        for volume in volumes {
+            let view = volume.view.read();
+            let grains = view.size_bytes.div_ceil(crate::GRAIN_BYTES);
+            for (start, rec) in view.ranges.iter() {
+                if matches!(rec.kind, RangeKind::Ref { .. }) && start < grains {
+                    self.bits_pending.lock().push_back(PendingBits {
+                        volume: volume.id,
+                        start,
+                        end: rec.end_grain.min(grains),
+                        seq: rec.seq,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Settles one batch; false when nothing is queued.
+    pub(crate) fn bits_step(&self) -> Result<bool> {
+        let Some(job) = self.bits_pending.lock().pop_front() else {
+            return Ok(false);
+        };
+        let Some(volume) = self.volume_by_id(job.volume) else {
+            return Ok(true); // eradicated meanwhile
+        };
+        let view = volume.view.read();
+        // Only pieces still covered by the same record: anything cut away has had
+        // its bits set by whatever replaced it. A cut in the middle leaves pieces
+        // on both sides, so the rest of the job goes back in the queue.
+        let covering = view
+            .ranges
+            .find(job.start)
+            .filter(|(_, r)| r.seq == job.seq && matches!(r.kind, RangeKind::Ref { .. }));
+        let Some((_, record)) = covering else {
+            if let Some(next) = view.ranges.next_start_after(job.start) {
+                if next < job.end {
+                    self.bits_pending
+                        .lock()
+                        .push_back(PendingBits { start: next, ..job });
+                }
+            }
+            return Ok(true);
+        };
+        let RangeKind::Ref { snapshot, delta } = record.kind else {
+            unreachable!("filtered above");
+        };
+        let grains = view.size_bytes.div_ceil(crate::GRAIN_BYTES);
+        let end = job
+            .end
+            .min(job.start + BATCH_GRAINS)
+            .min(record.end_grain)
+            .min(grains);
+        if job.start >= end {
+            return Ok(true);
+        }
+        if end < job.end {
+            self.bits_pending
+                .lock()
+                .push_back(PendingBits { start: end, ..job });
+        }
+        let Some(source) = self.snapshot_by_id(snapshot) else {
+            return Ok(true);
+        };
+        let txn = self.begin_read()?;
+        let mut reader = Reader::new(self, &txn)?;
+        let source = Source::Snapshot(source);
+        let (runs, reached) = reader.runs(
+            &source,
+            job.start.wrapping_add(delta),
+            end.wrapping_add(delta),
+            BATCH_GRAINS,
+            0,
+        )?;
+        let settled_end = reached.wrapping_sub(delta).min(end);
+        if settled_end < end {
+            self.queue_bits(PendingBits {
+                start: settled_end,
+                end,
+                ..job
+            });
+        }
+        let mut data = Vec::with_capacity((settled_end - job.start) as usize);
+        for run in runs {
+            let is_data = !matches!(run.content, Content::Hole | Content::Pattern(0));
+            data.extend(std::iter::repeat_n(is_data, run.grains as usize));
+        }
+        data.truncate((settled_end - job.start) as usize);
+        // Under the writer mutex, so no write's bits land between the check of
+        // newer mappings and the update.
+        let mut ws = self.writer.lock();
+        let current = self.begin_read()?;
+        let current_maps = current.open_table(meta::MAPPINGS).map_err(kv_error)?;
+        let mut written_since = std::collections::BTreeSet::new();
+        for item in current_maps
+            .range((job.volume, job.start)..(job.volume, settled_end))
+            .map_err(kv_error)?
+        {
+            let (key, value) = item.map_err(kv_error)?;
+            if MapValue::decode(value.value())?.seq > job.seq {
+                written_since.insert(key.value().1);
+            }
+        }
+        let mut bitmap = volume.bitmap.lock();
+        let before = bitmap.count();
+        for (i, is_data) in data.into_iter().enumerate() {
+            let grain = job.start + i as u64;
+            if !written_since.contains(&grain) {
+                bitmap.set(grain, is_data);
+            }
+        }
+        if volume.provisioning.is_thick() {
+            ws.thick_unwritten_grains = (ws.thick_unwritten_grains + before)
+                .checked_sub(bitmap.count())
+                .expect("thick reservation never negative");
+        }
+        self.stats
+            .bits_settled_grains
+            .fetch_add(settled_end - job.start, Ordering::Relaxed);
+        Ok(true)
+    }
+}

@@ -34,8 +34,12 @@ const KNOWN_NOT_PASSING: &[(&str, &str)] = &[
     ),
 ];
 
+const CHAP_INITIATOR: &str = "iqn.2024-01.org.example:chap-host";
+const CHAP_USER: &str = "chapuser";
+const CHAP_SECRET: &str = "a-secret-of-16ch";
+
 /// Writes the host registry the daemon loads at start: both test initiators in
-/// one host, with one LUN per unit kind.
+/// one host, with one LUN per unit kind, and a host that must log in with CHAP.
 fn write_hosts(dir: &std::path::Path) {
     let lun = |volume: &str, block: u32, removable: bool| serde_json::json!({"volume": volume, "block_size_bytes": block, "removable": removable});
     let hosts = serde_json::json!({"hosts": {"conformance": {
@@ -50,6 +54,12 @@ fn write_hosts(dir: &std::path::Path) {
             "3": lun("base@frozen", 512, false),
             "4": lun("fourk", 4096, false),
         }
+    }, "chap-host": {
+        "name": "chap-host",
+        "iqns": [CHAP_INITIATOR],
+        "chap": {"user": CHAP_USER, "secret": CHAP_SECRET},
+        "mutual_chap": null,
+        "luns": {"0": lun("second", 512, false)}
     }}});
     std::fs::create_dir_all(dir.join("data")).unwrap();
     std::fs::write(
@@ -268,4 +278,91 @@ fn masking_shows_each_initiator_only_its_luns() {
         let text = qemu_io(1, command);
         assert!(text.contains(expect), "{command}: {text}");
     }
+}
+
+#[test]
+fn chap_is_enforced_and_qemu_img_converts_and_compares_over_iscsi() {
+    let daemon = start();
+    let url = |user: &str, secret: &str| {
+        format!(
+            "iscsi://{user}%{secret}@127.0.0.1:{}/{TARGET_IQN}/0",
+            daemon.iscsi_ports[0]
+        )
+    };
+    let good = tool(
+        "iscsi-inq",
+        &["-i", CHAP_INITIATOR, &url(CHAP_USER, CHAP_SECRET)],
+    );
+    assert!(
+        good.status.success(),
+        "{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+    let bad = tool(
+        "iscsi-inq",
+        &["-i", CHAP_INITIATOR, &url(CHAP_USER, "wrong-secret-123")],
+    );
+    assert!(!bad.status.success(), "a wrong CHAP secret logged in");
+    let none = tool(
+        "iscsi-inq",
+        &["-i", CHAP_INITIATOR, &daemon.iscsi_url(0, 0)],
+    );
+    assert!(!none.status.success(), "CHAP was not required");
+    // The secret never reaches the log, even when a login fails.
+    assert!(!daemon.log().contains(CHAP_SECRET));
+    assert!(!daemon.log().contains("wrong-secret-123"));
+    // The other host still works after the failures.
+    assert!(
+        tool("iscsi-inq", &["-i", INITIATOR, &daemon.iscsi_url(0, 0)])
+            .status
+            .success()
+    );
+
+    // qemu-img writes an image into a LUN and reads it back equal.
+    let image = daemon.dir.join("image.raw");
+    let mut bytes = vec![0u8; 8 << 20];
+    for (i, chunk) in bytes.chunks_mut(4096).enumerate() {
+        if i % 3 != 0 {
+            chunk.fill((i % 251) as u8 + 1);
+        }
+    }
+    std::fs::write(&image, &bytes).unwrap();
+    let target = format!(
+        "json:{{\"driver\":\"raw\",\"file\":{{\"driver\":\"iscsi\",\"transport\":\"tcp\",\
+         \"portal\":\"127.0.0.1:{}\",\"target\":\"{TARGET_IQN}\",\"lun\":1,\
+         \"initiator-name\":\"{INITIATOR}\"}}}}",
+        daemon.iscsi_ports[1]
+    );
+    tool_ok(
+        "qemu-img",
+        &[
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            image.to_str().unwrap(),
+            &target,
+        ],
+    );
+    let out = tool(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            image.to_str().unwrap(),
+            &target,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The LUN is larger than the image: the rest must read as zeroes.
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -7,12 +7,21 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use lacuna_engine::EngineError;
 
+use crate::hosts::HostControlError;
+
 /// A failed request.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// What the engine refused or failed to do; the status follows the variant.
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// What the host registry refused or failed to do.
+    #[error(transparent)]
+    Hosts(#[from] HostControlError),
+    /// A host route on an API state built without host management (see
+    /// `ApiState::with_hosts`): 501, the server does not offer it.
+    #[error("host management is not available on this server")]
+    HostsUnavailable,
     /// The request body or path could not be understood (malformed JSON, a missing
     /// or unknown field, a wrong type).
     #[error("{0}")]
@@ -37,21 +46,15 @@ pub enum ApiError {
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Engine(e) => match e {
-                EngineError::VolumeNotFound(_) | EngineError::SnapshotNotFound(_) => {
-                    StatusCode::NOT_FOUND
-                }
-                EngineError::VolumeExists(_) | EngineError::SnapshotExists(_) => {
-                    StatusCode::CONFLICT
-                }
-                EngineError::InvalidArgument(_) | EngineError::OutOfRange { .. } => {
-                    StatusCode::BAD_REQUEST
-                }
-                EngineError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
-                EngineError::Corruption(_) | EngineError::Io { .. } | EngineError::Metadata(_) => {
-                    StatusCode::INTERNAL_SERVER_ERROR
-                }
+            ApiError::Engine(e) => engine_status(e),
+            ApiError::Hosts(e) => match e {
+                HostControlError::HostNotFound(_) => StatusCode::NOT_FOUND,
+                HostControlError::HostExists(_) => StatusCode::CONFLICT,
+                HostControlError::Invalid(_) => StatusCode::BAD_REQUEST,
+                HostControlError::Engine(e) => engine_status(e),
+                HostControlError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
+            ApiError::HostsUnavailable => StatusCode::NOT_IMPLEMENTED,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -59,6 +62,18 @@ impl ApiError {
             ApiError::NoRoute { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+fn engine_status(e: &EngineError) -> StatusCode {
+    match e {
+        EngineError::VolumeNotFound(_) | EngineError::SnapshotNotFound(_) => StatusCode::NOT_FOUND,
+        EngineError::VolumeExists(_) | EngineError::SnapshotExists(_) => StatusCode::CONFLICT,
+        EngineError::InvalidArgument(_) | EngineError::OutOfRange { .. } => StatusCode::BAD_REQUEST,
+        EngineError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
+        EngineError::Corruption(_) | EngineError::Io { .. } | EngineError::Metadata(_) => {
+            StatusCode::INTERNAL_SERVER_ERROR
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Lacuna's control plane: a small REST API (JSON over HTTP/1.1) for volumes (create,
 //! clone, resize, destroy, recover, restore, range copy), snapshots and consistency
-//! groups, and the array's space figures.
+//! groups, the array's space figures, and hosts (LUN masking for iSCSI).
 //!
 //! Every request except `GET /healthz` must carry `Authorization: Bearer <token>`,
 //! where the token lives in `<data_dir>/api-token` (see [`load_or_create_token`]).
@@ -28,16 +28,30 @@
 //! | POST   | `/v1/snapshots/{VOL@S}/recover`   | bring a destroyed snapshot back       |
 //! | POST   | `/v1/snapshots/{VOL@S}/eradicate` | eradicate a destroyed snapshot now    |
 //! | GET    | `/v1/array/space`                 | array-wide space report               |
+//! | GET    | `/v1/hosts`                       | list hosts (never their CHAP secrets) |
+//! | POST   | `/v1/hosts`                       | create `{name, iqns, chap_user?, chap_secret?, mutual_chap_user?, mutual_chap_secret?}` |
+//! | GET    | `/v1/hosts/{host}`                | one host, with its LUNs               |
+//! | DELETE | `/v1/hosts/{host}`                | delete (its initiators lose every LUN)|
+//! | POST   | `/v1/hosts/{host}/connect`        | map `{volume, lun?, block_size_bytes?, removable?}`, answers the LUN |
+//! | POST   | `/v1/hosts/{host}/disconnect`     | unmap `{volume}`                      |
 //! | GET    | `/v1/openapi.json`                | this API's OpenAPI 3.0 document       |
 //!
 //! Errors are `{"error": "message"}` with 400 (invalid argument, body or query),
-//! 401 (token), 404 (no such volume, snapshot or route), 409 (volume or snapshot
-//! exists), 413 (body too large), 415 (body not JSON), 507 (out of space, or a
-//! thick reservation the array cannot honour) or 500 (I/O, metadata).
+//! 401 (token), 404 (no such volume, snapshot, host or route), 409 (volume,
+//! snapshot or host exists), 413 (body too large), 415 (body not JSON), 507 (out
+//! of space, or a thick reservation the array cannot honour), 500 (I/O, metadata)
+//! or 501 (a host route on a server without host management).
+//!
+//! Hosts: connecting a volume or snapshot that does not exist (or is destroyed)
+//! is refused with 404, so a typo cannot make a LUN that never appears. A volume
+//! destroyed after it was connected keeps its LUN in the host's list but is not
+//! presented until it is recovered. CHAP secrets are accepted on create only and
+//! never appear in an answer, an error message or the log.
 
 mod control;
 mod error;
 mod extract;
+mod hosts;
 pub mod openapi;
 mod requests;
 mod token;
@@ -57,6 +71,10 @@ use serde::{Deserialize, Serialize};
 
 pub use control::ControlPlane;
 pub use error::{ApiError, ErrorBody};
+pub use hosts::{
+    ChapCredentials, ConnectVolumeRequest, CreateHostRequest, DisconnectVolumeRequest, HostControl,
+    HostControlError, HostInfo, LunInfo, NewHost, NewLun, BLOCK_SIZES, DEFAULT_BLOCK_SIZE_BYTES,
+};
 pub use requests::{
     CopyRangeRequest, CreateSnapshotsRequest, CreateVolumeRequest, ListSnapshotsQuery,
     ListVolumesQuery, ResizeVolumeRequest, RestoreVolumeRequest,
@@ -69,20 +87,31 @@ use extract::{JsonBody, PathParam, QueryParams};
 /// limit only stops a client from making the daemon buffer junk.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// What every handler shares: the array and the token requests must present.
+/// What every handler shares: the array, its hosts, and the token requests must
+/// present.
 #[derive(Clone)]
 pub struct ApiState {
     control: Arc<dyn ControlPlane>,
+    hosts: Option<Arc<dyn HostControl>>,
     token: Arc<str>,
 }
 
 impl ApiState {
-    /// `control` is normally the daemon's `Arc<Engine>`.
+    /// `control` is normally the daemon's `Arc<Engine>`. The state has no host
+    /// management until [`ApiState::with_hosts`]: the host routes then answer 501
+    /// (they stay routed and behind the token, so the API's shape does not change).
     pub fn new<C: ControlPlane>(control: Arc<C>, token: impl Into<String>) -> ApiState {
         ApiState {
             control,
+            hosts: None,
             token: Arc::from(token.into()),
         }
+    }
+
+    /// Serves the host routes from `hosts` (the daemon's host registry).
+    pub fn with_hosts(mut self, hosts: Arc<dyn HostControl>) -> ApiState {
+        self.hosts = Some(hosts);
+        self
     }
 }
 
@@ -115,6 +144,10 @@ pub fn router(state: ApiState) -> Router {
             post(eradicate_snapshot),
         )
         .route("/v1/array/space", get(array_space))
+        .route("/v1/hosts", get(list_hosts).post(create_host))
+        .route("/v1/hosts/{host}", get(show_host).delete(delete_host))
+        .route("/v1/hosts/{host}/connect", post(connect_volume))
+        .route("/v1/hosts/{host}/disconnect", post(disconnect_volume))
         .route("/v1/openapi.json", get(openapi_document))
         .method_not_allowed_fallback(method_not_allowed)
         // Unknown paths also need the token, so probing reveals nothing.
@@ -161,6 +194,20 @@ where
     tokio::task::spawn_blocking(move || f(control.as_ref()))
         .await
         .map_err(|e| ApiError::Internal(format!("control-plane task failed: {e}")))?
+        .map_err(ApiError::from)
+}
+
+/// Runs a blocking host-registry call on the blocking pool; 501 when the state
+/// has no host management.
+async fn hosts_blocking<T, F>(state: &ApiState, f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&dyn HostControl) -> Result<T, HostControlError> + Send + 'static,
+{
+    let hosts = state.hosts.clone().ok_or(ApiError::HostsUnavailable)?;
+    tokio::task::spawn_blocking(move || f(hosts.as_ref()))
+        .await
+        .map_err(|e| ApiError::Internal(format!("host-registry task failed: {e}")))?
         .map_err(ApiError::from)
 }
 
@@ -373,6 +420,57 @@ async fn eradicate_snapshot(
 
 async fn array_space(State(state): State<ApiState>) -> Result<Json<SpaceReport>, ApiError> {
     Ok(Json(blocking(&state, |c| c.space()).await?))
+}
+
+async fn list_hosts(State(state): State<ApiState>) -> Result<Json<Vec<HostInfo>>, ApiError> {
+    Ok(Json(hosts_blocking(&state, |h| h.list_hosts()).await?))
+}
+
+async fn create_host(
+    State(state): State<ApiState>,
+    JsonBody(body): JsonBody<CreateHostRequest>,
+) -> Result<(StatusCode, Json<HostInfo>), ApiError> {
+    let host = body.into_new_host()?;
+    let info = hosts_blocking(&state, move |h| h.create_host(host)).await?;
+    Ok((StatusCode::CREATED, Json(info)))
+}
+
+async fn show_host(
+    State(state): State<ApiState>,
+    PathParam(name): PathParam,
+) -> Result<Json<HostInfo>, ApiError> {
+    Ok(Json(
+        hosts_blocking(&state, move |h| h.host_info(&name)).await?,
+    ))
+}
+
+async fn delete_host(
+    State(state): State<ApiState>,
+    PathParam(name): PathParam,
+) -> Result<StatusCode, ApiError> {
+    hosts_blocking(&state, move |h| h.delete_host(&name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Answers the LUN made.
+async fn connect_volume(
+    State(state): State<ApiState>,
+    PathParam(host): PathParam,
+    JsonBody(body): JsonBody<ConnectVolumeRequest>,
+) -> Result<Json<LunInfo>, ApiError> {
+    let lun = body.into_new_lun()?;
+    Ok(Json(
+        hosts_blocking(&state, move |h| h.connect(&host, lun)).await?,
+    ))
+}
+
+async fn disconnect_volume(
+    State(state): State<ApiState>,
+    PathParam(host): PathParam,
+    JsonBody(body): JsonBody<DisconnectVolumeRequest>,
+) -> Result<StatusCode, ApiError> {
+    hosts_blocking(&state, move |h| h.disconnect(&host, &body.volume)).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn openapi_document() -> Json<serde_json::Value> {

@@ -21,6 +21,13 @@ pub fn document() -> Value {
         "description": "Snapshot as VOL@NAME (the '@' may be sent as is or as %40). It is also the read-only NBD export name.",
         "schema": {"type": "string", "pattern": "^[^@/]+@[^@/]+$"}
     });
+    let host_param = json!({
+        "name": "host",
+        "in": "path",
+        "required": true,
+        "description": "Host name: 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')",
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"}
+    });
     let destroyed_query = json!({
         "name": "destroyed",
         "in": "query",
@@ -33,7 +40,7 @@ pub fn document() -> Value {
         "info": {
             "title": "Lacuna control API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Manage the volumes and snapshots of a Lacuna storage array and read its space figures. Every operation except GET /healthz needs 'Authorization: Bearer <token>', the token being in <data-dir>/api-token. All sizes are in bytes."
+            "description": "Manage the volumes, snapshots and hosts (iSCSI LUN masking) of a Lacuna storage array and read its space figures. Host routes answer 501 on a server built without host management (the daemon always has it). Every operation except GET /healthz needs 'Authorization: Bearer <token>', the token being in <data-dir>/api-token. All sizes are in bytes."
         },
         "servers": [{"url": "http://127.0.0.1:8080"}],
         "security": [{"bearerAuth": []}],
@@ -220,6 +227,70 @@ pub fn document() -> Value {
                     }), &["401", "500"])
                 }
             },
+            "/v1/hosts": {
+                "get": {
+                    "operationId": "listHosts",
+                    "summary": "List hosts, sorted by name (CHAP users, never secrets)",
+                    "responses": with_errors(json!({
+                        "200": {
+                            "description": "The hosts, sorted by name",
+                            "content": {"application/json": {"schema": {
+                                "type": "array",
+                                "items": {"$ref": "#/components/schemas/HostInfo"}
+                            }}}
+                        }
+                    }), &["401", "500", "501"])
+                },
+                "post": {
+                    "operationId": "createHost",
+                    "summary": "Create a host: initiator names that share access, optionally with CHAP",
+                    "description": "Each initiator name belongs to at most one host (else 400). CHAP secrets are 12 to 255 characters; a user needs its secret and a secret its user; mutual CHAP needs one-way CHAP. Secrets are stored by the daemon (mode 0600) and never returned. The host sees nothing until volumes are connected to it.",
+                    "requestBody": json_request("CreateHostRequest"),
+                    "responses": with_errors(json!({
+                        "201": json_response("The new host", "HostInfo")
+                    }), &["400", "401", "409", "413", "415", "500", "501"])
+                }
+            },
+            "/v1/hosts/{host}": {
+                "parameters": [host_param.clone()],
+                "get": {
+                    "operationId": "getHost",
+                    "summary": "One host, with its LUNs",
+                    "responses": with_errors(json!({
+                        "200": json_response("The host", "HostInfo")
+                    }), &["400", "401", "404", "500", "501"])
+                },
+                "delete": {
+                    "operationId": "deleteHost",
+                    "summary": "Delete a host: its initiators lose every LUN at once (live sessions get REPORTED LUNS DATA HAS CHANGED); the volumes are untouched",
+                    "responses": with_errors(json!({
+                        "204": {"description": "Deleted"}
+                    }), &["400", "401", "404", "500", "501"])
+                }
+            },
+            "/v1/hosts/{host}/connect": {
+                "parameters": [host_param.clone()],
+                "post": {
+                    "operationId": "connectVolume",
+                    "summary": "Connect a volume (or a snapshot VOL@SNAP, read-only) to a host at a LUN",
+                    "description": "The lowest free LUN unless 'lun' is given (0 to 16383). 400 if the LUN is taken, the volume is already connected to this host, the block size is not 512 or 4096, or the host has 1024 LUNs; 404 if the host, or the volume or snapshot, does not exist (a destroyed one counts as absent). Live sessions of the host's initiators see the new LUN at once.",
+                    "requestBody": json_request("ConnectVolumeRequest"),
+                    "responses": with_errors(json!({
+                        "200": json_response("The LUN made", "LunInfo")
+                    }), &["400", "401", "404", "413", "415", "500", "501"])
+                }
+            },
+            "/v1/hosts/{host}/disconnect": {
+                "parameters": [host_param],
+                "post": {
+                    "operationId": "disconnectVolume",
+                    "summary": "Take a volume (or snapshot) away from a host, whatever its LUN (400 if it is not connected)",
+                    "requestBody": json_request("DisconnectVolumeRequest"),
+                    "responses": with_errors(json!({
+                        "204": {"description": "Disconnected"}
+                    }), &["400", "401", "404", "413", "415", "500", "501"])
+                }
+            },
             "/v1/openapi.json": {
                 "get": {
                     "operationId": "getOpenApi",
@@ -280,11 +351,11 @@ const ERRORS: &[(&str, &str, &str)] = &[
         "Invalid argument (name, size, range, state) or malformed body or query",
     ),
     ("401", "Unauthorized", "Missing or wrong bearer token"),
-    ("404", "NotFound", "No such volume or snapshot"),
+    ("404", "NotFound", "No such volume, snapshot or host"),
     (
         "409",
         "Conflict",
-        "A volume or snapshot with that name exists",
+        "A volume, snapshot or host with that name exists",
     ),
     ("413", "PayloadTooLarge", "Request body over 64 KiB"),
     (
@@ -295,7 +366,12 @@ const ERRORS: &[(&str, &str, &str)] = &[
     (
         "500",
         "InternalError",
-        "I/O or metadata failure in the array",
+        "I/O or metadata failure in the array or the host registry",
+    ),
+    (
+        "501",
+        "NotImplemented",
+        "Host management is not available on this server",
     ),
     (
         "507",
@@ -447,6 +523,48 @@ fn schemas() -> Value {
             "snapshot_count": count("Named snapshots of the volume"),
             "destroyed_unix_s": nullable(count("When it was destroyed; null while live")),
             "eradicate_at_unix_s": nullable(count("When a destroyed volume is eradicated automatically; null while live"))
+        })),
+        "CreateHostRequest": closed(object_with_optional(json!({
+            "name": {"type": "string", "description": "1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')"},
+            "iqns": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "maxLength": 223, "description": "iqn.…, eui.… or naa.…"},
+                "description": "iSCSI initiator names that log in as this host"
+            }
+        }), json!({
+            "chap_user": {"type": "string", "minLength": 1, "maxLength": 255, "description": "One-way CHAP: the user the initiator authenticates as (needs chap_secret)"},
+            "chap_secret": {"type": "string", "minLength": 12, "maxLength": 255, "writeOnly": true, "description": "One-way CHAP secret; never returned"},
+            "mutual_chap_user": {"type": "string", "minLength": 1, "maxLength": 255, "description": "Mutual CHAP: the user the target authenticates to the initiator as (needs one-way CHAP and mutual_chap_secret)"},
+            "mutual_chap_secret": {"type": "string", "minLength": 12, "maxLength": 255, "writeOnly": true, "description": "Mutual CHAP secret; never returned"}
+        }))),
+        "ConnectVolumeRequest": closed(object_with_optional(json!({
+            "volume": {"type": "string", "description": "VOL, or VOL@SNAP for a read-only snapshot LUN"}
+        }), json!({
+            "lun": {"type": "integer", "format": "int64", "minimum": 0, "maximum": 16383, "description": "The LUN (default: the lowest free one)"},
+            "block_size_bytes": {"type": "integer", "enum": [512, 4096], "default": 512, "description": "Logical block size presented: 512 (512e) or 4096 (4Kn)"},
+            "removable": {"type": "boolean", "default": false, "description": "Present as removable medium (eject and load with START STOP UNIT)"}
+        }))),
+        "DisconnectVolumeRequest": closed(object(json!({
+            "volume": {"type": "string", "description": "The volume or VOL@SNAP to take away, whatever its LUN"}
+        }))),
+        "LunInfo": object(json!({
+            "lun": {"type": "integer", "format": "int64", "minimum": 0, "maximum": 16383},
+            "volume": {"type": "string", "description": "VOL, or VOL@SNAP for a snapshot"},
+            "block_size_bytes": {"type": "integer", "enum": [512, 4096], "description": "Logical block size presented"},
+            "removable": {"type": "boolean", "description": "Presented as removable medium"},
+            "read_only": {"type": "boolean", "description": "A snapshot LUN: write-protected"}
+        })),
+        "HostInfo": object(json!({
+            "name": {"type": "string"},
+            "iqns": {"type": "array", "items": {"type": "string"}, "description": "Initiator names that log in as this host"},
+            "chap_user": nullable(json!({"type": "string", "description": "One-way CHAP user; null without CHAP"})),
+            "mutual_chap_user": nullable(json!({"type": "string", "description": "Mutual CHAP user; null without mutual CHAP"})),
+            "luns": {
+                "type": "array",
+                "items": {"$ref": "#/components/schemas/LunInfo"},
+                "description": "What the host sees, by ascending LUN"
+            }
         })),
         "SpaceReport": object(json!({
             "capacity_bytes": bytes("Physical capacity of the array"),

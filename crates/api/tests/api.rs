@@ -1,7 +1,7 @@
 //! The API over a real engine in a temporary directory: authentication,
 //! validation, JSON errors for malformed bodies, snapshots, clones, range copies,
-//! restores, provisioning types, destroy/recover/eradicate, and an OpenAPI
-//! document that names every route.
+//! restores, provisioning types, destroy/recover/eradicate, hosts against the
+//! daemon's real host registry, and an OpenAPI document that names every route.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -9,6 +9,13 @@ use lacuna_api::{load_or_create_token, router, ApiState};
 use lacuna_engine::{Engine, EngineConfig};
 use serde_json::Value;
 use tower::ServiceExt;
+
+/// The daemon's host registry and its `HostControl` (the API crate cannot depend
+/// on the binary, so the file is compiled in here as it is): the host routes run
+/// against the real thing, persisting to the fixture's directory.
+#[allow(dead_code)]
+#[path = "../../lacuna/src/hosts.rs"]
+mod hosts;
 
 struct Fixture {
     app: axum::Router,
@@ -29,8 +36,13 @@ fn fixture(tag: &str) -> Fixture {
     let _ = std::fs::remove_dir_all(&dir);
     let engine = Engine::open(EngineConfig::new(dir.clone(), 1 << 30)).unwrap();
     let token = load_or_create_token(&dir).unwrap();
+    let registry = std::sync::Arc::new(hosts::HostRegistry::open(&dir, false).unwrap());
+    let host_control = std::sync::Arc::new(hosts::RegistryHosts {
+        registry,
+        engine: engine.clone(),
+    });
     Fixture {
-        app: router(ApiState::new(engine.clone(), token.clone())),
+        app: router(ApiState::new(engine.clone(), token.clone()).with_hosts(host_control)),
         token,
         dir,
         engine,
@@ -194,12 +206,187 @@ async fn openapi_document_lists_every_route() {
         ("/v1/snapshots/{snapshot}/recover", vec!["post"]),
         ("/v1/snapshots/{snapshot}/eradicate", vec!["post"]),
         ("/v1/array/space", vec!["get"]),
+        ("/v1/hosts", vec!["get", "post"]),
+        ("/v1/hosts/{host}", vec!["get", "delete"]),
+        ("/v1/hosts/{host}/connect", vec!["post"]),
+        ("/v1/hosts/{host}/disconnect", vec!["post"]),
         ("/v1/openapi.json", vec!["get"]),
     ] {
         for method in methods {
             assert!(paths[path][method].is_object(), "{method} {path} missing");
         }
     }
+}
+
+/// Hosts over the real registry and engine: secrets are stored (mode 0600) and
+/// never answered, volumes are checked before they are connected, every refusal
+/// has its status, and what was answered is what a restarted daemon loads.
+#[tokio::test]
+async fn hosts_against_the_real_registry() {
+    let f = fixture("hosts");
+    let t = Some(f.token.as_str());
+    f.engine.create_volume("vm1", 1 << 20).unwrap();
+    f.engine.create_volume("vm2", 1 << 20).unwrap();
+    f.engine
+        .create_snapshots(&["vm1"], Some("s1"), None)
+        .unwrap();
+    let (status, body) = call(&f, "GET", "/v1/hosts", t, None).await;
+    assert_eq!((status, body), (StatusCode::OK, serde_json::json!([])));
+    let create = r#"{"name":"esx1","iqns":["iqn.1998-01.com.vmware:esx1","iqn.1998-01.com.vmware:esx1b"],"chap_user":"esx1","chap_secret":"initiator-secret-1","mutual_chap_user":"lacuna","mutual_chap_secret":"target-secret-22"}"#;
+    let (status, body) = call(&f, "POST", "/v1/hosts", t, Some(create)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["chap_user"], "esx1");
+    assert_eq!(body["mutual_chap_user"], "lacuna");
+    assert_eq!(body["luns"], serde_json::json!([]));
+    assert!(!body.to_string().contains("secret"), "{body}");
+    let file = f.dir.join(hosts::HOSTS_FILE_NAME);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(std::fs::read_to_string(&file)
+        .unwrap()
+        .contains("initiator-secret-1"));
+
+    for (body, status, expected) in [
+        (create, StatusCode::CONFLICT, "host 'esx1' already exists"),
+        (
+            r#"{"name":"h2","iqns":["iqn.1998-01.com.vmware:esx1"]}"#,
+            StatusCode::BAD_REQUEST,
+            "already belongs to host 'esx1'",
+        ),
+        (
+            r#"{"name":"h2","iqns":["esx2"]}"#,
+            StatusCode::BAD_REQUEST,
+            "is not an iSCSI name",
+        ),
+        (
+            r#"{"name":"h2","iqns":[]}"#,
+            StatusCode::BAD_REQUEST,
+            "at least one initiator",
+        ),
+        (
+            r#"{"name":"h 2","iqns":["iqn.2024-01.org:h2"]}"#,
+            StatusCode::BAD_REQUEST,
+            "host name",
+        ),
+        (
+            r#"{"name":"h2","iqns":["iqn.2024-01.org:h2"],"chap_user":"u","chap_secret":"tooshort"}"#,
+            StatusCode::BAD_REQUEST,
+            "CHAP secret must be 12 to 255 characters",
+        ),
+        (
+            r#"{"name":"h2","iqns":["iqn.2024-01.org:h2"],"mutual_chap_user":"t","mutual_chap_secret":"target-secret-22"}"#,
+            StatusCode::BAD_REQUEST,
+            "mutual CHAP needs one-way CHAP",
+        ),
+    ] {
+        let (got, answer) = call(&f, "POST", "/v1/hosts", t, Some(body)).await;
+        assert_eq!(got, status, "{body}: {answer}");
+        let message = answer["error"].as_str().unwrap();
+        assert!(message.contains(expected), "{body}: {message}");
+        assert!(!message.contains("tooshort"), "{message}");
+    }
+
+    let fixture = &f;
+    let connect =
+        |body: &'static str| call(fixture, "POST", "/v1/hosts/esx1/connect", t, Some(body));
+    let (status, body) = connect(r#"{"volume":"vm1"}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        serde_json::json!({"lun": 0, "volume": "vm1", "block_size_bytes": 512, "removable": false, "read_only": false})
+    );
+    let (status, body) =
+        connect(r#"{"volume":"vm1@s1","lun":9,"block_size_bytes":4096,"removable":true}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        serde_json::json!({"lun": 9, "volume": "vm1@s1", "block_size_bytes": 4096, "removable": true, "read_only": true})
+    );
+    for (body, status, expected) in [
+        (
+            r#"{"volume":"nope"}"#,
+            StatusCode::NOT_FOUND,
+            "volume 'nope' does not exist",
+        ),
+        (
+            r#"{"volume":"vm1@nope"}"#,
+            StatusCode::NOT_FOUND,
+            "vm1@nope",
+        ),
+        (
+            r#"{"volume":"vm1"}"#,
+            StatusCode::BAD_REQUEST,
+            "already connected to host 'esx1' at LUN 0",
+        ),
+        (
+            r#"{"volume":"vm2","lun":9}"#,
+            StatusCode::BAD_REQUEST,
+            "LUN 9 of host 'esx1' is taken by 'vm1@s1'",
+        ),
+        (
+            r#"{"volume":"vm2","lun":16384}"#,
+            StatusCode::BAD_REQUEST,
+            "above 16383",
+        ),
+        (
+            r#"{"volume":"vm2","block_size_bytes":520}"#,
+            StatusCode::BAD_REQUEST,
+            "512 or 4096",
+        ),
+    ] {
+        let (got, answer) = connect(body).await;
+        assert_eq!(got, status, "{body}: {answer}");
+        let message = answer["error"].as_str().unwrap();
+        assert!(message.contains(expected), "{body}: {message}");
+    }
+    let (status, body) = call(
+        &f,
+        "POST",
+        "/v1/hosts/nobody/connect",
+        t,
+        Some(r#"{"volume":"vm2"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"], "host 'nobody' does not exist");
+    // A destroyed volume cannot be connected.
+    f.engine.delete_volume("vm2").unwrap();
+    let (status, _) = connect(r#"{"volume":"vm2"}"#).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let (status, body) = call(&f, "GET", "/v1/hosts/esx1", t, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let luns: Vec<&str> = body["luns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["volume"].as_str().unwrap())
+        .collect();
+    assert_eq!(luns, ["vm1", "vm1@s1"]);
+    assert_eq!(body["iqns"].as_array().unwrap().len(), 2);
+    // A restarted daemon loads what was answered.
+    let reloaded = hosts::HostRegistry::open(&f.dir, false).unwrap();
+    let again = serde_json::to_value(reloaded.get("esx1").unwrap()).unwrap();
+    assert_eq!(again, body);
+
+    let disconnect =
+        |body: &'static str| call(fixture, "POST", "/v1/hosts/esx1/disconnect", t, Some(body));
+    let (status, _) = disconnect(r#"{"volume":"vm1@s1"}"#).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, body) = disconnect(r#"{"volume":"vm1@s1"}"#).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["error"].as_str().unwrap().contains("is not connected"));
+    let (status, _) = call(&f, "DELETE", "/v1/hosts/esx1", t, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    for (method, uri) in [("GET", "/v1/hosts/esx1"), ("DELETE", "/v1/hosts/esx1")] {
+        let (status, body) = call(&f, method, uri, t, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {uri}");
+        assert_eq!(body["error"], "host 'esx1' does not exist");
+    }
+    assert!(!std::fs::read_to_string(&file)
+        .unwrap()
+        .contains("initiator-secret-1"));
 }
 
 /// Writes `data` at `offset_bytes` of a volume through the engine's data path.

@@ -1,14 +1,18 @@
 //! Routing, authentication, body validation and the mapping of every engine error
 //! to its status, against an in-memory double of the engine (so failures a real
-//! array rarely produces — out of space, I/O errors — can be injected), plus the
-//! real listener path through `serve`.
+//! array rarely produces — out of space, I/O errors — can be injected), the host
+//! routes against a double of the host registry, plus the real listener path
+//! through `serve`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
-use lacuna_api::{router, ApiState, ControlPlane, MAX_BODY_BYTES};
+use lacuna_api::{
+    router, ApiState, ControlPlane, HostControl, HostControlError, HostInfo, LunInfo, NewHost,
+    NewLun, MAX_BODY_BYTES,
+};
 use lacuna_engine::{
     CopyReport, EngineError, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport, VolumeInfo,
 };
@@ -331,6 +335,142 @@ impl ControlPlane for FakeArray {
     }
 }
 
+/// A host-registry double: hosts in a map (with the secrets they were given, to
+/// check they arrive and never come back), a log of calls, an optional error
+/// every call returns. Volume "missing" does not exist; the others all do.
+#[derive(Default)]
+struct FakeHosts {
+    hosts: Mutex<BTreeMap<String, HostInfo>>,
+    secrets: Mutex<BTreeMap<String, Vec<String>>>,
+    calls: Mutex<Vec<String>>,
+    fail_with: Mutex<Option<fn() -> HostControlError>>,
+}
+
+impl FakeHosts {
+    fn check(&self, call: String) -> Result<(), HostControlError> {
+        self.calls.lock().unwrap().push(call);
+        match *self.fail_with.lock().unwrap() {
+            Some(make) => Err(make()),
+            None => Ok(()),
+        }
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+impl HostControl for FakeHosts {
+    fn list_hosts(&self) -> Result<Vec<HostInfo>, HostControlError> {
+        self.check("list_hosts".into())?;
+        Ok(self.hosts.lock().unwrap().values().cloned().collect())
+    }
+
+    fn host_info(&self, name: &str) -> Result<HostInfo, HostControlError> {
+        self.check(format!("host_info {name}"))?;
+        self.hosts
+            .lock()
+            .unwrap()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| HostControlError::HostNotFound(name.into()))
+    }
+
+    fn create_host(&self, host: NewHost) -> Result<HostInfo, HostControlError> {
+        self.check(format!("create_host {host:?}"))?;
+        if !host.iqns.iter().all(|i| i.starts_with("iqn.")) {
+            return Err(HostControlError::Invalid("not an iSCSI name".into()));
+        }
+        if host.chap.iter().any(|c| c.secret.len() < 12) {
+            return Err(HostControlError::Invalid(
+                "CHAP secret must be 12 to 255 characters".into(),
+            ));
+        }
+        let mut hosts = self.hosts.lock().unwrap();
+        if hosts.contains_key(&host.name) {
+            return Err(HostControlError::HostExists(host.name));
+        }
+        let info = HostInfo {
+            name: host.name.clone(),
+            iqns: host.iqns.clone(),
+            chap_user: host.chap.as_ref().map(|c| c.user.clone()),
+            mutual_chap_user: host.mutual_chap.as_ref().map(|c| c.user.clone()),
+            luns: Vec::new(),
+        };
+        let secrets = host
+            .chap
+            .iter()
+            .chain(host.mutual_chap.iter())
+            .map(|c| c.secret.clone())
+            .collect();
+        self.secrets
+            .lock()
+            .unwrap()
+            .insert(host.name.clone(), secrets);
+        hosts.insert(host.name, info.clone());
+        Ok(info)
+    }
+
+    fn delete_host(&self, name: &str) -> Result<(), HostControlError> {
+        self.check(format!("delete_host {name}"))?;
+        self.hosts
+            .lock()
+            .unwrap()
+            .remove(name)
+            .map(|_| ())
+            .ok_or_else(|| HostControlError::HostNotFound(name.into()))
+    }
+
+    fn connect(&self, host: &str, lun: NewLun) -> Result<LunInfo, HostControlError> {
+        self.check(format!(
+            "connect {host} {} {:?} {} {}",
+            lun.volume, lun.lun, lun.block_size_bytes, lun.removable
+        ))?;
+        let mut hosts = self.hosts.lock().unwrap();
+        let info = hosts
+            .get_mut(host)
+            .ok_or_else(|| HostControlError::HostNotFound(host.into()))?;
+        if lun.volume == "missing" {
+            return Err(EngineError::VolumeNotFound(lun.volume).into());
+        }
+        if info.luns.iter().any(|l| l.volume == lun.volume) {
+            return Err(HostControlError::Invalid(format!(
+                "volume '{}' is already connected",
+                lun.volume
+            )));
+        }
+        let number = match lun.lun {
+            Some(n) if info.luns.iter().any(|l| l.lun == n) => {
+                return Err(HostControlError::Invalid(format!("LUN {n} is taken")))
+            }
+            Some(n) => n,
+            None => (0..)
+                .find(|n| info.luns.iter().all(|l| l.lun != *n))
+                .unwrap(),
+        };
+        let made = LunInfo::new(number, &lun.volume, lun.block_size_bytes, lun.removable);
+        info.luns.push(made.clone());
+        info.luns.sort_by_key(|l| l.lun);
+        Ok(made)
+    }
+
+    fn disconnect(&self, host: &str, volume: &str) -> Result<(), HostControlError> {
+        self.check(format!("disconnect {host} {volume}"))?;
+        let mut hosts = self.hosts.lock().unwrap();
+        let info = hosts
+            .get_mut(host)
+            .ok_or_else(|| HostControlError::HostNotFound(host.into()))?;
+        let before = info.luns.len();
+        info.luns.retain(|l| l.volume != volume);
+        if info.luns.len() == before {
+            return Err(HostControlError::Invalid(format!(
+                "volume '{volume}' is not connected"
+            )));
+        }
+        Ok(())
+    }
+}
+
 pub fn space_report() -> SpaceReport {
     SpaceReport {
         capacity_bytes: 1 << 30,
@@ -402,8 +542,15 @@ async fn send(
 }
 
 fn app() -> (axum::Router, Arc<FakeArray>) {
+    let (app, fake, _) = app_with_hosts();
+    (app, fake)
+}
+
+fn app_with_hosts() -> (axum::Router, Arc<FakeArray>, Arc<FakeHosts>) {
     let fake = Arc::new(FakeArray::default());
-    (router(ApiState::new(fake.clone(), TOKEN)), fake)
+    let hosts = Arc::new(FakeHosts::default());
+    let state = ApiState::new(fake.clone(), TOKEN).with_hosts(hosts.clone());
+    (router(state), fake, hosts)
 }
 
 fn bearer() -> Option<&'static str> {
@@ -458,17 +605,41 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
     ("POST", "/v1/snapshots/{snapshot}/recover", None),
     ("POST", "/v1/snapshots/{snapshot}/eradicate", None),
     ("GET", "/v1/array/space", None),
+    ("GET", "/v1/hosts", None),
+    (
+        "POST",
+        "/v1/hosts",
+        Some(r#"{"name":"h","iqns":["iqn.2024-01.org.example:h"]}"#),
+    ),
+    ("GET", "/v1/hosts/{host}", None),
+    ("DELETE", "/v1/hosts/{host}", None),
+    (
+        "POST",
+        "/v1/hosts/{host}/connect",
+        Some(r#"{"volume":"v"}"#),
+    ),
+    (
+        "POST",
+        "/v1/hosts/{host}/disconnect",
+        Some(r#"{"volume":"v"}"#),
+    ),
     ("GET", "/v1/openapi.json", None),
 ];
 
+fn is_host_route(path: &str) -> bool {
+    path.starts_with("/v1/hosts")
+}
+
 /// A path template with its parameters filled in.
 fn concrete(path: &str) -> String {
-    path.replace("{name}", "v").replace("{snapshot}", "v@s")
+    path.replace("{name}", "v")
+        .replace("{snapshot}", "v@s")
+        .replace("{host}", "h")
 }
 
 #[tokio::test]
 async fn token_is_required_everywhere_but_healthz() {
-    let (app, fake) = app();
+    let (app, fake, hosts) = app_with_hosts();
     let mut routes: Vec<(String, String)> = OPERATIONS
         .iter()
         .map(|(m, p, _)| (m.to_string(), concrete(p)))
@@ -493,6 +664,10 @@ async fn token_is_required_everywhere_but_healthz() {
         }
     }
     assert!(fake.calls().is_empty(), "nothing reached the engine");
+    assert!(
+        hosts.calls().is_empty(),
+        "nothing reached the host registry"
+    );
     let r = send(&app, "GET", "/healthz", None, None).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body, json!({"status": "ok"}));
@@ -789,7 +964,7 @@ async fn every_engine_error_maps_to_its_status() {
         *fake.fail_with.lock().unwrap() = Some(make);
         let operations = OPERATIONS
             .iter()
-            .filter(|(_, path, _)| *path != "/v1/openapi.json")
+            .filter(|(_, path, _)| *path != "/v1/openapi.json" && !is_host_route(path))
             .map(|(method, path, body)| (*method, concrete(path), *body))
             .chain([("POST", "/v1/volumes".to_string(), Some(clone))]);
         for (method, uri, body) in operations {
@@ -929,6 +1104,316 @@ async fn unknown_routes_and_methods_get_json_errors() {
     error_message(&r, StatusCode::BAD_REQUEST);
 }
 
+/// Hosts end to end through the router: create (secrets reach the registry and
+/// never come back), list, show, connect with defaults and options, the main
+/// refusals with their statuses, disconnect and delete.
+#[tokio::test]
+async fn host_lifecycle_statuses() {
+    let (app, _, hosts) = app_with_hosts();
+    let create = r#"{"name":"esx1","iqns":["iqn.1998-01.com.vmware:esx1"],"chap_user":"esx1","chap_secret":"0123456789abcdef","mutual_chap_user":"array","mutual_chap_secret":"fedcba9876543210"}"#;
+    let r = send(&app, "POST", "/v1/hosts", bearer(), Some(create)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(
+        r.body,
+        json!({
+            "name": "esx1",
+            "iqns": ["iqn.1998-01.com.vmware:esx1"],
+            "chap_user": "esx1",
+            "mutual_chap_user": "array",
+            "luns": []
+        })
+    );
+    assert_eq!(
+        hosts.secrets.lock().unwrap()["esx1"],
+        ["0123456789abcdef", "fedcba9876543210"]
+    );
+    let calls = hosts.calls().join("\n");
+    assert!(!calls.contains("0123456789abcdef"), "{calls}");
+    let r = send(&app, "POST", "/v1/hosts", bearer(), Some(create)).await;
+    assert_eq!(
+        error_message(&r, StatusCode::CONFLICT),
+        "host 'esx1' already exists"
+    );
+    for (body, expected) in [
+        (
+            r#"{"name":"h2","iqns":["not-an-iqn"]}"#,
+            "not an iSCSI name",
+        ),
+        (
+            r#"{"name":"h2","iqns":["iqn.2024-01.org:h2"],"chap_user":"u","chap_secret":"short"}"#,
+            "12 to 255",
+        ),
+    ] {
+        let r = send(&app, "POST", "/v1/hosts", bearer(), Some(body)).await;
+        let message = error_message(&r, StatusCode::BAD_REQUEST);
+        assert!(message.contains(expected), "{body}: {message}");
+        assert!(!message.contains("short"), "{message}");
+    }
+    // A user without its secret (or the reverse) never reaches the registry.
+    for (body, expected) in [
+        (
+            r#"{"name":"h2","iqns":["iqn.2024-01.org:h2"],"chap_user":"u"}"#,
+            "chap_user needs chap_secret",
+        ),
+        (
+            r#"{"name":"h2","iqns":["iqn.2024-01.org:h2"],"mutual_chap_secret":"0123456789abcdef"}"#,
+            "mutual_chap_secret needs mutual_chap_user",
+        ),
+    ] {
+        hosts.calls();
+        let r = send(&app, "POST", "/v1/hosts", bearer(), Some(body)).await;
+        assert_eq!(error_message(&r, StatusCode::BAD_REQUEST), expected);
+        assert!(hosts.calls().is_empty());
+    }
+    let r = send(&app, "GET", "/v1/hosts", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body.as_array().unwrap().len(), 1);
+    assert!(!r.body.to_string().contains("secret"), "{}", r.body);
+
+    // Connect: defaults, then every option.
+    hosts.calls();
+    let r = send(
+        &app,
+        "POST",
+        "/v1/hosts/esx1/connect",
+        bearer(),
+        Some(r#"{"volume":"vm1"}"#),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        r.body,
+        json!({"lun": 0, "volume": "vm1", "block_size_bytes": 512, "removable": false, "read_only": false})
+    );
+    assert_eq!(hosts.calls(), ["connect esx1 vm1 None 512 false"]);
+    let r = send(
+        &app,
+        "POST",
+        "/v1/hosts/esx1/connect",
+        bearer(),
+        Some(r#"{"volume":"vm1@s1","lun":7,"block_size_bytes":4096,"removable":true}"#),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        r.body,
+        json!({"lun": 7, "volume": "vm1@s1", "block_size_bytes": 4096, "removable": true, "read_only": true})
+    );
+    assert_eq!(hosts.calls(), ["connect esx1 vm1@s1 Some(7) 4096 true"]);
+    for (uri, body, status, expected) in [
+        (
+            "/v1/hosts/esx1/connect",
+            r#"{"volume":"vm1"}"#,
+            StatusCode::BAD_REQUEST,
+            "volume 'vm1' is already connected",
+        ),
+        (
+            "/v1/hosts/esx1/connect",
+            r#"{"volume":"vm2","lun":7}"#,
+            StatusCode::BAD_REQUEST,
+            "LUN 7 is taken",
+        ),
+        (
+            "/v1/hosts/esx1/connect",
+            r#"{"volume":"missing"}"#,
+            StatusCode::NOT_FOUND,
+            "volume 'missing' does not exist",
+        ),
+        (
+            "/v1/hosts/nobody/connect",
+            r#"{"volume":"vm2"}"#,
+            StatusCode::NOT_FOUND,
+            "host 'nobody' does not exist",
+        ),
+        (
+            "/v1/hosts/esx1/disconnect",
+            r#"{"volume":"vm2"}"#,
+            StatusCode::BAD_REQUEST,
+            "volume 'vm2' is not connected",
+        ),
+        (
+            "/v1/hosts/nobody/disconnect",
+            r#"{"volume":"vm1"}"#,
+            StatusCode::NOT_FOUND,
+            "host 'nobody' does not exist",
+        ),
+    ] {
+        let r = send(&app, "POST", uri, bearer(), Some(body)).await;
+        assert_eq!(error_message(&r, status), expected, "{uri} {body}");
+    }
+    // A block size the API refuses itself.
+    hosts.calls();
+    let r = send(
+        &app,
+        "POST",
+        "/v1/hosts/esx1/connect",
+        bearer(),
+        Some(r#"{"volume":"vm2","block_size_bytes":1024}"#),
+    )
+    .await;
+    assert!(error_message(&r, StatusCode::BAD_REQUEST).contains("512 or 4096"));
+    assert!(hosts.calls().is_empty());
+
+    let r = send(&app, "GET", "/v1/hosts/esx1", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let luns: Vec<u64> = r.body["luns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["lun"].as_u64().unwrap())
+        .collect();
+    assert_eq!(luns, [0, 7]);
+    hosts.calls();
+    let r = send(
+        &app,
+        "POST",
+        "/v1/hosts/esx1/disconnect",
+        bearer(),
+        Some(r#"{"volume":"vm1@s1"}"#),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    assert_eq!(r.body, Value::Null);
+    assert_eq!(hosts.calls(), ["disconnect esx1 vm1@s1"]);
+    let r = send(&app, "DELETE", "/v1/hosts/esx1", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = send(&app, "DELETE", "/v1/hosts/esx1", bearer(), None).await;
+    error_message(&r, StatusCode::NOT_FOUND);
+    let r = send(&app, "GET", "/v1/hosts/esx1", bearer(), None).await;
+    assert_eq!(
+        error_message(&r, StatusCode::NOT_FOUND),
+        "host 'esx1' does not exist"
+    );
+    let r = send(&app, "GET", "/v1/hosts", bearer(), None).await;
+    assert_eq!(r.body, json!([]));
+}
+
+#[tokio::test]
+async fn every_host_error_maps_to_its_status() {
+    let (app, _, hosts) = app_with_hosts();
+    let cases: [(fn() -> HostControlError, StatusCode); 7] = [
+        (
+            || HostControlError::HostNotFound("h".into()),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            || HostControlError::HostExists("h".into()),
+            StatusCode::CONFLICT,
+        ),
+        (
+            || HostControlError::Invalid("LUN 7 is taken".into()),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            || EngineError::VolumeNotFound("v".into()).into(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            || EngineError::SnapshotNotFound("v@s".into()).into(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            || EngineError::Metadata("redb".into()).into(),
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ),
+        (
+            || HostControlError::Internal("writing hosts.json: disk on fire".into()),
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ),
+    ];
+    for (make, status) in cases {
+        *hosts.fail_with.lock().unwrap() = Some(make);
+        for (method, path, body) in OPERATIONS.iter().filter(|(_, p, _)| is_host_route(p)) {
+            let uri = concrete(path);
+            let r = send(&app, method, &uri, bearer(), *body).await;
+            assert_eq!(
+                error_message(&r, status),
+                make().to_string(),
+                "{method} {uri}"
+            );
+        }
+    }
+}
+
+/// A state built without host management keeps the host routes (behind the
+/// token) and answers 501 on each.
+#[tokio::test]
+async fn without_host_management_host_routes_answer_501() {
+    let app = router(ApiState::new(Arc::new(FakeArray::default()), TOKEN));
+    for (method, path, body) in OPERATIONS.iter().filter(|(_, p, _)| is_host_route(p)) {
+        let uri = concrete(path);
+        let r = send(&app, method, &uri, None, *body).await;
+        error_message(&r, StatusCode::UNAUTHORIZED);
+        let r = send(&app, method, &uri, bearer(), *body).await;
+        assert_eq!(
+            error_message(&r, StatusCode::NOT_IMPLEMENTED),
+            "host management is not available on this server",
+            "{method} {uri}"
+        );
+    }
+    let doc = lacuna_api::openapi::document();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if is_host_route(path) {
+            for (method, operation) in item.as_object().unwrap() {
+                if method != "parameters" {
+                    assert!(
+                        operation["responses"].get("501").is_some(),
+                        "{method} {path}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn malformed_host_bodies_get_json_errors() {
+    let (app, _, hosts) = app_with_hosts();
+    for (uri, body, expected) in [
+        ("/v1/hosts", r#"{"name":"h"}"#, "missing field `iqns`"),
+        (
+            "/v1/hosts",
+            r#"{"name":"h","iqns":"iqn.x:y"}"#,
+            "invalid type",
+        ),
+        (
+            "/v1/hosts",
+            r#"{"name":"h","iqns":["iqn.x:y"],"chap_password":"x"}"#,
+            "unknown field `chap_password`",
+        ),
+        ("/v1/hosts/h/connect", "{}", "missing field `volume`"),
+        (
+            "/v1/hosts/h/connect",
+            r#"{"volume":"v","lun":-1}"#,
+            "invalid value",
+        ),
+        (
+            "/v1/hosts/h/connect",
+            r#"{"volume":"v","block_size_bytes":"4K"}"#,
+            "invalid type",
+        ),
+        (
+            "/v1/hosts/h/connect",
+            r#"{"volume":"v","readonly":true}"#,
+            "unknown field `readonly`",
+        ),
+        (
+            "/v1/hosts/h/disconnect",
+            r#"{"lun":0}"#,
+            "unknown field `lun`",
+        ),
+    ] {
+        let r = send(&app, "POST", uri, bearer(), Some(body)).await;
+        let message = error_message(&r, StatusCode::BAD_REQUEST);
+        assert!(message.contains(expected), "{uri} {body}: {message}");
+    }
+    let r = send(&app, "GET", "/v1/hosts/%FF", bearer(), None).await;
+    error_message(&r, StatusCode::BAD_REQUEST);
+    let r = send(&app, "PUT", "/v1/hosts/h", bearer(), None).await;
+    error_message(&r, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(hosts.calls().is_empty());
+}
+
 /// The OpenAPI document is served, every operation it lists is routed, every
 /// route is listed, schemas name exactly the fields the API sends, and every
 /// `$ref` resolves.
@@ -989,7 +1474,7 @@ async fn openapi_document_matches_router_and_types() {
                 "{method} {path} answered {status}, which is not documented"
             );
             // A path parameter is declared for every {placeholder}.
-            for placeholder in ["name", "snapshot"] {
+            for placeholder in ["name", "snapshot", "host"] {
                 if path.contains(&format!("{{{placeholder}}}")) {
                     let declared = item["parameters"]
                         .as_array()
@@ -1109,8 +1594,68 @@ async fn openapi_document_matches_router_and_types() {
         .unwrap(),
         &["volumes"],
     );
+    let lun = LunInfo::new(3, "v@s", 4096, true);
+    check(
+        "LunInfo",
+        serde_json::to_value(&lun).unwrap(),
+        &[
+            "lun",
+            "volume",
+            "block_size_bytes",
+            "removable",
+            "read_only",
+        ],
+    );
+    check(
+        "HostInfo",
+        serde_json::to_value(HostInfo {
+            name: "h".into(),
+            iqns: vec!["iqn.2024-01.org.example:h".into()],
+            chap_user: Some("u".into()),
+            mutual_chap_user: None,
+            luns: vec![lun],
+        })
+        .unwrap(),
+        &["name", "iqns", "chap_user", "mutual_chap_user", "luns"],
+    );
+    check(
+        "CreateHostRequest",
+        serde_json::to_value(lacuna_api::CreateHostRequest {
+            name: "h".into(),
+            iqns: vec!["iqn.2024-01.org.example:h".into()],
+            chap_user: Some("u".into()),
+            chap_secret: Some("s".repeat(12)),
+            mutual_chap_user: Some("t".into()),
+            mutual_chap_secret: Some("m".repeat(12)),
+        })
+        .unwrap(),
+        &["name", "iqns"],
+    );
+    check(
+        "ConnectVolumeRequest",
+        serde_json::to_value(lacuna_api::ConnectVolumeRequest {
+            volume: "v".into(),
+            lun: Some(1),
+            block_size_bytes: Some(4096),
+            removable: Some(true),
+        })
+        .unwrap(),
+        &["volume"],
+    );
+    check(
+        "DisconnectVolumeRequest",
+        serde_json::to_value(lacuna_api::DisconnectVolumeRequest { volume: "v".into() }).unwrap(),
+        &["volume"],
+    );
+    // Secrets are write-only: no answer schema mentions one.
+    for schema in ["HostInfo", "LunInfo"] {
+        let text = schemas[schema].to_string();
+        assert!(!text.contains("secret"), "{schema}: {text}");
+    }
     // Fields that may be null are marked so.
     for (schema, field) in [
+        ("HostInfo", "chap_user"),
+        ("HostInfo", "mutual_chap_user"),
         ("VolumeInfo", "destroyed_unix_s"),
         ("VolumeInfo", "eradicate_at_unix_s"),
         ("SnapshotInfo", "group"),

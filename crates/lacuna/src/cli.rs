@@ -5,7 +5,8 @@
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use lacuna_api::{
-    CopyRangeRequest, CreateSnapshotsRequest, CreateVolumeRequest, ResizeVolumeRequest,
+    ConnectVolumeRequest, CopyRangeRequest, CreateHostRequest, CreateSnapshotsRequest,
+    CreateVolumeRequest, DisconnectVolumeRequest, HostInfo, LunInfo, ResizeVolumeRequest,
     RestoreVolumeRequest,
 };
 use lacuna_engine::{
@@ -17,8 +18,14 @@ use serde_json::{json, Value};
 use crate::client::{path_segment, Client, Method};
 use crate::size::{format_size, parse_size};
 use crate::table::{
-    format_unix_utc, snapshot_details, snapshot_table, space_details, volume_details, volume_table,
+    format_unix_utc, host_details, host_table, snapshot_details, snapshot_table, space_details,
+    volume_details, volume_table,
 };
+
+/// Environment variables the CHAP secrets may come from instead of the command
+/// line (where they would land in shell history and `ps`).
+pub const CHAP_SECRET_ENV: &str = "LACUNA_CHAP_SECRET";
+pub const MUTUAL_CHAP_SECRET_ENV: &str = "LACUNA_MUTUAL_CHAP_SECRET";
 
 /// A volume's provisioning type, as typed on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -149,6 +156,66 @@ pub enum SnapshotCommand {
     Recover { snapshot: String },
     /// Eradicate a destroyed snapshot now (delete it first).
     Eradicate { snapshot: String },
+}
+
+#[derive(Subcommand)]
+pub enum HostCommand {
+    /// Create a host: the initiators (IQNs) that share its LUNs, optionally with
+    /// CHAP. A CHAP secret (12 to 255 characters) is best given in the
+    /// environment, LACUNA_CHAP_SECRET and LACUNA_MUTUAL_CHAP_SECRET, rather than
+    /// on the command line; the flag wins when both are given. Secrets are never
+    /// shown again.
+    Create {
+        /// Host name (1 to 64 of A-Z a-z 0-9 . _ -).
+        name: String,
+        /// iSCSI initiator name (iqn.…, eui.… or naa.…); repeat for several.
+        #[arg(long = "iqn", value_name = "IQN", required = true)]
+        iqns: Vec<String>,
+        /// One-way CHAP: the user the initiator authenticates as.
+        #[arg(long)]
+        chap_user: Option<String>,
+        /// One-way CHAP secret (default: $LACUNA_CHAP_SECRET when --chap-user is given).
+        #[arg(long, requires = "chap_user", value_name = "SECRET")]
+        chap_secret: Option<String>,
+        /// Mutual CHAP: the user the array authenticates to the initiator as.
+        #[arg(long, requires = "chap_user")]
+        mutual_chap_user: Option<String>,
+        /// Mutual CHAP secret (default: $LACUNA_MUTUAL_CHAP_SECRET when
+        /// --mutual-chap-user is given).
+        #[arg(long, requires = "mutual_chap_user", value_name = "SECRET")]
+        mutual_chap_secret: Option<String>,
+    },
+    /// List hosts with their initiators, CHAP and LUN count.
+    List,
+    /// Show one host: initiators, CHAP users and every LUN.
+    Show { name: String },
+    /// Delete a host: its initiators lose every LUN at once (volumes are kept).
+    Delete { name: String },
+    /// Connect a volume (or a snapshot VOL@SNAP, read-only) to a host.
+    Connect {
+        host: String,
+        /// VOL, or VOL@SNAP for a read-only snapshot LUN.
+        volume: String,
+        /// The LUN (0 to 16383; default: the lowest free one).
+        #[arg(long)]
+        lun: Option<u64>,
+        /// Logical block size presented: 512 (512e) or 4096 (4Kn).
+        #[arg(long, default_value_t = 512, value_parser = parse_block_size)]
+        block_size: u32,
+        /// Present the LUN as removable medium.
+        #[arg(long)]
+        removable: bool,
+    },
+    /// Take a volume (or snapshot) away from a host.
+    Disconnect { host: String, volume: String },
+}
+
+fn parse_block_size(text: &str) -> Result<u32, String> {
+    match text {
+        "512" => Ok(512),
+        "4096" | "4k" | "4K" => Ok(4096),
+        _ => Err("must be 512 or 4096".to_string()),
+    }
 }
 
 #[derive(Subcommand)]
@@ -401,6 +468,125 @@ pub fn run_snapshot(
             print(as_json, &json!({ "eradicated": snapshot }), |_: Value| {
                 format!("eradicated snapshot {snapshot}; its space is reclaimed in the background")
             })
+        }
+    }
+}
+
+fn host_path(name: &str) -> String {
+    format!("/v1/hosts/{}", path_segment(name))
+}
+
+/// A secret from its flag, else from the environment variable, when its user is
+/// given; an empty variable counts as unset.
+fn secret(
+    user: &Option<String>,
+    flag: Option<String>,
+    env_var: &str,
+    user_flag: &str,
+) -> anyhow::Result<Option<String>> {
+    if user.is_none() {
+        return Ok(None);
+    }
+    match flag.or_else(|| std::env::var(env_var).ok().filter(|s| !s.is_empty())) {
+        Some(secret) => Ok(Some(secret)),
+        None => {
+            anyhow::bail!("{user_flag} needs a secret: set {env_var} (or pass the secret flag)")
+        }
+    }
+}
+
+pub fn run_host(client: &Client, command: HostCommand, as_json: bool) -> anyhow::Result<()> {
+    match command {
+        HostCommand::Create {
+            name,
+            iqns,
+            chap_user,
+            chap_secret,
+            mutual_chap_user,
+            mutual_chap_secret,
+        } => {
+            let chap_secret = secret(&chap_user, chap_secret, CHAP_SECRET_ENV, "--chap-user")?;
+            let mutual_chap_secret = secret(
+                &mutual_chap_user,
+                mutual_chap_secret,
+                MUTUAL_CHAP_SECRET_ENV,
+                "--mutual-chap-user",
+            )?;
+            let body = serde_json::to_value(CreateHostRequest {
+                name,
+                iqns,
+                chap_user,
+                chap_secret,
+                mutual_chap_user,
+                mutual_chap_secret,
+            })?;
+            let answer = client.call(Method::Post, "/v1/hosts", Some(&body))?;
+            print(as_json, &answer, |h: HostInfo| {
+                format!(
+                    "created host {} ({} initiator{}, {})",
+                    h.name,
+                    h.iqns.len(),
+                    if h.iqns.len() == 1 { "" } else { "s" },
+                    crate::table::chap_mode(&h)
+                )
+            })
+        }
+        HostCommand::List => {
+            let answer = client.call(Method::Get, "/v1/hosts", None)?;
+            print(as_json, &answer, |hosts: Vec<HostInfo>| host_table(&hosts))
+        }
+        HostCommand::Show { name } => {
+            let answer = client.call(Method::Get, &host_path(&name), None)?;
+            print(as_json, &answer, |h: HostInfo| host_details(&h))
+        }
+        HostCommand::Delete { name } => {
+            client.call(Method::Delete, &host_path(&name), None)?;
+            print(as_json, &json!({ "deleted": name }), |_: Value| {
+                format!("deleted host {name}")
+            })
+        }
+        HostCommand::Connect {
+            host,
+            volume,
+            lun,
+            block_size,
+            removable,
+        } => {
+            let body = serde_json::to_value(ConnectVolumeRequest {
+                volume,
+                lun,
+                block_size_bytes: Some(block_size),
+                removable: Some(removable),
+            })?;
+            let path = format!("{}/connect", host_path(&host));
+            let answer = client.call(Method::Post, &path, Some(&body))?;
+            print(as_json, &answer, |l: LunInfo| {
+                let mut extras = vec![format!("{}-byte blocks", l.block_size_bytes)];
+                if l.read_only {
+                    extras.push("read-only".to_string());
+                }
+                if l.removable {
+                    extras.push("removable".to_string());
+                }
+                format!(
+                    "connected {} to host {host} at LUN {} ({})",
+                    l.volume,
+                    l.lun,
+                    extras.join(", ")
+                )
+            })
+        }
+        HostCommand::Disconnect { host, volume } => {
+            let body = serde_json::to_value(DisconnectVolumeRequest {
+                volume: volume.clone(),
+            })?;
+            let path = format!("{}/disconnect", host_path(&host));
+            client.call(Method::Post, &path, Some(&body))?;
+            print(
+                as_json,
+                &json!({ "host": host, "disconnected": volume }),
+                |_: Value| format!("disconnected {volume} from host {host}"),
+            )
         }
     }
 }

@@ -6,17 +6,20 @@
 //! mode 0600 because it holds CHAP secrets. Every change bumps a generation that
 //! the SCSI layer watches to raise REPORTED LUNS DATA HAS CHANGED on live sessions.
 //!
-//! The mutations (create, connect, …) are complete and unit-tested here but not
-//! yet reachable from the API and CLI (`lacuna host …`): until they are, hosts are
-//! configured by writing `hosts.json` before `lacuna serve` starts.
-#![allow(dead_code)]
+//! The API and CLI (`lacuna host …`) reach the registry through [`RegistryHosts`],
+//! which also refuses to connect a volume or snapshot that does not exist.
+//!
+//! This file only uses crates the API crate has too, so the API's tests include it
+//! to run the routes against the real registry.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use parking_lot::Mutex;
+use lacuna_api::{HostControl, HostControlError, HostInfo, LunInfo, NewHost, NewLun};
+use lacuna_engine::{Engine, EngineError};
 use serde::{Deserialize, Serialize};
 
 /// File name of the host registry inside the data directory.
@@ -101,25 +104,22 @@ pub struct Host {
 }
 
 /// A host as the API shows it: secrets never leave the daemon.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct HostInfo {
-    pub name: String,
-    pub iqns: Vec<String>,
-    pub chap_user: Option<String>,
-    pub mutual_chap_user: Option<String>,
-    pub luns: BTreeMap<u64, LunSpec>,
+fn host_info(h: &Host) -> HostInfo {
+    HostInfo {
+        name: h.name.clone(),
+        iqns: h.iqns.clone(),
+        chap_user: h.chap.as_ref().map(|c| c.user.clone()),
+        mutual_chap_user: h.mutual_chap.as_ref().map(|c| c.user.clone()),
+        luns: h
+            .luns
+            .iter()
+            .map(|(lun, spec)| lun_info(*lun, spec))
+            .collect(),
+    }
 }
 
-impl From<&Host> for HostInfo {
-    fn from(h: &Host) -> Self {
-        HostInfo {
-            name: h.name.clone(),
-            iqns: h.iqns.clone(),
-            chap_user: h.chap.as_ref().map(|c| c.user.clone()),
-            mutual_chap_user: h.mutual_chap.as_ref().map(|c| c.user.clone()),
-            luns: h.luns.clone(),
-        }
-    }
+fn lun_info(lun: u64, spec: &LunSpec) -> LunInfo {
+    LunInfo::new(lun, &spec.volume, spec.block_size_bytes, spec.removable)
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -167,22 +167,28 @@ impl HostRegistry {
         self.generation.load(Ordering::SeqCst)
     }
 
+    /// The map, whatever a panicking holder left: every change is made on a copy
+    /// and swapped in whole, so the map is never half-changed.
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Host>> {
+        self.hosts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     pub fn list(&self) -> Vec<HostInfo> {
-        self.hosts.lock().values().map(HostInfo::from).collect()
+        self.lock().values().map(host_info).collect()
     }
 
     pub fn get(&self, name: &str) -> Result<HostInfo, HostError> {
-        self.hosts
-            .lock()
+        self.lock()
             .get(name)
-            .map(HostInfo::from)
+            .map(host_info)
             .ok_or_else(|| HostError::NotFound(name.to_string()))
     }
 
     /// The host an initiator belongs to.
     pub fn host_of(&self, iqn: &str) -> Option<Host> {
-        self.hosts
-            .lock()
+        self.lock()
             .values()
             .find(|h| h.iqns.iter().any(|i| i == iqn))
             .cloned()
@@ -206,7 +212,7 @@ impl HostRegistry {
                 }
             }
             hosts.insert(host.name.clone(), host.clone());
-            Ok(HostInfo::from(&host))
+            Ok(host_info(&host))
         })
     }
 
@@ -257,7 +263,9 @@ impl HostRegistry {
                 Some(lun) => lun,
                 None => (0..=MAX_LUN)
                     .find(|l| !host.luns.contains_key(l))
-                    .expect("fewer LUNs in use than numbers"),
+                    .ok_or_else(|| {
+                        HostError::Invalid(format!("host '{}' has no free LUN", host.name))
+                    })?,
             };
             host.luns.insert(lun, spec);
             Ok(lun)
@@ -286,7 +294,7 @@ impl HostRegistry {
         &self,
         change: impl FnOnce(&mut BTreeMap<String, Host>) -> Result<T, HostError>,
     ) -> Result<T, HostError> {
-        let mut hosts = self.hosts.lock();
+        let mut hosts = self.lock();
         let mut next = hosts.clone();
         let value = change(&mut next)?;
         self.persist(&next)?;
@@ -363,6 +371,87 @@ fn validate_host(host: &Host) -> Result<(), HostError> {
     Ok(())
 }
 
+impl From<HostError> for HostControlError {
+    fn from(e: HostError) -> Self {
+        match e {
+            HostError::NotFound(name) => HostControlError::HostNotFound(name),
+            HostError::Exists(name) => HostControlError::HostExists(name),
+            HostError::Invalid(message) => HostControlError::Invalid(message),
+            // The message names the file and the failed step, never a secret.
+            e @ HostError::Io { .. } => HostControlError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// The registry as the API's host control. Connecting checks the volume (or
+/// snapshot) against the engine first: one that does not exist, or is destroyed,
+/// is refused with the engine's not-found error (404), so a typo cannot leave a
+/// LUN that never appears. (A volume destroyed later keeps its LUN in the list,
+/// unpresented until it is recovered.)
+pub struct RegistryHosts {
+    pub registry: Arc<HostRegistry>,
+    pub engine: Arc<Engine>,
+}
+
+impl RegistryHosts {
+    fn check_exists(&self, volume: &str) -> Result<(), EngineError> {
+        if volume.contains('@') {
+            // Fails for a destroyed snapshot, or one of a destroyed volume.
+            self.engine.open_snapshot(volume).map(drop)
+        } else {
+            match self.engine.volume_info(volume)?.destroyed_unix_s {
+                None => Ok(()),
+                Some(_) => Err(EngineError::VolumeNotFound(volume.to_string())),
+            }
+        }
+    }
+}
+
+impl HostControl for RegistryHosts {
+    fn list_hosts(&self) -> Result<Vec<HostInfo>, HostControlError> {
+        Ok(self.registry.list())
+    }
+
+    fn host_info(&self, name: &str) -> Result<HostInfo, HostControlError> {
+        Ok(self.registry.get(name)?)
+    }
+
+    fn create_host(&self, host: NewHost) -> Result<HostInfo, HostControlError> {
+        let chap = |c: lacuna_api::ChapCredentials| Chap {
+            user: c.user,
+            secret: c.secret,
+        };
+        Ok(self.registry.create(Host {
+            name: host.name,
+            iqns: host.iqns,
+            chap: host.chap.map(chap),
+            mutual_chap: host.mutual_chap.map(chap),
+            luns: BTreeMap::new(),
+        })?)
+    }
+
+    fn delete_host(&self, name: &str) -> Result<(), HostControlError> {
+        Ok(self.registry.delete(name)?)
+    }
+
+    fn connect(&self, host: &str, lun: NewLun) -> Result<LunInfo, HostControlError> {
+        // An unknown host is the first thing to report, whatever the volume.
+        self.registry.get(host)?;
+        self.check_exists(&lun.volume)?;
+        let spec = LunSpec {
+            volume: lun.volume,
+            block_size_bytes: lun.block_size_bytes,
+            removable: lun.removable,
+        };
+        let number = self.registry.connect(host, spec.clone(), lun.lun)?;
+        Ok(lun_info(number, &spec))
+    }
+
+    fn disconnect(&self, host: &str, volume: &str) -> Result<(), HostControlError> {
+        Ok(self.registry.disconnect(host, volume)?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -435,5 +524,93 @@ mod tests {
         assert_eq!(info.chap_user.as_deref(), Some("u"));
         let text = format!("{:?}", weak.chap.unwrap());
         assert!(!text.contains("long-enough"), "{text}");
+    }
+
+    /// The API's view: volumes and snapshots are checked against the engine,
+    /// registry errors keep their kind, answers carry no secret.
+    #[test]
+    fn registry_hosts_check_volumes_against_the_engine() {
+        use lacuna_api::ChapCredentials;
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(lacuna_engine::EngineConfig::new(
+            dir.path().join("array"),
+            1 << 30,
+        ))
+        .unwrap();
+        engine.create_volume("vm1", 1 << 20).unwrap();
+        engine.create_volume("gone", 1 << 20).unwrap();
+        engine.create_snapshots(&["vm1"], Some("s1"), None).unwrap();
+        engine.delete_volume("gone").unwrap();
+        let hosts = RegistryHosts {
+            registry: Arc::new(HostRegistry::open(dir.path(), false).unwrap()),
+            engine: engine.clone(),
+        };
+        let new_host = NewHost {
+            name: "esx1".into(),
+            iqns: vec!["iqn.1998-01.com.vmware:esx1".into()],
+            chap: Some(ChapCredentials {
+                user: "esx1".into(),
+                secret: "a-long-enough-secret".into(),
+            }),
+            mutual_chap: None,
+        };
+        let info = hosts.create_host(new_host.clone()).unwrap();
+        assert_eq!(info.chap_user.as_deref(), Some("esx1"));
+        assert!(matches!(
+            hosts.create_host(new_host),
+            Err(HostControlError::HostExists(_))
+        ));
+        let lun = |volume: &str| NewLun {
+            volume: volume.into(),
+            lun: None,
+            block_size_bytes: 512,
+            removable: false,
+        };
+        let made = hosts.connect("esx1", lun("vm1")).unwrap();
+        assert_eq!((made.lun, made.read_only), (0, false));
+        let made = hosts
+            .connect(
+                "esx1",
+                NewLun {
+                    lun: Some(5),
+                    block_size_bytes: 4096,
+                    ..lun("vm1@s1")
+                },
+            )
+            .unwrap();
+        assert_eq!(made, LunInfo::new(5, "vm1@s1", 4096, false));
+        assert!(made.read_only);
+        for missing in ["nope", "gone", "vm1@nope", "gone@x"] {
+            let e = hosts.connect("esx1", lun(missing)).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    HostControlError::Engine(
+                        EngineError::VolumeNotFound(_) | EngineError::SnapshotNotFound(_)
+                    )
+                ),
+                "{missing}: {e:?}"
+            );
+        }
+        assert!(matches!(
+            hosts.connect("nobody", lun("nope")),
+            Err(HostControlError::HostNotFound(_))
+        ));
+        assert!(matches!(
+            hosts.connect("esx1", lun("vm1")),
+            Err(HostControlError::Invalid(_))
+        ));
+        let shown = hosts.host_info("esx1").unwrap();
+        assert_eq!(shown.luns.iter().map(|l| l.lun).collect::<Vec<_>>(), [0, 5]);
+        hosts.disconnect("esx1", "vm1").unwrap();
+        assert!(matches!(
+            hosts.disconnect("esx1", "vm1"),
+            Err(HostControlError::Invalid(_))
+        ));
+        hosts.delete_host("esx1").unwrap();
+        assert!(hosts.list_hosts().unwrap().is_empty());
+        let file = std::fs::read_to_string(dir.path().join(HOSTS_FILE_NAME)).unwrap();
+        assert!(!file.contains("esx1\""), "{file}");
+        engine.close().unwrap();
     }
 }

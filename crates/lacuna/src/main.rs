@@ -21,7 +21,7 @@ use clap::{Args, Parser, Subcommand};
 #[command(
     name = "lacuna",
     version,
-    about = "Lacuna: a software storage array (thin, deduplicated, compressed volumes over NBD)"
+    about = "Lacuna: a software storage array (thin, deduplicated, compressed volumes over NBD and iSCSI)"
 )]
 struct Cli {
     /// The API to talk to.
@@ -65,6 +65,10 @@ enum Command {
     /// Array-wide reports.
     #[command(subcommand)]
     Array(cli::ArrayCommand),
+    /// Hosts and LUN masking for iSCSI: create, list, show, delete, connect and
+    /// disconnect volumes.
+    #[command(subcommand)]
+    Host(cli::HostCommand),
 }
 
 #[derive(Args)]
@@ -124,6 +128,8 @@ fn main() -> ExitCode {
             .and_then(|c| cli::run_snapshot(&c, command, cli.json)),
         Command::Array(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
             .and_then(|c| cli::run_array(&c, command, cli.json)),
+        Command::Host(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+            .and_then(|c| cli::run_host(&c, command, cli.json)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use lacuna_engine::{Engine, EngineConfig};
 
-use crate::hosts::HostRegistry;
+use crate::hosts::{HostRegistry, RegistryHosts};
 use crate::nbd_export::VolumeExports;
 use crate::scsi_backend::{self, EngineBackend, HostAccess};
 
@@ -156,7 +156,12 @@ async fn serve_all(
         engine: engine.clone(),
     });
     let nbd = lacuna_nbd::serve(nbd_listener, provider, lacuna_nbd::ServerConfig::default());
-    let api = lacuna_api::serve(api_listener, lacuna_api::ApiState::new(engine, token));
+    let host_control = Arc::new(RegistryHosts {
+        registry: iscsi.hosts.clone(),
+        engine: engine.clone(),
+    });
+    let api_state = lacuna_api::ApiState::new(engine, token).with_hosts(host_control);
+    let api = lacuna_api::serve(api_listener, api_state);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         r = nbd => r.context("NBD server failed")?,

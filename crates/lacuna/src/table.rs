@@ -1,6 +1,7 @@
 //! Human renderings of API answers: aligned tables and `key: value` blocks, with
 //! sizes in binary units.
 
+use lacuna_api::HostInfo;
 use lacuna_engine::{SnapshotInfo, SpaceReport, VolumeInfo};
 
 use crate::size::format_size;
@@ -213,6 +214,97 @@ pub fn snapshot_details(s: &SnapshotInfo) -> String {
         pairs.push(("eradicate at", format_unix_utc(at)));
     }
     key_values(&pairs)
+}
+
+/// "no CHAP", "CHAP (user esx1)" or "mutual CHAP (users esx1 / array)".
+pub fn chap_mode(h: &HostInfo) -> String {
+    match (&h.chap_user, &h.mutual_chap_user) {
+        (Some(user), Some(target)) => format!("mutual CHAP (users {user} / {target})"),
+        (Some(user), None) => format!("CHAP (user {user})"),
+        _ => "no CHAP".to_string(),
+    }
+}
+
+fn chap_column(h: &HostInfo) -> &'static str {
+    match (&h.chap_user, &h.mutual_chap_user) {
+        (Some(_), Some(_)) => "mutual",
+        (Some(_), None) => "one-way",
+        _ => "none",
+    }
+}
+
+/// Hosts with their initiators (comma-separated), CHAP mode and LUN count.
+pub fn host_table(hosts: &[HostInfo]) -> String {
+    if hosts.is_empty() {
+        return "no hosts (create one with 'lacuna host create NAME --iqn IQN')".to_string();
+    }
+    let rows: Vec<Vec<String>> = hosts
+        .iter()
+        .map(|h| {
+            vec![
+                h.name.clone(),
+                chap_column(h).to_string(),
+                h.luns.len().to_string(),
+                h.iqns.join(","),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            ("NAME", Align::Left),
+            ("CHAP", Align::Left),
+            ("LUNS", Align::Right),
+            ("INITIATORS", Align::Left),
+        ],
+        &rows,
+    )
+}
+
+/// A host's initiators and CHAP users, then its LUNs as a table.
+pub fn host_details(h: &HostInfo) -> String {
+    let mut pairs = vec![("name", h.name.clone())];
+    for iqn in &h.iqns {
+        pairs.push(("initiator", iqn.clone()));
+    }
+    pairs.push(("chap", chap_mode(h)));
+    let mut text = key_values(&pairs);
+    text.push_str("\n\n");
+    if h.luns.is_empty() {
+        text.push_str(&format!(
+            "no LUNs (connect a volume with 'lacuna host connect {} VOLUME')",
+            h.name
+        ));
+        return text;
+    }
+    let rows: Vec<Vec<String>> = h
+        .luns
+        .iter()
+        .map(|l| {
+            vec![
+                l.lun.to_string(),
+                l.volume.clone(),
+                l.block_size_bytes.to_string(),
+                if l.read_only {
+                    "read-only"
+                } else {
+                    "read-write"
+                }
+                .to_string(),
+                if l.removable { "yes" } else { "no" }.to_string(),
+            ]
+        })
+        .collect();
+    text.push_str(&table(
+        &[
+            ("LUN", Align::Right),
+            ("VOLUME", Align::Left),
+            ("BLOCK", Align::Right),
+            ("ACCESS", Align::Left),
+            ("REMOVABLE", Align::Left),
+        ],
+        &rows,
+    ));
+    text
 }
 
 pub fn space_details(s: &SpaceReport) -> String {
@@ -439,6 +531,50 @@ mod tests {
                 .ends_with("1970-01-02 00:00:00 UTC"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn host_table_and_details() {
+        let host = HostInfo {
+            name: "esx1".into(),
+            iqns: vec!["iqn.a:1".into(), "iqn.a:2".into()],
+            chap_user: Some("esx1".into()),
+            mutual_chap_user: None,
+            luns: vec![
+                lacuna_api::LunInfo::new(0, "vm1", 512, false),
+                lacuna_api::LunInfo::new(12, "vm1@s1", 4096, true),
+            ],
+        };
+        let t = host_table(std::slice::from_ref(&host));
+        assert_eq!(
+            t,
+            "NAME  CHAP     LUNS  INITIATORS\nesx1  one-way     2  iqn.a:1,iqn.a:2"
+        );
+        assert!(host_table(&[]).starts_with("no hosts"));
+        let text = host_details(&host);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "name:      esx1",
+                "initiator: iqn.a:1",
+                "initiator: iqn.a:2",
+                "chap:      CHAP (user esx1)",
+                "",
+                "LUN  VOLUME  BLOCK  ACCESS      REMOVABLE",
+                "  0  vm1       512  read-write  no",
+                " 12  vm1@s1   4096  read-only   yes",
+            ],
+            "{text}"
+        );
+        let bare = HostInfo {
+            luns: vec![],
+            chap_user: None,
+            ..host
+        };
+        assert!(host_details(&bare)
+            .ends_with("no LUNs (connect a volume with 'lacuna host connect esx1 VOLUME')"));
+        assert!(host_details(&bare).contains("chap:      no CHAP"));
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! The CLI binary end to end: against a live API (engine in a temporary
-//! directory, served in-process) and against nothing at all.
+//! directory, served in-process), against a real `lacuna serve` (hosts, whose
+//! registry lives in the daemon) and against nothing at all.
+
+mod support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -34,6 +37,8 @@ fn lacuna(args: &[&str]) -> Output {
         .env_remove("LACUNA_API")
         .env_remove("LACUNA_TOKEN")
         .env_remove("LACUNA_DATA_DIR")
+        .env_remove("LACUNA_CHAP_SECRET")
+        .env_remove("LACUNA_MUTUAL_CHAP_SECRET")
         .args(args)
         .output()
         .expect("run lacuna")
@@ -691,4 +696,362 @@ fn provisioning_types_and_space_report() {
     assert_eq!(report["reserved_bytes"], 16384 * (4096 + 24));
     assert_eq!(report["soft_threshold_exceeded"], false);
     assert_eq!(report["volume_count"], 2);
+}
+
+/// The CLI against a real daemon, with a clean environment plus `env`.
+fn daemon_cli(daemon: &support::Daemon, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let api = format!("http://127.0.0.1:{}", daemon.api_port);
+    let data_dir = daemon.dir.join("data");
+    let mut all = vec![
+        "--api",
+        api.as_str(),
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    let mut command = Command::new(BIN);
+    for name in [
+        "LACUNA_API",
+        "LACUNA_TOKEN",
+        "LACUNA_DATA_DIR",
+        "LACUNA_CHAP_SECRET",
+        "LACUNA_MUTUAL_CHAP_SECRET",
+    ] {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
+    command.args(&all).output().expect("run lacuna")
+}
+
+fn daemon_ok(daemon: &support::Daemon, args: &[&str]) -> String {
+    let out = daemon_cli(daemon, &[], args);
+    assert!(
+        out.status.success(),
+        "lacuna {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stderr.is_empty());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn daemon_err(daemon: &support::Daemon, env: &[(&str, &str)], args: &[&str]) -> String {
+    let out = daemon_cli(daemon, env, args);
+    assert_eq!(out.status.code(), Some(1), "lacuna {args:?}");
+    assert!(out.stdout.is_empty());
+    stderr_line(&out)
+}
+
+const ESX1: &str = "iqn.1998-01.com.vmware:esx1";
+const ESX1B: &str = "iqn.1998-01.com.vmware:esx1-b";
+const SECRET: &str = "initiator-secret-from-env";
+const MUTUAL_SECRET: &str = "target-secret-on-the-line";
+
+/// Every host command against `lacuna serve`: secrets from the environment or a
+/// flag, never printed or logged; connect with defaults and options; refusals as
+/// one line; the registry survives a restart.
+#[test]
+fn host_commands_against_the_daemon() {
+    let dir = support::temp_dir("cli-hosts");
+    let mut daemon = support::Daemon::start(&dir);
+    daemon_ok(&daemon, &["volume", "create", "vm1", "64M"]);
+    daemon_ok(&daemon, &["volume", "create", "vm2", "64M"]);
+    daemon_ok(&daemon, &["snapshot", "create", "vm1", "--name", "s1"]);
+    assert!(daemon_ok(&daemon, &["host", "list"]).starts_with("no hosts"));
+
+    // One-way secret from the environment, mutual secret on the command line.
+    let out = daemon_cli(
+        &daemon,
+        &[("LACUNA_CHAP_SECRET", SECRET)],
+        &[
+            "host",
+            "create",
+            "esx1",
+            "--iqn",
+            ESX1,
+            "--iqn",
+            ESX1B,
+            "--chap-user",
+            "esx1",
+            "--mutual-chap-user",
+            "lacuna",
+            "--mutual-chap-secret",
+            MUTUAL_SECRET,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "created host esx1 (2 initiators, mutual CHAP (users esx1 / lacuna))\n"
+    );
+    let created = json(&daemon_ok(
+        &daemon,
+        &[
+            "--json",
+            "host",
+            "create",
+            "plain",
+            "--iqn",
+            "iqn.2024-01.org.example:plain",
+        ],
+    ));
+    assert_eq!(created["chap_user"], serde_json::Value::Null);
+    assert_eq!(created["luns"], serde_json::json!([]));
+
+    assert_eq!(
+        daemon_ok(&daemon, &["host", "connect", "esx1", "vm1"]),
+        "connected vm1 to host esx1 at LUN 0 (512-byte blocks)\n"
+    );
+    assert_eq!(
+        daemon_ok(
+            &daemon,
+            &[
+                "host",
+                "connect",
+                "esx1",
+                "vm1@s1",
+                "--lun",
+                "5",
+                "--block-size",
+                "4096",
+                "--removable"
+            ]
+        ),
+        "connected vm1@s1 to host esx1 at LUN 5 (4096-byte blocks, read-only, removable)\n"
+    );
+    let lun = json(&daemon_ok(
+        &daemon,
+        &["--json", "host", "connect", "esx1", "vm2"],
+    ));
+    assert_eq!(
+        lun,
+        serde_json::json!({"lun": 1, "volume": "vm2", "block_size_bytes": 512, "removable": false, "read_only": false})
+    );
+
+    let list = daemon_ok(&daemon, &["host", "list"]);
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines[0], "NAME   CHAP    LUNS  INITIATORS", "{list}");
+    assert_eq!(
+        lines[1],
+        format!("esx1   mutual     3  {ESX1},{ESX1B}"),
+        "{list}"
+    );
+    assert_eq!(
+        lines[2], "plain  none       0  iqn.2024-01.org.example:plain",
+        "{list}"
+    );
+    let show = daemon_ok(&daemon, &["host", "show", "esx1"]);
+    for expected in [
+        format!("initiator: {ESX1}"),
+        format!("initiator: {ESX1B}"),
+        "chap:      mutual CHAP (users esx1 / lacuna)".to_string(),
+        "LUN  VOLUME  BLOCK  ACCESS      REMOVABLE".to_string(),
+        "  0  vm1       512  read-write  no".to_string(),
+        "  1  vm2       512  read-write  no".to_string(),
+        "  5  vm1@s1   4096  read-only   yes".to_string(),
+    ] {
+        assert!(
+            show.lines().any(|l| l == expected),
+            "{expected:?} in\n{show}"
+        );
+    }
+    let listed = json(&daemon_ok(&daemon, &["--json", "host", "list"]));
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    let shown = json(&daemon_ok(&daemon, &["--json", "host", "show", "esx1"]));
+    assert_eq!(shown["luns"].as_array().unwrap().len(), 3);
+
+    // Refusals, each one line with the API's message.
+    for (env, args, expected) in [
+        (
+            vec![],
+            vec!["host", "connect", "esx1", "nope"],
+            "lacuna: volume 'nope' does not exist".to_string(),
+        ),
+        (
+            vec![],
+            vec!["host", "connect", "esx1", "vm1@nope"],
+            "lacuna: snapshot 'vm1@nope' does not exist".to_string(),
+        ),
+        (
+            vec![],
+            vec!["host", "connect", "nobody", "vm1"],
+            "lacuna: host 'nobody' does not exist".to_string(),
+        ),
+        (
+            vec![],
+            vec!["host", "connect", "plain", "vm1", "--lun", "16384"],
+            "lacuna: LUN 16384 is above 16383".to_string(),
+        ),
+        (
+            vec![],
+            vec!["host", "connect", "esx1", "vm1"],
+            "lacuna: volume 'vm1' is already connected to host 'esx1' at LUN 0".to_string(),
+        ),
+        (
+            vec![],
+            vec!["host", "disconnect", "plain", "vm1"],
+            "lacuna: volume 'vm1' is not connected to host 'plain'".to_string(),
+        ),
+        (
+            vec![],
+            vec![
+                "host",
+                "create",
+                "plain",
+                "--iqn",
+                "iqn.2024-01.org.example:other",
+            ],
+            "lacuna: host 'plain' already exists".to_string(),
+        ),
+        (
+            vec![],
+            vec!["host", "create", "h3", "--iqn", "esx3"],
+            "lacuna: 'esx3' is not an iSCSI name (iqn.…, eui.… or naa.…, at most 223 characters)"
+                .to_string(),
+        ),
+        (
+            vec![],
+            vec!["host", "create", "h3", "--iqn", ESX1],
+            format!("lacuna: initiator {ESX1} already belongs to host 'esx1'"),
+        ),
+        (
+            vec![("LACUNA_CHAP_SECRET", "short")],
+            vec![
+                "host",
+                "create",
+                "h3",
+                "--iqn",
+                "iqn.2024-01.org:h3",
+                "--chap-user",
+                "u",
+            ],
+            "lacuna: CHAP secret must be 12 to 255 characters".to_string(),
+        ),
+        (
+            vec![],
+            vec![
+                "host",
+                "create",
+                "h3",
+                "--iqn",
+                "iqn.2024-01.org:h3",
+                "--chap-user",
+                "u",
+            ],
+            "lacuna: --chap-user needs a secret: set LACUNA_CHAP_SECRET (or pass the secret flag)"
+                .to_string(),
+        ),
+        (
+            vec![],
+            vec!["host", "show", "nobody"],
+            "lacuna: host 'nobody' does not exist".to_string(),
+        ),
+    ] {
+        assert_eq!(daemon_err(&daemon, &env, &args), expected, "{args:?}");
+    }
+
+    // Masking follows the registry at once: the plain host's initiator sees
+    // nothing, then the LUN connected to it (on both portals).
+    let portal = format!("iscsi://127.0.0.1:{}", daemon.iscsi_ports[0]);
+    let luns_seen = || {
+        let out = support::tool(
+            "iscsi-ls",
+            &["-i", "iqn.2024-01.org.example:plain", "-s", &portal],
+        );
+        String::from_utf8_lossy(&out.stdout).matches("Lun:").count()
+    };
+    assert_eq!(luns_seen(), 0);
+    daemon_ok(&daemon, &["host", "connect", "plain", "vm2", "--lun", "3"]);
+    assert_eq!(luns_seen(), 2);
+    assert_eq!(
+        daemon_ok(&daemon, &["host", "disconnect", "plain", "vm2"]),
+        "disconnected vm2 from host plain\n"
+    );
+    assert_eq!(luns_seen(), 0);
+
+    // The registry is the daemon's: a restart loads it as it was.
+    daemon.kill();
+    let mut daemon = support::Daemon::start(&dir);
+    let again = json(&daemon_ok(&daemon, &["--json", "host", "show", "esx1"]));
+    assert_eq!(again, shown);
+    assert_eq!(
+        json(&daemon_ok(
+            &daemon,
+            &["--json", "host", "disconnect", "esx1", "vm2"]
+        )),
+        serde_json::json!({"host": "esx1", "disconnected": "vm2"})
+    );
+    assert_eq!(
+        daemon_ok(&daemon, &["host", "delete", "esx1"]),
+        "deleted host esx1\n"
+    );
+    assert_eq!(
+        json(&daemon_ok(&daemon, &["--json", "host", "delete", "plain"])),
+        serde_json::json!({"deleted": "plain"})
+    );
+    assert!(daemon_ok(&daemon, &["host", "list"]).starts_with("no hosts"));
+
+    // Secrets: kept by the daemon in a private file, never in its log.
+    let file = dir.join("data").join("hosts.json");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    daemon.kill();
+    let log = daemon.log();
+    assert!(
+        !log.contains(SECRET) && !log.contains(MUTUAL_SECRET),
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn host_arguments_get_clap_messages() {
+    for (args, expected) in [
+        (vec!["host", "create", "h"], "--iqn"),
+        (
+            vec![
+                "host",
+                "create",
+                "h",
+                "--iqn",
+                "iqn.x:y",
+                "--chap-secret",
+                "s",
+            ],
+            "--chap-user",
+        ),
+        (
+            vec![
+                "host",
+                "create",
+                "h",
+                "--iqn",
+                "iqn.x:y",
+                "--mutual-chap-user",
+                "t",
+            ],
+            "--chap-user",
+        ),
+        (
+            vec!["host", "connect", "h", "v", "--block-size", "1024"],
+            "must be 512 or 4096",
+        ),
+        (
+            vec!["host", "connect", "h", "v", "--lun=-1"],
+            "invalid value '-1' for '--lun <LUN>'",
+        ),
+        (vec!["host", "connect", "h"], "<VOLUME>"),
+        (vec!["host", "disconnect", "h"], "<VOLUME>"),
+    ] {
+        let out = lacuna(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
 }

@@ -529,8 +529,10 @@ fn schemas() -> Value {
             "iqns": {
                 "type": "array",
                 "minItems": 1,
+                "maxItems": 64,
+                "uniqueItems": true,
                 "items": {"type": "string", "maxLength": 223, "description": "iqn.…, eui.… or naa.…"},
-                "description": "iSCSI initiator names that log in as this host"
+                "description": "iSCSI initiator names that log in as this host, none of them another host's"
             }
         }), json!({
             "chap_user": {"type": "string", "minLength": 1, "maxLength": 255, "description": "One-way CHAP: the user the initiator authenticates as (needs chap_secret)"},

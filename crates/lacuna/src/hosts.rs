@@ -30,6 +30,8 @@ pub const MAX_LUN: u64 = 16383;
 /// daemon keep.
 pub const MAX_HOSTS: usize = 1024;
 pub const MAX_LUNS_PER_HOST: usize = 1024;
+/// Most initiator names per host (a cluster's nodes, each with a few HBAs).
+pub const MAX_IQNS_PER_HOST: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -339,7 +341,17 @@ fn validate_host(host: &Host) -> Result<(), HostError> {
             "a host needs at least one initiator name (--iqn)".into(),
         ));
     }
-    for iqn in &host.iqns {
+    if host.iqns.len() > MAX_IQNS_PER_HOST {
+        return Err(HostError::Invalid(format!(
+            "at most {MAX_IQNS_PER_HOST} initiator names per host"
+        )));
+    }
+    for (i, iqn) in host.iqns.iter().enumerate() {
+        if host.iqns[..i].contains(iqn) {
+            return Err(HostError::Invalid(format!(
+                "initiator {iqn} is named twice"
+            )));
+        }
         let ok = iqn.len() <= 223
             && (iqn.starts_with("iqn.") || iqn.starts_with("eui.") || iqn.starts_with("naa."))
             && iqn.bytes().all(|b| b.is_ascii_graphic());
@@ -510,6 +522,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let reg = HostRegistry::open(dir.path(), false).unwrap();
         assert!(reg.create(host("h", "not-an-iqn")).is_err());
+        let mut twice = host("h", "iqn.2024-01.org:h");
+        twice.iqns.push("iqn.2024-01.org:h".into());
+        assert!(matches!(reg.create(twice), Err(HostError::Invalid(m)) if m.contains("twice")));
+        let mut crowd = host("h", "iqn.2024-01.org:h");
+        crowd.iqns = (0..=MAX_IQNS_PER_HOST)
+            .map(|i| format!("iqn.2024-01.org:h{i}"))
+            .collect();
+        assert!(reg.create(crowd.clone()).is_err());
+        crowd.iqns.pop();
+        reg.create(crowd).unwrap();
+        reg.delete("h").unwrap();
         let mut weak = host("h", "iqn.2024-01.org:h");
         weak.chap = Some(Chap {
             user: "u".into(),

@@ -52,10 +52,12 @@ pub struct EngineBackend {
     units: Mutex<HashMap<UnitKey, Arc<dyn LogicalUnit>>>,
 }
 
-/// What makes two LUNs the same unit: the volume or snapshot and how it is shown.
+/// What makes two LUNs the same unit: the volume or snapshot (by id, never
+/// reused) and how it is shown.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct UnitKey {
-    name: String,
+    snapshot: bool,
+    id: u64,
     block_size_bytes: u32,
     removable: bool,
 }
@@ -71,41 +73,45 @@ impl EngineBackend {
     }
 
     /// The unit for a LUN, made on first use; `None` when the volume or snapshot
-    /// does not exist (any more).
+    /// does not exist (any more). Keyed by id, so a new volume that reuses a
+    /// deleted one's name is a new unit.
     fn unit(&self, spec: &LunSpec) -> Option<Arc<dyn LogicalUnit>> {
-        let key = UnitKey {
-            name: spec.volume.clone(),
-            block_size_bytes: spec.block_size_bytes,
-            removable: spec.removable,
-        };
-        let mut units = self.units.lock();
-        if let Some(unit) = units.get(&key) {
-            if unit.size_bytes() > 0 || self.exists(&spec.volume) {
-                return Some(unit.clone());
-            }
-            units.remove(&key);
-        }
         let presentation = Presentation {
             block_size_bytes: spec.block_size_bytes,
             removable: spec.removable,
         };
-        let unit: Arc<dyn LogicalUnit> = if spec.volume.contains('@') {
-            let snapshot = self.engine.open_snapshot(&spec.volume).ok()?;
-            Arc::new(SnapshotUnit::new(snapshot, self.array_id, presentation))
-        } else {
-            let volume = self.engine.open_volume(&spec.volume).ok()?;
-            Arc::new(VolumeUnit::new(volume, self.array_id, presentation))
-        };
-        units.insert(key, unit.clone());
-        Some(unit)
-    }
-
-    fn exists(&self, name: &str) -> bool {
-        if name.contains('@') {
-            self.engine.open_snapshot(name).is_ok()
-        } else {
-            self.engine.open_volume(name).is_ok()
-        }
+        let (key, make): (UnitKey, Box<dyn FnOnce() -> Arc<dyn LogicalUnit>>) =
+            if spec.volume.contains('@') {
+                let snapshot = self.engine.open_snapshot(&spec.volume).ok()?;
+                let key = UnitKey {
+                    snapshot: true,
+                    id: snapshot.id(),
+                    block_size_bytes: spec.block_size_bytes,
+                    removable: spec.removable,
+                };
+                let array_id = self.array_id;
+                (
+                    key,
+                    Box::new(move || Arc::new(SnapshotUnit::new(snapshot, array_id, presentation))),
+                )
+            } else {
+                let volume = self.engine.open_volume(&spec.volume).ok()?;
+                let key = UnitKey {
+                    snapshot: false,
+                    id: volume.id(),
+                    block_size_bytes: spec.block_size_bytes,
+                    removable: spec.removable,
+                };
+                let array_id = self.array_id;
+                (
+                    key,
+                    Box::new(move || Arc::new(VolumeUnit::new(volume, array_id, presentation))),
+                )
+            };
+        let mut units = self.units.lock();
+        // Units of volumes and snapshots that are gone are dropped as we go.
+        units.retain(|_, unit| unit.size_bytes() > 0);
+        Some(units.entry(key).or_insert_with(make).clone())
     }
 }
 

@@ -38,40 +38,11 @@ const CHAP_INITIATOR: &str = "iqn.2024-01.org.example:chap-host";
 const CHAP_USER: &str = "chapuser";
 const CHAP_SECRET: &str = "a-secret-of-16ch";
 
-/// Writes the host registry the daemon loads at start: both test initiators in
-/// one host, with one LUN per unit kind, and a host that must log in with CHAP.
-fn write_hosts(dir: &std::path::Path) {
-    let lun = |volume: &str, block: u32, removable: bool| serde_json::json!({"volume": volume, "block_size_bytes": block, "removable": removable});
-    let hosts = serde_json::json!({"hosts": {"conformance": {
-        "name": "conformance",
-        "iqns": [INITIATOR, INITIATOR_2],
-        "chap": null,
-        "mutual_chap": null,
-        "luns": {
-            "0": lun("main", 512, false),
-            "1": lun("second", 512, false),
-            "2": lun("removable", 512, true),
-            "3": lun("base@frozen", 512, false),
-            "4": lun("fourk", 4096, false),
-        }
-    }, "chap-host": {
-        "name": "chap-host",
-        "iqns": [CHAP_INITIATOR],
-        "chap": {"user": CHAP_USER, "secret": CHAP_SECRET},
-        "mutual_chap": null,
-        "luns": {"0": lun("second", 512, false)}
-    }}});
-    std::fs::create_dir_all(dir.join("data")).unwrap();
-    std::fs::write(
-        dir.join("data").join("hosts.json"),
-        serde_json::to_vec_pretty(&hosts).unwrap(),
-    )
-    .unwrap();
-}
-
+/// A daemon with one volume per unit kind, both test initiators in one host with
+/// one LUN each, and a second host that must log in with CHAP — all set up with
+/// the CLI, as an administrator would.
 fn start() -> Daemon {
     let dir = temp_dir("iscsi");
-    write_hosts(&dir);
     let daemon = Daemon::start_with(&dir, "4G");
     for (name, size) in [
         ("main", "128M"),
@@ -83,6 +54,38 @@ fn start() -> Daemon {
         daemon.cli_ok(&["volume", "create", name, "--size", size]);
     }
     daemon.cli_ok(&["snapshot", "create", "base", "--name", "frozen"]);
+    daemon.cli_ok(&[
+        "host",
+        "create",
+        "conformance",
+        "--iqn",
+        INITIATOR,
+        "--iqn",
+        INITIATOR_2,
+    ]);
+    for (volume, lun, extra) in [
+        ("main", "0", &[][..]),
+        ("second", "1", &[][..]),
+        ("removable", "2", &["--removable"][..]),
+        ("base@frozen", "3", &[][..]),
+        ("fourk", "4", &["--block-size", "4096"][..]),
+    ] {
+        let mut args = vec!["host", "connect", "conformance", volume, "--lun", lun];
+        args.extend_from_slice(extra);
+        daemon.cli_ok(&args);
+    }
+    daemon.cli_ok(&[
+        "host",
+        "create",
+        "chap-host",
+        "--iqn",
+        CHAP_INITIATOR,
+        "--chap-user",
+        CHAP_USER,
+        "--chap-secret",
+        CHAP_SECRET,
+    ]);
+    daemon.cli_ok(&["host", "connect", "chap-host", "second", "--lun", "0"]);
     daemon
 }
 

@@ -237,7 +237,13 @@ fn masking_shows_each_initiator_only_its_luns() {
     let portal = format!("iscsi://127.0.0.1:{}", daemon.iscsi_ports[0]);
     let ls = tool_ok("iscsi-ls", &["-i", INITIATOR, "-s", &portal]);
     assert_eq!(ls.matches("Lun:").count(), 10, "{ls}"); // 5 LUNs × 2 portals
-                                                        // An initiator in no host cannot log in at all.
+                                                        // A LUN the host was not given does not exist for it.
+    let unmapped = inq(INITIATOR, 7);
+    assert!(!unmapped.status.success());
+    let text = String::from_utf8_lossy(&unmapped.stderr).to_string()
+        + &String::from_utf8_lossy(&unmapped.stdout);
+    assert!(text.contains("LOGICAL_UNIT_NOT_SUPPORTED"), "{text}");
+    // An initiator in no host cannot log in at all.
     let stranger = "iqn.2024-01.org.example:stranger";
     let refused = inq(stranger, 0);
     assert!(!refused.status.success());

@@ -34,6 +34,7 @@ mod lifecycle;
 pub mod meta;
 pub mod provision;
 pub mod ranges;
+pub mod rate;
 mod reclaim;
 pub mod report;
 pub mod segment;

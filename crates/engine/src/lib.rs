@@ -25,6 +25,7 @@ mod batch;
 pub mod bitmap;
 mod bits;
 pub mod catalog;
+mod clean;
 pub mod copy;
 pub mod error;
 mod fsck;
@@ -117,6 +118,9 @@ pub struct EngineStats {
     /// Key-value operations (lookups, range scans and entries visited) done by
     /// reads: the snapshot-depth test compares these.
     pub read_kv_ops: AtomicU64,
+    /// Segments the cleaner emptied, and the bytes it relocated to do so.
+    pub cleaned_segments: AtomicU64,
+    pub relocated_bytes: AtomicU64,
     /// Grains whose data bits the background job settled (reference ranges).
     pub bits_settled_grains: AtomicU64,
     /// Bumped whenever the set of live volumes changes (create, clone, destroy,
@@ -299,6 +303,10 @@ impl Engine {
             ws.pending_free.insert(sealed);
             ws.open_segment = ws.next_segment_id;
             ws.next_segment_id += 1;
+        }
+        if ws.clean_segment_dead() {
+            let sealed = ws.clean_segment.take().expect("dead clean segment");
+            ws.pending_free.insert(sealed);
         }
         let freeing: Vec<_> = std::mem::take(&mut ws.pending_free).into_iter().collect();
         let mut txn = self.db.begin_write().map_err(kv_error)?;

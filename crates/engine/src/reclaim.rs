@@ -46,6 +46,7 @@ fn run(weak: Weak<Engine>) {
             .reclaim_step()
             .and_then(|worked| Ok(worked || engine.sweep_step()?))
             .and_then(|worked| Ok(worked || engine.bits_step()?))
+            .and_then(|worked| Ok(worked || engine.clean_step()?))
             .and_then(|worked| Ok(worked || engine.lifecycle_step()?));
         match step {
             Ok(true) => continue,

@@ -35,6 +35,9 @@ pub struct WriterState {
     pub segments: BTreeMap<SegmentId, SegState>,
     pub(crate) totals: SegState,
     pub open_segment: SegmentId,
+    /// The open segment of the cleaner's own stream: relocated (long-lived) data
+    /// collects apart from fresh host writes.
+    pub clean_segment: Option<SegmentId>,
     pub next_block_id: u64,
     pub next_seq: u64,
     pub next_volume_id: u64,
@@ -133,14 +136,28 @@ impl WriterState {
 
     /// The open segment holds records but none is live: seal it so it can be freed.
     pub fn open_segment_dead(&self) -> bool {
+        self.segment_dead(self.open_segment)
+    }
+
+    /// The cleaner's open segment holds records but none is live.
+    pub fn clean_segment_dead(&self) -> bool {
+        self.clean_segment.is_some_and(|id| self.segment_dead(id))
+    }
+
+    fn segment_dead(&self, id: SegmentId) -> bool {
         self.segments
-            .get(&self.open_segment)
+            .get(&id)
             .is_some_and(|s| s.written_bytes > 0 && s.live_bytes == 0)
+    }
+
+    /// A segment still being appended to (never a cleaning victim, never freed).
+    pub fn is_open(&self, id: SegmentId) -> bool {
+        id == self.open_segment || self.clean_segment == Some(id)
     }
 
     /// Whether a durable commit would free anything.
     pub fn has_space_to_free(&self) -> bool {
-        !self.pending_free.is_empty() || self.open_segment_dead()
+        !self.pending_free.is_empty() || self.open_segment_dead() || self.clean_segment_dead()
     }
 }
 
@@ -278,6 +295,9 @@ pub struct TxState {
     pub next_volume_id: u64,
     pub next_segment_id: SegmentId,
     pub open_segment: SegmentId,
+    pub clean_segment: Option<SegmentId>,
+    /// Bytes appended by the cleaner in this transaction.
+    pub relocated_bytes: u64,
     /// Changes to segments' accounting: id → (written delta, live delta).
     seg_delta: BTreeMap<SegmentId, (i64, i64)>,
     /// Encoded records to append, per segment: (offset, bytes).
@@ -314,6 +334,8 @@ impl TxState {
             next_volume_id: ws.next_volume_id,
             next_segment_id: ws.next_segment_id,
             open_segment: ws.open_segment,
+            clean_segment: ws.clean_segment,
+            relocated_bytes: 0,
             seg_delta: BTreeMap::new(),
             appends: BTreeMap::new(),
             used_bytes: ws.used_bytes(),
@@ -378,6 +400,62 @@ impl TxState {
         delta.1 += record_bytes as i64;
         self.used_bytes += record_bytes;
         Ok((self.open_segment, offset))
+    }
+
+    /// Moves a live record to the cleaner's stream: the same bytes (header and
+    /// checksum unchanged) at a new place, and one block row updated — no mapping
+    /// that references the block changes.
+    pub fn relocate(
+        &mut self,
+        ws: &WriterState,
+        t: &mut Tables,
+        id: u64,
+        rec: BlockRec,
+        record: &[u8],
+    ) -> Result<()> {
+        let record_bytes = record.len() as u64;
+        assert_eq!(record_bytes, rec.record_bytes());
+        // The cleaner may use the whole capacity: it is what gives space back.
+        if self.used_bytes + record_bytes > self.capacity_bytes {
+            return Err(EngineError::NoSpace("no room left to relocate into".into()));
+        }
+        let segment = match self.clean_segment {
+            Some(open)
+                if self.segment_state(ws, open).written_bytes + record_bytes
+                    <= SEGMENT_TARGET_BYTES =>
+            {
+                open
+            }
+            full => {
+                if let Some(full) = full {
+                    self.maybe_dead.insert(full);
+                }
+                let fresh = self.next_segment_id;
+                self.next_segment_id += 1;
+                self.clean_segment = Some(fresh);
+                fresh
+            }
+        };
+        let offset = self.segment_state(ws, segment).written_bytes;
+        let (start, buf) = self
+            .appends
+            .entry(segment)
+            .or_insert_with(|| (offset, Vec::new()));
+        assert_eq!(*start + buf.len() as u64, offset, "appends are contiguous");
+        buf.extend_from_slice(record);
+        let moved = BlockRec {
+            segment,
+            offset_bytes: u32::try_from(offset).expect("segment offsets fit u32"),
+            ..rec
+        };
+        let to = self.seg_delta.entry(segment).or_default();
+        to.0 += record_bytes as i64;
+        to.1 += record_bytes as i64;
+        self.seg_delta.entry(rec.segment).or_default().1 -= record_bytes as i64;
+        self.maybe_dead.insert(rec.segment);
+        self.used_bytes += record_bytes;
+        self.relocated_bytes += record_bytes;
+        self.put_block(t, id, Some(&rec), Some(&moved))
     }
 
     /// Stores a data grain: a reference to an existing block with the same
@@ -662,6 +740,7 @@ impl TxState {
         ws.next_volume_id = self.next_volume_id;
         ws.next_segment_id = self.next_segment_id;
         ws.open_segment = self.open_segment;
+        ws.clean_segment = self.clean_segment;
         ws.dirty_segments.extend(self.appends.keys().copied());
         for (key, id) in self.dedup_added {
             ws.dedup.insert(key, id);
@@ -673,7 +752,7 @@ impl TxState {
         }
         for id in self.maybe_dead {
             let state = ws.segments.get(&id).copied().unwrap_or_default();
-            if id != ws.open_segment && state.live_bytes == 0 {
+            if !ws.is_open(id) && state.live_bytes == 0 {
                 ws.pending_free.insert(id);
             }
         }

@@ -36,6 +36,8 @@ enum Op {
     Flush,
     Restart,
     Reclaim,
+    /// Runs the segment cleaner over every segment holding stale bytes.
+    Clean,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -52,6 +54,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Flush),
         1 => Just(Op::Restart),
         1 => Just(Op::Reclaim),
+        1 => Just(Op::Clean),
     ]
 }
 
@@ -119,6 +122,10 @@ fn run(ops: Vec<Op>) {
                 engine = open(&dir);
             }
             Op::Reclaim => drain_reclaim(&engine),
+            Op::Clean => {
+                drop(vol);
+                engine.clean_now().unwrap();
+            }
         }
     }
     let vol = engine.open_volume("v").unwrap();

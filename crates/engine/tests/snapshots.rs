@@ -50,6 +50,8 @@ enum Op {
     EradicateVolume(u8),
     Restart,
     Reclaim,
+    /// Runs the segment cleaner over every segment holding stale bytes.
+    Clean,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -79,6 +81,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<u8>().prop_map(Op::EradicateVolume),
         1 => Just(Op::Restart),
         1 => Just(Op::Reclaim),
+        1 => Just(Op::Clean),
     ]
 }
 
@@ -263,7 +266,7 @@ fn apply(engine: &Arc<Engine>, model: &mut Model, op: Op) {
             let prefix = format!("{name}@");
             model.snapshots.retain(|full, _| !full.starts_with(&prefix));
         }
-        Op::Restart | Op::Reclaim => unreachable!("handled by the runner"),
+        Op::Restart | Op::Reclaim | Op::Clean => unreachable!("handled by the runner"),
     }
 }
 
@@ -331,6 +334,9 @@ fn run(ops: Vec<Op>) {
                 engine = open(&dir);
             }
             Op::Reclaim => settle(&engine),
+            Op::Clean => {
+                engine.clean_now().unwrap();
+            }
             op => apply(&engine, &mut model, op),
         }
     }

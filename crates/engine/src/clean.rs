@@ -1,0 +1,201 @@
+//! The segment cleaner: relocates the live records of mostly-dead segments so
+//! the segments can be freed.
+//!
+//! A victim is chosen by cost-benefit (Rosenblum and Ousterhout's rule, with the
+//! segment id standing in for age: ids grow with time): the free space gained,
+//! 1 − u, against the cost of reading the segment and writing back its live part,
+//! 1 + u, weighted by age, so cold, mostly-dead segments go first and hot ones are
+//! left to die on their own. Relocated records go to the cleaner's own open
+//! segment, so long-lived data collects apart from fresh writes.
+//!
+//! Relocation moves a record's bytes verbatim (checked first: a corrupt record is
+//! never copied) and updates one block row; the mappings, which name block ids,
+//! do not change. The victim is freed by the usual rule: once no live record is
+//! left, after the next durable commit (so a crash cannot bring back metadata
+//! that points into a deleted segment).
+
+use std::sync::atomic::Ordering;
+
+use redb::ReadableTable;
+
+use crate::meta::{kv_error, BlockRec};
+use crate::segment::{self, RecordHeader, SegmentId, RECORD_HEADER_BYTES, RECORD_MAGIC};
+use crate::{Engine, Result};
+
+/// Records relocated per transaction (each holds the writer mutex briefly).
+const BATCH_RECORDS: usize = 256;
+/// A segment more live than this is not worth cleaning in the background.
+const MAX_BACKGROUND_UTILIZATION: f64 = 0.8;
+
+/// One record found while walking a victim segment.
+struct Found {
+    block_id: u64,
+    offset_bytes: u64,
+    bytes: Vec<u8>,
+}
+
+impl Engine {
+    /// Picks the best victim: sealed, with stale bytes, utilization at most
+    /// `max_utilization`, highest cost-benefit score.
+    fn pick_victim(&self, max_utilization: f64) -> Option<SegmentId> {
+        let ws = self.writer.lock();
+        let newest = ws.next_segment_id;
+        ws.segments
+            .iter()
+            .filter(|(id, s)| {
+                !ws.is_open(**id)
+                    && !ws.pending_free.contains(id)
+                    && s.written_bytes > 0
+                    && s.live_bytes < s.written_bytes
+            })
+            .map(|(&id, s)| {
+                let u = s.live_bytes as f64 / s.written_bytes as f64;
+                let age = f64::from(newest.saturating_sub(id).max(1));
+                (id, u, (1.0 - u) / (1.0 + u) * age)
+            })
+            .filter(|&(_, u, _)| u <= max_utilization)
+            .max_by(|a, b| a.2.total_cmp(&b.2))
+            .map(|(id, _, _)| id)
+    }
+
+    /// Whether stale space is worth a background cleaning pass: more than a
+    /// quarter of what is used, and more than one segment's worth.
+    fn cleaning_due(&self) -> bool {
+        let ws = self.writer.lock();
+        let stale = ws.used_bytes() - ws.live_bytes();
+        stale > segment::SEGMENT_TARGET_BYTES && stale * 4 > ws.used_bytes()
+    }
+
+    /// One background cleaning pass over one victim, when due. Returns whether
+    /// it did anything.
+    pub(crate) fn clean_step(&self) -> Result<bool> {
+        if !self.cleaning_due() {
+            return Ok(false);
+        }
+        let Some(victim) = self.pick_victim(MAX_BACKGROUND_UTILIZATION) else {
+            return Ok(false);
+        };
+        self.clean_segment(victim)?;
+        Ok(true)
+    }
+
+    /// Cleans every segment holding stale bytes, however live (tests run it
+    /// between operations to exercise relocation hard). Returns the segments
+    /// cleaned.
+    pub fn clean_now(&self) -> Result<u64> {
+        {
+            // Seal both open segments so everything written so far is eligible.
+            let mut ws = self.writer.lock();
+            let open = ws.open_segment;
+            if ws.segments.get(&open).is_some_and(|s| s.written_bytes > 0) {
+                ws.open_segment = ws.next_segment_id;
+                ws.next_segment_id += 1;
+                if ws.segments.get(&open).is_some_and(|s| s.live_bytes == 0) {
+                    ws.pending_free.insert(open);
+                }
+            }
+            if let Some(clean) = ws.clean_segment.take() {
+                if ws.segments.get(&clean).is_some_and(|s| s.live_bytes == 0) {
+                    ws.pending_free.insert(clean);
+                }
+            }
+        }
+        let mut cleaned = 0;
+        let mut tried = std::collections::BTreeSet::new();
+        while let Some(victim) = self.pick_victim(1.0) {
+            if !tried.insert(victim) {
+                break; // a record that cannot move (corrupt) keeps it alive
+            }
+            self.clean_segment(victim)?;
+            cleaned += 1;
+        }
+        self.flush()?;
+        Ok(cleaned)
+    }
+
+    /// Relocates every live record of `victim`.
+    fn clean_segment(&self, victim: SegmentId) -> Result<()> {
+        let found = self.read_records(victim)?;
+        for batch in found.chunks(BATCH_RECORDS) {
+            let mut ws = self.writer.lock();
+            let relocated = self.transact(&mut ws, false, |st, t, ws| {
+                for record in batch {
+                    let Some(value) = t.blocks.get(record.block_id).map_err(kv_error)? else {
+                        continue; // freed since the walk
+                    };
+                    let rec = BlockRec::decode(value.value())?;
+                    drop(value);
+                    let still_here =
+                        rec.segment == victim && u64::from(rec.offset_bytes) == record.offset_bytes;
+                    if still_here {
+                        st.relocate(ws, t, record.block_id, rec, &record.bytes)?;
+                    }
+                }
+                Ok(st.relocated_bytes)
+            })?;
+            self.stats
+                .relocated_bytes
+                .fetch_add(relocated, Ordering::Relaxed);
+        }
+        self.stats.cleaned_segments.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Walks a sealed segment's records in order, keeping those whose checksum
+    /// holds (a bad one is logged and counted, and left where it is).
+    fn read_records(&self, victim: SegmentId) -> Result<Vec<Found>> {
+        let written_bytes = self
+            .writer
+            .lock()
+            .segments
+            .get(&victim)
+            .map(|s| s.written_bytes)
+            .unwrap_or(0);
+        let mut data = vec![0u8; written_bytes as usize];
+        {
+            let _io = self.io_lock.read();
+            self.store.read_at(victim, 0, &mut data).map_err(|e| {
+                crate::EngineError::io(format!("reading segment {victim} to clean it"), e)
+            })?;
+        }
+        let mut found = Vec::new();
+        let mut at = 0usize;
+        while at + RECORD_HEADER_BYTES <= data.len() {
+            let header = &data[at..at + RECORD_HEADER_BYTES];
+            let magic = u32::from_le_bytes(header[0..4].try_into().expect("4"));
+            let flags = u16::from_le_bytes(header[4..6].try_into().expect("2"));
+            let payload_len = u32::from_le_bytes(header[8..12].try_into().expect("4"));
+            let crc = u32::from_le_bytes(header[12..16].try_into().expect("4"));
+            let block_id = u64::from_le_bytes(header[16..24].try_into().expect("8"));
+            let end = at + RECORD_HEADER_BYTES + payload_len as usize;
+            if magic != RECORD_MAGIC || end > data.len() {
+                tracing::error!(
+                    segment = victim,
+                    offset = at,
+                    "unreadable record: cleaning stops here"
+                );
+                self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+            let mut bytes = data[at..end].to_vec();
+            let expected = RecordHeader {
+                flags,
+                payload_len,
+                block_id,
+            };
+            match segment::verify_record(&mut bytes, expected, crc) {
+                Ok(_) => found.push(Found {
+                    block_id,
+                    offset_bytes: at as u64,
+                    bytes,
+                }),
+                Err(why) => {
+                    tracing::error!(segment = victim, offset = at, "record not relocated: {why}");
+                    self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            at = end;
+        }
+        Ok(found)
+    }
+}

@@ -48,6 +48,9 @@
 //! presented until it is recovered. CHAP secrets are accepted on create only and
 //! never appear in an answer, an error message or the log.
 
+// The OpenAPI document is one large `json!` literal.
+#![recursion_limit = "256"]
+
 mod control;
 mod error;
 mod extract;

@@ -590,7 +590,10 @@ fn schemas() -> Value {
             "soft_threshold_exceeded": {"type": "boolean", "description": "Physical use is at or above the soft threshold"},
             "soft_threshold_events": count("Times physical use crossed the soft threshold upwards since the daemon started"),
             "snapshot_count": count("Named snapshots, live and destroyed"),
-            "destroyed_volume_count": count("Destroyed volumes awaiting eradication")
+            "destroyed_volume_count": count("Destroyed volumes awaiting eradication"),
+            "host_written_bytes": bytes("Bytes hosts wrote since the daemon started"),
+            "media_written_bytes": bytes("Bytes appended to segments since the daemon started: records of host writes plus records the cleaner relocated (metadata excluded)"),
+            "write_amplification": ratio("media_written / host_written (below 1 when data reduction saves more than cleaning costs); 0 before any host write")
         }))
     })
 }

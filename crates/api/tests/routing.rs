@@ -495,6 +495,9 @@ pub fn space_report() -> SpaceReport {
         soft_threshold_events: 0,
         snapshot_count: 0,
         destroyed_volume_count: 0,
+        host_written_bytes: 0,
+        media_written_bytes: 0,
+        write_amplification: 0.0,
     }
 }
 

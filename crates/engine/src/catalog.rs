@@ -366,6 +366,8 @@ impl Engine {
             .values()
             .filter(|s| !s.is_pin())
             .count() as u64;
+        let host_written = self.stats.host_written_bytes.load(Ordering::Relaxed);
+        let media_written = self.stats.media_written_bytes.load(Ordering::Relaxed);
         let volumes: Vec<_> = self.volumes.read().values().cloned().collect();
         let mut provisioned = 0;
         let mut logical = 0;
@@ -392,6 +394,13 @@ impl Engine {
             soft_threshold_events: self.stats.soft_threshold_events.load(Ordering::SeqCst),
             snapshot_count,
             destroyed_volume_count: self.destroyed.read().len() as u64,
+            host_written_bytes: host_written,
+            media_written_bytes: media_written,
+            write_amplification: if host_written == 0 {
+                0.0
+            } else {
+                media_written as f64 / host_written as f64
+            },
             free_bytes: capacity.saturating_sub(used),
             provisioned_bytes: provisioned,
             logical_data_bytes: logical,

@@ -118,6 +118,10 @@ pub struct EngineStats {
     /// Key-value operations (lookups, range scans and entries visited) done by
     /// reads: the snapshot-depth test compares these.
     pub read_kv_ops: AtomicU64,
+    /// Bytes hosts asked to write, and bytes appended to segments for them and for
+    /// the cleaner: their ratio is the write amplification (metadata excluded).
+    pub host_written_bytes: AtomicU64,
+    pub media_written_bytes: AtomicU64,
     /// Segments the cleaner emptied, and the bytes it relocated to do so.
     pub cleaned_segments: AtomicU64,
     pub relocated_bytes: AtomicU64,
@@ -353,7 +357,10 @@ impl Engine {
         foreground: bool,
         f: impl FnOnce(&mut tx::TxState, &mut tx::Tables, &WriterState) -> Result<T>,
     ) -> Result<T> {
-        let (value, records) = tx::run(&self.db, self.store.as_ref(), ws, f)?;
+        let (value, records, appended_bytes) = tx::run(&self.db, self.store.as_ref(), ws, f)?;
+        self.stats
+            .media_written_bytes
+            .fetch_add(appended_bytes, Ordering::Relaxed);
         self.commit_count.fetch_add(1, Ordering::SeqCst);
         self.check_soft_threshold(ws.used_bytes());
         if foreground {
@@ -409,7 +416,12 @@ impl Volume {
     /// Writes at any byte offset (sub-grain writes read-modify-write the grain).
     pub fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<()> {
         self.live()?;
-        self.engine.write(&self.shared, offset_bytes, data)
+        self.engine.write(&self.shared, offset_bytes, data)?;
+        self.engine
+            .stats
+            .host_written_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Deallocates a range; it reads back as zeroes. Metadata-only.

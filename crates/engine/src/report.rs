@@ -68,6 +68,14 @@ pub struct SpaceReport {
     pub snapshot_count: u64,
     /// Destroyed volumes awaiting eradication.
     pub destroyed_volume_count: u64,
+    /// Bytes hosts wrote since the daemon started.
+    pub host_written_bytes: u64,
+    /// Bytes appended to segments since the daemon started: new records of host
+    /// writes plus records the cleaner relocated (metadata not included).
+    pub media_written_bytes: u64,
+    /// media ÷ host written bytes (below 1 when dedup, compression and pattern
+    /// removal save more than cleaning costs); 0 before any host write.
+    pub write_amplification: f64,
     pub free_bytes: u64,
     /// Sum of the volumes' sizes.
     pub provisioned_bytes: u64,

@@ -705,7 +705,7 @@ pub fn run<T>(
     store: &dyn segment::SegmentStore,
     ws: &mut WriterState,
     f: impl FnOnce(&mut TxState, &mut Tables, &WriterState) -> Result<T>,
-) -> Result<(T, u64)> {
+) -> Result<(T, u64, u64)> {
     let mut txn = db.begin_write().map_err(kv_error)?;
     txn.set_durability(Durability::None).map_err(kv_error)?;
     let mut st = TxState::new(ws);
@@ -713,7 +713,9 @@ pub fn run<T>(
         let mut tables = Tables::open(&txn)?;
         f(&mut st, &mut tables, ws)?
     };
+    let mut appended_bytes = 0;
     for (segment, (offset, bytes)) in &st.appends {
+        appended_bytes += bytes.len() as u64;
         store
             .write_at(*segment, *offset, bytes)
             .map_err(|e| EngineError::io(format!("writing segment {segment}"), e))?;
@@ -721,7 +723,7 @@ pub fn run<T>(
     txn.commit().map_err(kv_error)?;
     let records_written = st.records_written;
     st.apply_to(ws);
-    Ok((value, records_written))
+    Ok((value, records_written, appended_bytes))
 }
 
 impl TxState {

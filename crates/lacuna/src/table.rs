@@ -327,6 +327,15 @@ pub fn space_details(s: &SpaceReport) -> String {
         ("provisioned", format_size(s.provisioned_bytes)),
         ("logical data", format_size(s.logical_data_bytes)),
         ("reclaim backlog", format_size(s.reclaim_backlog_bytes)),
+        (
+            "write amplification",
+            format!(
+                "{:.2} ({} to media for {} from hosts)",
+                s.write_amplification,
+                format_size(s.media_written_bytes),
+                format_size(s.host_written_bytes)
+            ),
+        ),
         ("data reduction", format_ratio(s.data_reduction_ratio)),
         ("total reduction", format_ratio(s.total_reduction_ratio)),
         ("soft threshold", threshold),
@@ -602,6 +611,9 @@ mod tests {
             soft_threshold_events: 0,
             snapshot_count: 1,
             destroyed_volume_count: 0,
+            host_written_bytes: 0,
+            media_written_bytes: 0,
+            write_amplification: 0.0,
         };
         let text = space_details(&report);
         for expected in [

@@ -49,15 +49,33 @@ impl Daemon {
         Self::start_with_args(dir, capacity, &[])
     }
 
-    /// Starts with extra `serve` arguments.
+    /// Starts with extra `serve` arguments. Ports are picked free and then
+    /// bound by the daemon, so another process can take one in between: a start
+    /// that fails only because an address is in use is retried on fresh ports.
     pub fn start_with_args(dir: &Path, capacity: &str, extra: &[&str]) -> Daemon {
+        const ATTEMPTS: u32 = 5;
+        for attempt in 1..=ATTEMPTS {
+            match Self::try_start(dir, capacity, extra) {
+                Ok(daemon) => return daemon,
+                Err(log) if log.contains("Address already in use") && attempt < ATTEMPTS => {
+                    eprintln!("daemon start: a port was taken, retrying ({attempt})");
+                }
+                Err(log) => panic!("daemon did not start; log:\n{log}"),
+            }
+        }
+        unreachable!("the last attempt panics or returns")
+    }
+
+    fn try_start(dir: &Path, capacity: &str, extra: &[&str]) -> Result<Daemon, String> {
         let nbd_port = free_port();
         let api_port = free_port();
         let iscsi_ports = [free_port(), free_port()];
+        let log_path = dir.join("daemon.log");
+        let log_before = std::fs::read_to_string(&log_path).unwrap_or_default().len();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(dir.join("daemon.log"))
+            .open(&log_path)
             .unwrap();
         let child = Command::new(BIN)
             .arg("serve")
@@ -73,18 +91,25 @@ impl Daemon {
             .stderr(log)
             .spawn()
             .expect("spawn lacuna serve");
-        let daemon = Daemon {
+        let mut daemon = Daemon {
             child,
             dir: dir.to_path_buf(),
             nbd_port,
             api_port,
             iscsi_ports,
         };
-        daemon.wait_ready();
-        daemon
+        match daemon.wait_ready() {
+            Ok(()) => Ok(daemon),
+            Err(()) => {
+                daemon.kill();
+                let log = daemon.log();
+                Err(log.get(log_before..).unwrap_or(&log).to_string())
+            }
+        }
     }
 
-    fn wait_ready(&self) {
+    /// Waits until every port accepts; `Err` if the daemon exited first.
+    fn wait_ready(&mut self) -> Result<(), ()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         for port in [
             self.nbd_port,
@@ -93,14 +118,18 @@ impl Daemon {
             self.iscsi_ports[1],
         ] {
             while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                if matches!(self.child.try_wait(), Ok(Some(_))) {
+                    return Err(());
+                }
                 assert!(
                     Instant::now() < deadline,
-                    "daemon did not start; log:\n{}",
+                    "daemon did not start in 60 s; log:\n{}",
                     self.log()
                 );
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+        Ok(())
     }
 
     pub fn log(&self) -> String {

@@ -1,11 +1,12 @@
 //! Data bits of reference ranges, worked out in the background.
 //!
-//! A clone, range copy or revert writes one `Ref` record. Which of its grains hold
-//! data starts as an estimate: the source volume's bitmap when the reference is to
-//! its current content, otherwise "all data" (a clone of an older snapshot, a
-//! revert, any reference after a restart). This job then reads the source's
-//! extents and sets the real bits, a bounded batch at a time, skipping grains
-//! written since (their own bits are already right).
+//! A clone, range copy or revert writes one `Ref` record. When the reference is
+//! to a volume's current content and that volume's bits are settled, its bitmap
+//! is copied and is exact. Otherwise — a clone of an older snapshot, a revert, a
+//! copy of a copy still settling, any reference after a restart — the grains
+//! first count as data (or as the source's estimate), and this job then reads the
+//! source's extents and sets the real bits, a bounded batch at a time, skipping
+//! grains written since (their own bits are already right).
 
 use std::sync::atomic::Ordering;
 
@@ -31,6 +32,13 @@ impl Engine {
         assert!(pending.start < pending.end);
         self.bits_pending.lock().push_back(pending);
         self.wake_reclaimer();
+    }
+
+    /// Whether a volume's bits may still be estimates: a job is queued for it, or
+    /// being worked on (the job has left the queue but not yet written its bits).
+    pub(crate) fn bits_unsettled(&self, volume: u64) -> bool {
+        let pending = self.bits_pending.lock();
+        pending.iter().any(|p| p.volume == volume) || *self.bits_in_progress.lock() == Some(volume)
     }
 
     /// At open: every reference record's bits were rebuilt as "data"; queue them.
@@ -60,9 +68,20 @@ impl Engine {
 
     /// Settles one batch; false when nothing is queued.
     pub(crate) fn bits_step(&self) -> Result<bool> {
-        let Some(job) = self.bits_pending.lock().pop_front() else {
-            return Ok(false);
+        let job = {
+            let mut pending = self.bits_pending.lock();
+            let Some(job) = pending.pop_front() else {
+                return Ok(false);
+            };
+            *self.bits_in_progress.lock() = Some(job.volume);
+            job
         };
+        let result = self.settle(job);
+        *self.bits_in_progress.lock() = None;
+        result
+    }
+
+    fn settle(&self, job: PendingBits) -> Result<bool> {
         let Some(volume) = self.volume_by_id(job.volume) else {
             return Ok(true); // eradicated meanwhile
         };

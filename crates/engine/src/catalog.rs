@@ -163,7 +163,10 @@ impl Engine {
         let shared = Arc::new(volume_shared(&rec, ranges));
         if let Some(initial) = &initial {
             self.set_range_bits(&shared, 0, grains, initial.kind, initial.bits_from);
-            if let RangeKind::Ref { .. } = initial.kind {
+            let exact = initial
+                .bits_from
+                .is_some_and(|(source, _)| !self.bits_unsettled(source.id));
+            if matches!(initial.kind, RangeKind::Ref { .. }) && !exact {
                 let seq = shared
                     .view
                     .read()

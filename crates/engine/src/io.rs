@@ -308,9 +308,9 @@ impl Engine {
             .store(seq, std::sync::atomic::Ordering::SeqCst);
         let grains = view.size_bytes.div_ceil(GRAIN_BYTES);
         let before = vol.bitmap.lock().count();
-        // Copied bits are a good first estimate, but the source's own bits may
-        // still be estimates (a copy of a copy): the job settles every reference.
-        if matches!(kind, RangeKind::Ref { .. }) && start < grains {
+        // Copied bits are exact only if the source's own bits are settled.
+        let exact = bits_from.is_some_and(|(source, _)| !self.bits_unsettled(source.id));
+        if matches!(kind, RangeKind::Ref { .. }) && start < grains && !exact {
             self.queue_bits(crate::bits::PendingBits {
                 volume: vol.id,
                 start,

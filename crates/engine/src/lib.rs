@@ -179,6 +179,9 @@ pub struct Engine {
     sweep_pending: Mutex<BTreeMap<u64, lifecycle::SweepCursor>>,
     /// Reference ranges whose data bits the background job still has to settle.
     bits_pending: Mutex<std::collections::VecDeque<bits::PendingBits>>,
+    /// The volume whose job `bits_step` holds out of the queue (lock after
+    /// `bits_pending`).
+    bits_in_progress: Mutex<Option<u64>>,
     /// Serialises taking pins with dropping unreferenced ones.
     pin_lock: Mutex<()>,
     /// Whether physical use is above the soft threshold (for edge detection).
@@ -227,6 +230,7 @@ impl Engine {
             sweep_pending: Mutex::new(recovered.sweep_pending),
             pin_lock: Mutex::new(()),
             bits_pending: Mutex::new(std::collections::VecDeque::new()),
+            bits_in_progress: Mutex::new(None),
             above_soft_threshold: AtomicBool::new(false),
             writer: Mutex::new(recovered.writer),
             write_queue: batch::WriteQueue::default(),

@@ -361,6 +361,7 @@ impl Engine {
         if !self.sweep_pending.lock().is_empty()
             || !self.writer.lock().doomed.is_empty()
             || !self.bits_pending.lock().is_empty()
+            || self.bits_in_progress.lock().is_some()
         {
             return false;
         }

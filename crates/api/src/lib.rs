@@ -55,6 +55,7 @@ mod control;
 mod error;
 mod extract;
 mod hosts;
+pub mod metrics;
 pub mod openapi;
 mod requests;
 mod token;
@@ -147,6 +148,7 @@ pub fn router(state: ApiState) -> Router {
             post(eradicate_snapshot),
         )
         .route("/v1/array/space", get(array_space))
+        .route("/metrics", get(prometheus_metrics))
         .route("/v1/hosts", get(list_hosts).post(create_host))
         .route("/v1/hosts/{host}", get(show_host).delete(delete_host))
         .route("/v1/hosts/{host}/connect", post(connect_volume))
@@ -474,6 +476,16 @@ async fn disconnect_volume(
 ) -> Result<StatusCode, ApiError> {
     hosts_blocking(&state, move |h| h.disconnect(&host, &body.volume)).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The space report in Prometheus text format (token required, like the rest).
+async fn prometheus_metrics(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    let space = blocking(&state, |c| c.space()).await?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        metrics::render(&space),
+    )
+        .into_response())
 }
 
 async fn openapi_document() -> Json<serde_json::Value> {

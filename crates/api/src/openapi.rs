@@ -227,6 +227,18 @@ pub fn document() -> Value {
                     }), &["401", "500"])
                 }
             },
+            "/metrics": {
+                "get": {
+                    "operationId": "getMetrics",
+                    "summary": "The space report in Prometheus text format (0.0.4): gauges for space, counters for writes, unmaps and reclaim",
+                    "responses": with_errors(json!({
+                        "200": {
+                            "description": "Prometheus text exposition",
+                            "content": {"text/plain": {"schema": {"type": "string"}}}
+                        }
+                    }), &["401", "500"])
+                }
+            },
             "/v1/hosts": {
                 "get": {
                     "operationId": "listHosts",
@@ -593,7 +605,10 @@ fn schemas() -> Value {
             "destroyed_volume_count": count("Destroyed volumes awaiting eradication"),
             "host_written_bytes": bytes("Bytes hosts wrote since the daemon started"),
             "media_written_bytes": bytes("Bytes appended to segments since the daemon started: records of host writes plus records the cleaner relocated (metadata excluded)"),
-            "write_amplification": ratio("media_written / host_written (below 1 when data reduction saves more than cleaning costs); 0 before any host write")
+            "write_amplification": ratio("media_written / host_written (below 1 when data reduction saves more than cleaning costs); 0 before any host write"),
+            "unmap_commands": count("Unmap requests received since the daemon started (UNMAP, TRIM, WRITE SAME or WRITE ZEROES allowed to unmap)"),
+            "unmapped_bytes": bytes("Logical bytes those requests covered"),
+            "reclaimed_bytes": bytes("Logical bytes whose old mappings the background reclaimer has dropped since the daemon started")
         }))
     })
 }

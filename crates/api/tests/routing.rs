@@ -498,6 +498,9 @@ pub fn space_report() -> SpaceReport {
         host_written_bytes: 0,
         media_written_bytes: 0,
         write_amplification: 0.0,
+        unmap_commands: 0,
+        unmapped_bytes: 0,
+        reclaimed_bytes: 0,
     }
 }
 
@@ -531,8 +534,14 @@ async fn send(
     let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
         .await
         .unwrap();
+    let text = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
     let body = if bytes.is_empty() {
         Value::Null
+    } else if text {
+        Value::String(String::from_utf8(bytes.to_vec()).expect("UTF-8 text"))
     } else {
         serde_json::from_slice(&bytes)
             .unwrap_or_else(|e| panic!("{method} {uri}: body is not JSON ({e}): {bytes:?}"))
@@ -574,6 +583,7 @@ fn error_message(response: &Response, status: StatusCode) -> String {
 
 /// Every operation behind the token: method, path template and a valid body.
 const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
+    ("GET", "/metrics", None),
     ("GET", "/v1/volumes", None),
     (
         "POST",
@@ -1729,4 +1739,38 @@ async fn serve_answers_on_a_socket() {
         );
     }
     server.abort();
+}
+
+/// `/metrics` answers the space report in Prometheus text format, each sample
+/// with its HELP and TYPE lines, and needs the token like everything else.
+#[tokio::test]
+async fn metrics_are_prometheus_text_behind_the_token() {
+    let (app, _fake) = app();
+    let r = send(&app, "GET", "/metrics", None, None).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let r = send(&app, "GET", "/metrics", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers[header::CONTENT_TYPE], "text/plain; version=0.0.4");
+    let text = r.body.as_str().unwrap();
+    let space = space_report();
+    let sample = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(sample("lacuna_capacity_bytes"), space.capacity_bytes as f64);
+    assert_eq!(sample("lacuna_free_bytes"), space.free_bytes as f64);
+    assert_eq!(
+        sample("lacuna_unmap_commands_total"),
+        space.unmap_commands as f64
+    );
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let name = line.split(' ').next().unwrap();
+        assert!(text.contains(&format!("# HELP {name} ")), "{name}");
+        assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
+        let kind_counter = text.contains(&format!("# TYPE {name} counter"));
+        assert_eq!(kind_counter, name.ends_with("_total"), "{name}");
+    }
 }

@@ -404,6 +404,9 @@ impl Engine {
             } else {
                 media_written as f64 / host_written as f64
             },
+            unmap_commands: self.stats.unmap_commands.load(Ordering::Relaxed),
+            unmapped_bytes: self.stats.unmapped_bytes.load(Ordering::Relaxed),
+            reclaimed_bytes: self.stats.reclaimed_mappings.load(Ordering::Relaxed) * GRAIN_BYTES,
             free_bytes: capacity.saturating_sub(used),
             provisioned_bytes: provisioned,
             logical_data_bytes: logical,

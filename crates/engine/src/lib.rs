@@ -118,6 +118,10 @@ pub struct EngineStats {
     /// Key-value operations (lookups, range scans and entries visited) done by
     /// reads: the snapshot-depth test compares these.
     pub read_kv_ops: AtomicU64,
+    /// Unmap requests (UNMAP, TRIM, WRITE SAME / WRITE ZEROES that may unmap)
+    /// and the logical bytes they covered.
+    pub unmap_commands: AtomicU64,
+    pub unmapped_bytes: AtomicU64,
     /// Bytes hosts asked to write, and bytes appended to segments for them and for
     /// the cleaner: their ratio is the write amplification (metadata excluded).
     pub host_written_bytes: AtomicU64,
@@ -348,6 +352,13 @@ impl Engine {
         }
     }
 
+    fn count_unmap(&self, length_bytes: u64) {
+        self.stats.unmap_commands.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .unmapped_bytes
+            .fetch_add(length_bytes, Ordering::Relaxed);
+    }
+
     pub(crate) fn wake_reclaimer(&self) {
         let (flag, condvar) = &self.reclaim_wake;
         *flag.lock() = true;
@@ -436,7 +447,9 @@ impl Volume {
             offset_bytes,
             length_bytes,
             meta::RangeKind::Hole,
-        )
+        )?;
+        self.engine.count_unmap(length_bytes);
+        Ok(())
     }
 
     /// Zeroes a range. With `allow_unmap` the range becomes a hole, otherwise it
@@ -449,6 +462,7 @@ impl Volume {
     ) -> Result<()> {
         self.live()?;
         let kind = if allow_unmap {
+            self.engine.count_unmap(length_bytes);
             meta::RangeKind::Hole
         } else {
             meta::RangeKind::Pattern(0)

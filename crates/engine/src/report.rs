@@ -76,6 +76,13 @@ pub struct SpaceReport {
     /// media ÷ host written bytes (below 1 when dedup, compression and pattern
     /// removal save more than cleaning costs); 0 before any host write.
     pub write_amplification: f64,
+    /// Unmap requests received since the daemon started (UNMAP, TRIM, WRITE SAME
+    /// or WRITE ZEROES allowed to unmap) and the logical bytes they covered.
+    pub unmap_commands: u64,
+    pub unmapped_bytes: u64,
+    /// Logical bytes whose old mappings the background reclaimer has dropped
+    /// since the daemon started.
+    pub reclaimed_bytes: u64,
     pub free_bytes: u64,
     /// Sum of the volumes' sizes.
     pub provisioned_bytes: u64,

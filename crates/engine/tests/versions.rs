@@ -384,3 +384,32 @@ fn cleaner_relocates_live_records_and_frees_mostly_dead_segments() {
     drop(engine);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn unmap_and_reclaim_counters_are_exact() {
+    let dir = temp_dir("counters");
+    let engine = open(&dir, 1 << 30);
+    engine.create_volume("v", 8 << 20).unwrap();
+    let vol = engine.open_volume("v").unwrap();
+    vol.write(0, &unique_bytes(8 << 20, 3)).unwrap();
+    vol.unmap(0, 1 << 20).unwrap();
+    vol.unmap(2 << 20, 512).unwrap();
+    vol.write_zeroes(4 << 20, 1 << 20, true).unwrap();
+    vol.write_zeroes(6 << 20, 1 << 20, false).unwrap(); // keeps allocation: not an unmap
+    let space = engine.space();
+    assert_eq!(space.unmap_commands, 3);
+    assert_eq!(space.unmapped_bytes, (1 << 20) + 512 + (1 << 20));
+    assert_eq!(space.host_written_bytes, 8 << 20);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // Every whole-grain range (the 1 MiB unmap and both 1 MiB write-zeroes) has
+    // its old mappings dropped; the 512-byte unmap is a partial-grain write of
+    // zeroes, not a range.
+    while engine.space().reclaim_backlog_bytes > 0 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", engine.space());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(engine.space().reclaimed_bytes, 3 << 20);
+    engine.close().unwrap();
+    drop(engine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -328,6 +328,15 @@ pub fn space_details(s: &SpaceReport) -> String {
         ("logical data", format_size(s.logical_data_bytes)),
         ("reclaim backlog", format_size(s.reclaim_backlog_bytes)),
         (
+            "unmaps",
+            format!(
+                "{} requests, {} unmapped, {} reclaimed",
+                s.unmap_commands,
+                format_size(s.unmapped_bytes),
+                format_size(s.reclaimed_bytes)
+            ),
+        ),
+        (
             "write amplification",
             format!(
                 "{:.2} ({} to media for {} from hosts)",
@@ -614,6 +623,9 @@ mod tests {
             host_written_bytes: 0,
             media_written_bytes: 0,
             write_amplification: 0.0,
+            unmap_commands: 0,
+            unmapped_bytes: 0,
+            reclaimed_bytes: 0,
         };
         let text = space_details(&report);
         for expected in [

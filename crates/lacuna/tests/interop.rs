@@ -356,6 +356,23 @@ fn cli_without_a_daemon_prints_one_line_naming_the_address() {
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
 }
 
+/// `qemu-img compare` of a raw file with a raw export; fails the test on any
+/// difference.
+fn compare_raw(file: &std::path::Path, uri: &str) {
+    tool_ok(
+        "qemu-img",
+        &[
+            "compare",
+            "-f",
+            "raw",
+            "-F",
+            "raw",
+            file.to_str().unwrap(),
+            uri,
+        ],
+    );
+}
+
 /// A snapshot is a read-only NBD export holding exactly the data of its instant,
 /// while the volume moves on; a clone of it is writable and independent; a range
 /// copy lands the source's bytes; a restore brings the old content back.
@@ -381,18 +398,7 @@ fn snapshots_clones_and_copies_through_real_clients() {
     qemu_io(&uri, &["write -P 0x33 0 2M", "discard 8M 1M"]);
     let snap = daemon.uri("vol@s1");
     // The snapshot still reads as before the overwrite, byte for byte.
-    tool_ok(
-        "qemu-img",
-        &[
-            "compare",
-            "-f",
-            "raw",
-            "-F",
-            "raw",
-            expected.to_str().unwrap(),
-            &snap,
-        ],
-    );
+    compare_raw(&expected, &snap);
     let info: serde_json::Value =
         serde_json::from_str(&tool_ok("nbdinfo", &["--json", &snap])).unwrap();
     assert_eq!(info["exports"][0]["is_read_only"], true, "{info}");
@@ -409,18 +415,7 @@ fn snapshots_clones_and_copies_through_real_clients() {
     // A clone of the snapshot starts equal to it and then diverges on its own.
     daemon.cli_ok(&["volume", "clone", "vol@s1", "copy1"]);
     let clone = daemon.uri("copy1");
-    tool_ok(
-        "qemu-img",
-        &[
-            "compare",
-            "-f",
-            "raw",
-            "-F",
-            "raw",
-            expected.to_str().unwrap(),
-            &clone,
-        ],
-    );
+    compare_raw(&expected, &clone);
     qemu_io(&clone, &["write -P 0x55 0 1M"]);
     tool_ok(
         "qemu-io",
@@ -433,16 +428,5 @@ fn snapshots_clones_and_copies_through_real_clients() {
     qemu_io(&clone, &["read -P 0x33 4M 2M", "read -P 0x55 0 1M"]);
     // Restore puts the snapshot's content back into the volume.
     daemon.cli_ok(&["volume", "restore", "vol", "--from-snapshot", "s1"]);
-    tool_ok(
-        "qemu-img",
-        &[
-            "compare",
-            "-f",
-            "raw",
-            "-F",
-            "raw",
-            expected.to_str().unwrap(),
-            &uri,
-        ],
-    );
+    compare_raw(&expected, &uri);
 }

@@ -77,10 +77,22 @@ impl Engine {
 
     /// Refuses a reference that would make reads follow too long a chain.
     fn check_ref_depth(&self, snapshot: &SnapshotShared) -> Result<()> {
-        let depth = self.ref_depth(&snapshot.ranges, 0);
+        self.check_ref_depth_in(snapshot, 0, u64::MAX)
+    }
+
+    /// Same, counting only the references that overlap grains [first, end) of
+    /// the snapshot — the ones a copy of that range can reach.
+    fn check_ref_depth_in(&self, snapshot: &SnapshotShared, first: u64, end: u64) -> Result<()> {
+        let mut memo = std::collections::HashMap::new();
+        let mut depth = 0;
+        for (_, rec) in snapshot.ranges.overlapping(first, end) {
+            if let Some(id) = rec.kind.pinned_snapshot() {
+                depth = depth.max(self.snapshot_depth(id, &mut memo));
+            }
+        }
         if depth + 1 >= crate::view::MAX_REF_DEPTH {
             return Err(EngineError::InvalidArgument(format!(
-                "'{}' is already {depth} references deep (clones of clones or copies of copies); \\
+                "'{}' is already {depth} references deep (clones of clones or copies of copies); \
                  the limit is {}",
                 snapshot.display_name(),
                 crate::view::MAX_REF_DEPTH
@@ -89,24 +101,31 @@ impl Engine {
         Ok(())
     }
 
-    fn ref_depth(&self, ranges: &crate::ranges::RangeMap, level: u32) -> u32 {
-        if level >= crate::view::MAX_REF_DEPTH {
-            return level;
+    /// The longest chain of references starting at snapshot `id`. Each
+    /// snapshot's depth is worked out once (`memo`): repeated copies within one
+    /// volume make pins that refer to earlier pins, a graph that, walked as a
+    /// tree, doubles its cost with every copy.
+    fn snapshot_depth(&self, id: u64, memo: &mut std::collections::HashMap<u64, u32>) -> u32 {
+        if let Some(&depth) = memo.get(&id) {
+            return depth;
         }
-        let mut deepest = level;
-        let mut seen = std::collections::BTreeSet::new();
-        for (_, rec) in ranges.iter() {
-            let Some(id) = rec.kind.pinned_snapshot() else {
-                continue;
-            };
-            if !seen.insert(id) {
-                continue;
-            }
-            if let Some(target) = self.snapshot_by_id(id) {
-                deepest = deepest.max(self.ref_depth(&target.ranges, level + 1));
+        // At the limit while in progress: a cycle (which versions cannot form)
+        // would stop here instead of looping.
+        memo.insert(id, crate::view::MAX_REF_DEPTH);
+        let mut deepest = 0;
+        if let Some(target) = self.snapshot_by_id(id) {
+            for (_, rec) in target.ranges.iter() {
+                if let Some(next) = rec.kind.pinned_snapshot() {
+                    deepest = deepest.max(self.snapshot_depth(next, memo));
+                    if deepest >= crate::view::MAX_REF_DEPTH {
+                        break;
+                    }
+                }
             }
         }
-        deepest
+        let depth = (deepest + 1).min(crate::view::MAX_REF_DEPTH);
+        memo.insert(id, depth);
+        depth
     }
 
     /// Point-in-time copy of `length_bytes` from `source` at `source_offset_bytes`
@@ -160,7 +179,11 @@ impl Engine {
             report.data_bytes = length_bytes;
             return Ok(report);
         }
-        self.check_ref_depth(&pin)?;
+        let source_grains = (
+            source_offset_bytes / GRAIN_BYTES,
+            (source_offset_bytes + length_bytes).div_ceil(GRAIN_BYTES),
+        );
+        self.check_ref_depth_in(&pin, source_grains.0, source_grains.1)?;
         let end_bytes = destination_offset_bytes + length_bytes;
         let first_whole = destination_offset_bytes.div_ceil(GRAIN_BYTES);
         let end_whole = end_bytes / GRAIN_BYTES;

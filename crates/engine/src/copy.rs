@@ -256,6 +256,28 @@ impl Engine {
         Ok(())
     }
 
+    /// Copies a range of a snapshot into a volume as data (a snapshot is not a
+    /// source of the metadata-only path): what a SCSI copy out of a snapshot LUN
+    /// does.
+    pub fn copy_from_snapshot(
+        &self,
+        source: &crate::Snapshot,
+        source_offset_bytes: u64,
+        destination: &crate::Volume,
+        destination_offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<()> {
+        source.size_bytes()?;
+        destination.size_bytes()?;
+        self.copy_data(
+            source.shared(),
+            source_offset_bytes,
+            destination.shared(),
+            destination_offset_bytes,
+            length_bytes,
+        )
+    }
+
     /// Reverts a volume to a snapshot (`NAME` of this volume, or `VOL@NAME`): one
     /// reference record over the whole volume; the volume takes the snapshot's size.
     pub fn restore_volume(&self, volume: &str, snapshot: &str) -> Result<VolumeInfo> {

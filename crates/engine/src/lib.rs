@@ -400,6 +400,10 @@ impl Volume {
         &self.engine
     }
 
+    pub(crate) fn shared(&self) -> &Arc<VolumeShared> {
+        &self.shared
+    }
+
     /// Stable id, unique in the array (never reused).
     pub fn id(&self) -> u64 {
         self.shared.id

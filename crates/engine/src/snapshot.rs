@@ -155,6 +155,10 @@ impl Snapshot {
         self.shared.id
     }
 
+    pub(crate) fn shared(&self) -> &Arc<SnapshotShared> {
+        &self.shared
+    }
+
     pub fn full_name(&self) -> String {
         self.shared.display_name()
     }

@@ -311,13 +311,17 @@ impl LogicalUnit for VolumeUnit {
         len_bytes: u64,
     ) -> Result<(), BackendError> {
         if let Some(snapshot) = source.as_any().downcast_ref::<SnapshotUnit>() {
-            return copy_as_data(
-                snapshot,
-                source_offset_bytes,
-                self,
-                destination_offset_bytes,
-                len_bytes,
-            );
+            return self
+                .volume
+                .engine()
+                .copy_from_snapshot(
+                    &snapshot.snapshot,
+                    source_offset_bytes,
+                    &self.volume,
+                    destination_offset_bytes,
+                    len_bytes,
+                )
+                .map_err(backend_error);
         }
         let source = source
             .as_any()
@@ -339,30 +343,6 @@ impl LogicalUnit for VolumeUnit {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
-}
-
-/// Bytes moved per step when a copy reads a snapshot and writes a volume.
-const COPY_CHUNK_BYTES: u64 = 1 << 20;
-
-/// A copy out of a snapshot LUN, as data (snapshots are not copy sources in the
-/// engine's metadata-only path).
-fn copy_as_data(
-    source: &SnapshotUnit,
-    source_offset_bytes: u64,
-    destination: &VolumeUnit,
-    destination_offset_bytes: u64,
-    len_bytes: u64,
-) -> Result<(), BackendError> {
-    let mut buf = Vec::new();
-    let mut done = 0;
-    while done < len_bytes {
-        let chunk = (len_bytes - done).min(COPY_CHUNK_BYTES);
-        buf.resize(chunk as usize, 0);
-        source.read(source_offset_bytes + done, &mut buf)?;
-        destination.write(destination_offset_bytes + done, &buf, false)?;
-        done += chunk;
-    }
-    Ok(())
 }
 
 /// A snapshot as a read-only SCSI logical unit.

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use redb::ReadableTable;
 
 use crate::meta::{kv_error, BlockRec};
-use crate::segment::{self, RecordHeader, SegmentId, RECORD_HEADER_BYTES, RECORD_MAGIC};
+use crate::segment::{self, SegmentId, RECORD_HEADER_BYTES};
 use crate::{Engine, Result};
 
 /// Records relocated per transaction (each holds the writer mutex briefly).
@@ -161,14 +161,16 @@ impl Engine {
         let mut found = Vec::new();
         let mut at = 0usize;
         while at + RECORD_HEADER_BYTES <= data.len() {
-            let header = &data[at..at + RECORD_HEADER_BYTES];
-            let magic = u32::from_le_bytes(header[0..4].try_into().expect("4"));
-            let flags = u16::from_le_bytes(header[4..6].try_into().expect("2"));
-            let payload_len = u32::from_le_bytes(header[8..12].try_into().expect("4"));
-            let crc = u32::from_le_bytes(header[12..16].try_into().expect("4"));
-            let block_id = u64::from_le_bytes(header[16..24].try_into().expect("8"));
-            let end = at + RECORD_HEADER_BYTES + payload_len as usize;
-            if magic != RECORD_MAGIC || end > data.len() {
+            let parsed = segment::read_header(&data[at..])
+                .map(|(header, crc)| {
+                    (
+                        header,
+                        crc,
+                        at + RECORD_HEADER_BYTES + header.payload_len as usize,
+                    )
+                })
+                .filter(|&(_, _, end)| end <= data.len());
+            let Some((expected, crc, end)) = parsed else {
                 tracing::error!(
                     segment = victim,
                     offset = at,
@@ -176,13 +178,9 @@ impl Engine {
                 );
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
                 break;
-            }
-            let mut bytes = data[at..end].to_vec();
-            let expected = RecordHeader {
-                flags,
-                payload_len,
-                block_id,
             };
+            let block_id = expected.block_id;
+            let mut bytes = data[at..end].to_vec();
             match segment::verify_record(&mut bytes, expected, crc) {
                 Ok(_) => found.push(Found {
                     block_id,

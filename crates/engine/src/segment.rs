@@ -151,6 +151,25 @@ pub fn encode_record(header: RecordHeader, payload: &[u8], out: &mut Vec<u8>) ->
     crc
 }
 
+/// The header at the start of `record` and its stored checksum; `None` when the
+/// bytes are too short or do not start with the record magic.
+pub fn read_header(record: &[u8]) -> Option<(RecordHeader, u32)> {
+    let header = record.get(..RECORD_HEADER_BYTES)?;
+    let magic = u32::from_le_bytes(header[0..4].try_into().expect("4"));
+    if magic != RECORD_MAGIC {
+        return None;
+    }
+    let found = RecordHeader {
+        flags: u16::from_le_bytes(header[4..6].try_into().expect("2")),
+        payload_len: u32::from_le_bytes(header[8..12].try_into().expect("4")),
+        block_id: u64::from_le_bytes(header[16..24].try_into().expect("8")),
+    };
+    Some((
+        found,
+        u32::from_le_bytes(header[12..16].try_into().expect("4")),
+    ))
+}
+
 /// Verifies a record read back from a segment against what the metadata expects,
 /// returning the payload.
 pub fn verify_record(
@@ -161,19 +180,7 @@ pub fn verify_record(
     if record.len() != RECORD_HEADER_BYTES + expected.payload_len as usize {
         return Err("record length mismatch".into());
     }
-    let magic = u32::from_le_bytes(record[0..4].try_into().expect("4"));
-    let flags = u16::from_le_bytes(record[4..6].try_into().expect("2"));
-    let payload_len = u32::from_le_bytes(record[8..12].try_into().expect("4"));
-    let crc = u32::from_le_bytes(record[12..16].try_into().expect("4"));
-    let block_id = u64::from_le_bytes(record[16..24].try_into().expect("8"));
-    if magic != RECORD_MAGIC {
-        return Err(format!("bad magic {magic:#x}"));
-    }
-    let found = RecordHeader {
-        flags,
-        payload_len,
-        block_id,
-    };
+    let (found, crc) = read_header(record).ok_or_else(|| "bad magic".to_string())?;
     if found != expected {
         return Err(format!("header {found:?} where {expected:?} was expected"));
     }

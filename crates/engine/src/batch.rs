@@ -169,13 +169,48 @@ impl Engine {
         }
     }
 
+    /// Refuses a batch whose new data would take a container past its quota
+    /// (thin volumes; thick ones count their whole size from creation).
+    fn check_batch_quota(batch: &[Arc<WriteJob>]) -> Result<()> {
+        let mut wanted: Vec<(&crate::container::ContainerShared, u64)> = Vec::new();
+        for job in batch {
+            let container = &*job.volume.container;
+            if job.volume.provisioning.is_thick() || container.policy.read().quota_bytes.is_none() {
+                continue;
+            }
+            let bitmap = job.volume.bitmap.lock();
+            let new_grains = job
+                .contents
+                .iter()
+                .enumerate()
+                .filter(|(i, content)| {
+                    let data = match content {
+                        GrainContent::Pattern(p) => *p != 0,
+                        GrainContent::Data(_) => true,
+                    };
+                    data && !bitmap.get(job.first_grain + *i as u64)
+                })
+                .count() as u64;
+            match wanted.iter_mut().find(|(c, _)| c.id == container.id) {
+                Some((_, grains)) => *grains += new_grains,
+                None => wanted.push((container, new_grains)),
+            }
+        }
+        for (container, grains) in wanted {
+            container.check_quota(grains * crate::GRAIN_BYTES)?;
+        }
+        Ok(())
+    }
+
     fn transact_jobs(&self, ws: &mut WriterState, batch: &[Arc<WriteJob>]) -> Result<()> {
+        Self::check_batch_quota(batch)?;
         let (bits, seq) = self.transact(ws, true, |st, t, ws| {
             let seq = st.take_seq();
             let mut bits = Vec::with_capacity(batch.len());
             for job in batch {
                 let snapshot_seqs = job.volume.snapshot_seqs.lock().clone();
                 st.thick = job.volume.provisioning.is_thick();
+                st.dedup = job.volume.container.policy.read().dedup;
                 let mut job_bits = Vec::with_capacity(job.contents.len());
                 for (i, content) in job.contents.iter().enumerate() {
                     let target = match content {
@@ -200,6 +235,10 @@ impl Engine {
             job.volume
                 .last_change_seq
                 .store(seq, std::sync::atomic::Ordering::SeqCst);
+            job.volume
+                .live_mapped
+                .lock()
+                .set_range(job.first_grain, job.first_grain + job_bits.len() as u64, true);
             let mut bitmap = job.volume.bitmap.lock();
             let before = bitmap.count();
             for (i, is_data) in job_bits.into_iter().enumerate() {
@@ -210,6 +249,8 @@ impl Engine {
                     .checked_sub(bitmap.count())
                     .expect("thick reservation never negative");
             }
+            drop(bitmap);
+            job.volume.sync_usage(None);
         }
         Ok(())
     }

@@ -175,6 +175,8 @@ impl Engine {
                 .checked_sub(bitmap.count())
                 .expect("thick reservation never negative");
         }
+        drop(bitmap);
+        volume.sync_usage(None);
         self.stats
             .bits_settled_grains
             .fetch_add(settled_end - job.start, Ordering::Relaxed);

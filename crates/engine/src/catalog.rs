@@ -34,6 +34,9 @@ pub struct VolumeRec {
     /// Set while destroyed (recoverable until eradicated).
     #[serde(default)]
     pub destroyed_unix_s: Option<u64>,
+    /// The storage container it belongs to.
+    #[serde(default = "crate::container::serde_default_container")]
+    pub container: u64,
 }
 
 pub(crate) struct Recovered {
@@ -97,20 +100,33 @@ impl Engine {
         self.create_volume_with(name, size_bytes, Provisioning::Thin)
     }
 
-    /// Creates a volume of the given provisioning type. Thick types reserve their
-    /// size (refused when the array cannot honour it); eagerzeroedthick also
-    /// writes one zero range record over the whole volume.
+    /// Creates a volume of the given provisioning type in the default container.
     pub fn create_volume_with(
         &self,
         name: &str,
         size_bytes: u64,
         provisioning: Provisioning,
     ) -> Result<VolumeInfo> {
+        self.create_volume_in(name, size_bytes, provisioning, crate::container::DEFAULT_CONTAINER)
+    }
+
+    /// Creates a volume of the given provisioning type in `container`. Thick
+    /// types reserve their size (refused when the array or the container's quota
+    /// cannot honour it); eagerzeroedthick also writes one zero range record over
+    /// the whole volume.
+    pub fn create_volume_in(
+        &self,
+        name: &str,
+        size_bytes: u64,
+        provisioning: Provisioning,
+        container: &str,
+    ) -> Result<VolumeInfo> {
+        let container = self.container_named(container)?;
         let initial = (provisioning == Provisioning::EagerZeroedThick).then_some(Initial {
             kind: RangeKind::Pattern(0),
             bits_from: None,
         });
-        self.create_volume_inner(name, size_bytes, provisioning, initial)
+        self.create_volume_inner(name, size_bytes, provisioning, initial, container)
     }
 
     pub(crate) fn create_volume_inner(
@@ -119,9 +135,19 @@ impl Engine {
         size_bytes: u64,
         provisioning: Provisioning,
         initial: Option<Initial>,
+        container: Arc<crate::container::ContainerShared>,
     ) -> Result<VolumeInfo> {
         validate_name(name)?;
         validate_size(size_bytes)?;
+        let counted_bytes = match (&initial, provisioning.is_thick()) {
+            (_, true) => size_bytes,
+            (Some(initial), false) => initial
+                .bits_from
+                .map(|(source, _)| source.bitmap.lock().count() * GRAIN_BYTES)
+                .unwrap_or(0),
+            (None, false) => 0,
+        };
+        container.check_quota(counted_bytes)?;
         let mut volumes = self.volumes.write();
         if volumes.contains_key(name) || self.destroyed.read().contains_key(name) {
             return Err(EngineError::VolumeExists(name.to_string()));
@@ -140,6 +166,7 @@ impl Engine {
                 created_unix_s: now_unix_s(),
                 provisioning,
                 destroyed_unix_s: None,
+                container: container.id,
             };
             let json = serde_json::to_vec(&rec).expect("volume record serialises");
             t.volumes()?.insert(name, &json[..]).map_err(kv_error)?;
@@ -160,7 +187,7 @@ impl Engine {
             }
             Ok((rec, ranges))
         })?;
-        let shared = Arc::new(volume_shared(&rec, ranges));
+        let shared = Arc::new(volume_shared(&rec, ranges, container));
         if let Some(initial) = &initial {
             self.set_range_bits(&shared, 0, grains, initial.kind, initial.bits_from);
             let exact = initial
@@ -186,6 +213,7 @@ impl Engine {
         if provisioning.is_thick() {
             ws.thick_unwritten_grains += grains - shared.bitmap.lock().count();
         }
+        shared.sync_usage(Some(size_bytes));
         drop(ws);
         volumes.insert(name.to_string(), shared.clone());
         self.stats.catalog_generation.fetch_add(1, Ordering::SeqCst);
@@ -241,6 +269,7 @@ impl Engine {
                 ws.thick_unwritten_grains - before_unwritten + (new_grains - bitmap.count());
         }
         drop(bitmap);
+        shared.sync_usage(Some(size_bytes));
         shared.last_change_seq.store(ws.next_seq, Ordering::SeqCst);
         drop((ws, view));
         self.flush()?;
@@ -427,7 +456,12 @@ impl Engine {
     }
 }
 
-fn volume_shared(rec: &VolumeRec, ranges: RangeMap) -> VolumeShared {
+fn volume_shared(
+    rec: &VolumeRec,
+    ranges: RangeMap,
+    container: Arc<crate::container::ContainerShared>,
+) -> VolumeShared {
+    assert_eq!(rec.container, container.id);
     VolumeShared {
         id: rec.id,
         name: rec.name.clone(),
@@ -442,6 +476,10 @@ fn volume_shared(rec: &VolumeRec, ranges: RangeMap) -> VolumeShared {
         bitmap: Mutex::new(DataBitmap::new(grains_of(rec.size_bytes))),
         snapshot_seqs: Mutex::new(Vec::new()),
         last_change_seq: AtomicU64::new(0),
+        container,
+        live_mapped: Mutex::new(DataBitmap::new(grains_of(rec.size_bytes))),
+        reclaim: Default::default(),
+        counted_grains: AtomicU64::new(0),
     }
 }
 
@@ -455,7 +493,31 @@ impl VolumeShared {
             created_unix_s: self.created_unix_s,
             provisioning: self.provisioning,
             destroyed_unix_s: *self.destroyed_unix_s.lock(),
+            container: self.container.id,
         }
+    }
+
+    /// Brings its container's usage (what the quota counts) up to date: a thin
+    /// volume counts its data grains, a thick one its whole size (`size_bytes`,
+    /// passed by callers that may hold the view lock; `None` leaves a thick
+    /// volume's count as it is). Called after every change of data bits.
+    pub(crate) fn sync_usage(&self, size_bytes: Option<u64>) {
+        let counted = if self.provisioning.is_thick() {
+            match size_bytes {
+                Some(size) => grains_of(size),
+                None => return,
+            }
+        } else {
+            self.bitmap.lock().count()
+        };
+        let before = self.counted_grains.swap(counted, Ordering::SeqCst);
+        self.container.add_used_grains(counted, before);
+    }
+
+    /// Takes the volume out of its container's usage (eradicated).
+    pub(crate) fn release_usage(&self) {
+        let before = self.counted_grains.swap(0, Ordering::SeqCst);
+        self.container.add_used_grains(0, before);
     }
 }
 
@@ -467,8 +529,8 @@ pub(crate) fn recover(
     db: &redb::Database,
     store: &FileSegmentStore,
     capacity_bytes: u64,
+    containers: &BTreeMap<u64, Arc<crate::container::ContainerShared>>,
 ) -> Result<Recovered> {
-    ensure_tables(db)?;
     let txn = db.begin_read().map_err(kv_error)?;
     let counters = txn.open_table(meta::COUNTERS).map_err(kv_error)?;
     let mut ws = WriterState {
@@ -507,6 +569,22 @@ pub(crate) fn recover(
         ws.doomed.insert(id.value(), grains.value());
     }
     for item in txn
+        .open_table(meta::DOOMED_CONTAINERS)
+        .map_err(kv_error)?
+        .iter()
+        .map_err(kv_error)?
+    {
+        let (id, container) = item.map_err(kv_error)?;
+        ws.doomed_containers.insert(id.value(), container.value());
+    }
+    // Volumes doomed before containers existed are charged to the default one.
+    for id in ws.doomed.keys() {
+        ws.doomed_containers
+            .entry(*id)
+            .or_insert(crate::container::DEFAULT_CONTAINER_ID);
+    }
+    ws.mapping_counts = count_mappings(&txn)?;
+    for item in txn
         .open_table(meta::BLOCKS)
         .map_err(kv_error)?
         .iter()
@@ -514,8 +592,10 @@ pub(crate) fn recover(
     {
         let (id, value) = item.map_err(kv_error)?;
         let rec = BlockRec::decode(value.value())?;
-        ws.dedup
-            .insert(crate::tx::dedup_key(&rec.fingerprint), id.value());
+        if rec.flags & crate::segment::FLAG_UNINDEXED == 0 {
+            ws.dedup
+                .insert(crate::tx::dedup_key(&rec.fingerprint), id.value());
+        }
         ws.class_bytes[rec.class() as usize] += rec.record_bytes();
     }
     reconcile_segments(store, &mut ws)?;
@@ -529,7 +609,7 @@ pub(crate) fn recover(
             ws.pending_free.insert(id);
         }
     }
-    let loaded = load_volumes(&txn)?;
+    let loaded = load_volumes(&txn, containers)?;
     let snapshots = load_snapshots(&txn)?;
     let mut sweep_pending = BTreeMap::new();
     let history = txn.open_table(meta::HISTORY).map_err(kv_error)?;
@@ -619,7 +699,7 @@ fn load_snapshots(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Arc<Snaps
     Ok(snapshots)
 }
 
-fn ensure_tables(db: &redb::Database) -> Result<()> {
+pub(crate) fn ensure_tables(db: &redb::Database) -> Result<()> {
     let mut txn = db.begin_write().map_err(kv_error)?;
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
@@ -697,7 +777,21 @@ struct LoadedVolumes {
     retained: BTreeMap<u64, VolumeRec>,
 }
 
-fn load_volumes(txn: &redb::ReadTransaction) -> Result<LoadedVolumes> {
+/// Point-mapping records per volume.
+fn count_mappings(txn: &redb::ReadTransaction) -> Result<HashMap<u64, u64>> {
+    let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    for item in maps.iter().map_err(kv_error)? {
+        let (key, _) = item.map_err(kv_error)?;
+        *counts.entry(key.value().0).or_default() += 1;
+    }
+    Ok(counts)
+}
+
+fn load_volumes(
+    txn: &redb::ReadTransaction,
+    containers: &BTreeMap<u64, Arc<crate::container::ContainerShared>>,
+) -> Result<LoadedVolumes> {
     let vol_table = txn.open_table(meta::VOLUMES).map_err(kv_error)?;
     let range_table = txn.open_table(meta::RANGES).map_err(kv_error)?;
     let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
@@ -729,8 +823,15 @@ fn load_volumes(txn: &redb::ReadTransaction) -> Result<LoadedVolumes> {
             let (key, value) = item.map_err(kv_error)?;
             ranges.load(key.value().1, RangeRec::decode(value.value())?);
         }
-        let shared = volume_shared(&rec, ranges);
+        let container = containers.get(&rec.container).cloned().ok_or_else(|| {
+            EngineError::Corruption(format!(
+                "volume '{}' belongs to container {} which does not exist",
+                rec.name, rec.container
+            ))
+        })?;
+        let shared = volume_shared(&rec, ranges, container);
         rebuild_bitmap(&shared, &maps)?;
+        shared.sync_usage(Some(rec.size_bytes));
         let into = if rec.destroyed_unix_s.is_some() {
             &mut loaded.destroyed
         } else {
@@ -749,6 +850,7 @@ fn rebuild_bitmap(
 ) -> Result<()> {
     let view = shared.view.read();
     let mut bitmap = shared.bitmap.lock();
+    let mut live_mapped = shared.live_mapped.lock();
     let grains = grains_of(view.size_bytes);
     for (start, rec) in view.ranges.iter() {
         // A reference counts as data: the source's bits at copy time are not kept.
@@ -776,6 +878,7 @@ fn rebuild_bitmap(
                 continue;
             }
         }
+        live_mapped.set(grain, true);
         bitmap.set(grain, crate::io::is_data(value.target));
     }
     Ok(())

@@ -55,13 +55,28 @@ impl Engine {
     }
 
     /// Creates `name` as a writable clone of `source` (`VOL` or `VOL@SNAP`):
-    /// instant, and independent from then on.
+    /// instant, and independent from then on. It joins the source's container.
     pub fn clone_volume(
         &self,
         source: &str,
         name: &str,
         provisioning: Provisioning,
     ) -> Result<VolumeInfo> {
+        self.clone_volume_in(source, name, provisioning, None)
+    }
+
+    /// [`Engine::clone_volume`] into a chosen container.
+    pub fn clone_volume_in(
+        &self,
+        source: &str,
+        name: &str,
+        provisioning: Provisioning,
+        container: Option<&str>,
+    ) -> Result<VolumeInfo> {
+        let container = match container {
+            Some(c) => Some(self.container_named(c)?),
+            None => None,
+        };
         let _pins = self.pin_lock.lock();
         let (snapshot, current) = self.resolve_source(source)?;
         self.check_ref_depth(&snapshot)?;
@@ -72,7 +87,17 @@ impl Engine {
             },
             bits_from: current.as_deref().map(|v| (v, 0)),
         };
-        self.create_volume_inner(name, snapshot.size_bytes, provisioning, Some(initial))
+        let container = match container {
+            Some(c) => c,
+            None => self.container_of_volume(snapshot.volume_id),
+        };
+        self.create_volume_inner(
+            name,
+            snapshot.size_bytes,
+            provisioning,
+            Some(initial),
+            container,
+        )
     }
 
     /// Refuses a reference that would make reads follow too long a chain.

@@ -14,6 +14,10 @@ pub enum EngineError {
     SnapshotNotFound(String),
     #[error("snapshot '{0}' already exists")]
     SnapshotExists(String),
+    #[error("container '{0}' does not exist")]
+    ContainerNotFound(String),
+    #[error("container '{0}' already exists")]
+    ContainerExists(String),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error(

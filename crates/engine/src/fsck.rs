@@ -5,15 +5,36 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use redb::{ReadableTable, ReadableTableMetadata};
+use redb::ReadableTable;
 
 use crate::meta::{self, kv_error, BlockRec, HistValue, MapValue, Target};
 use crate::{Engine, EngineError, Result};
+
+/// A volume with its range map and size as they were when the check began.
+type VolumeAtCheck = (
+    std::sync::Arc<crate::VolumeShared>,
+    std::sync::Arc<crate::ranges::RangeMap>,
+    u64,
+);
 
 impl Engine {
     /// Checks the metadata invariants; returns a description of the first
     /// violations found.
     pub fn check_consistency(&self) -> Result<()> {
+        let volumes: Vec<_> = self
+            .volumes
+            .read()
+            .values()
+            .chain(self.destroyed.read().values())
+            .cloned()
+            .collect();
+        let views: Vec<_> = volumes
+            .iter()
+            .map(|v| {
+                let view = v.view.read();
+                (v.clone(), view.ranges.clone(), view.size_bytes)
+            })
+            .collect();
         let ws = self.writer.lock();
         let txn = self.begin_read()?;
         let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
@@ -21,12 +42,15 @@ impl Engine {
         let history = txn.open_table(meta::HISTORY).map_err(kv_error)?;
         let mut refs: HashMap<u64, u64> = HashMap::new();
         let mut history_refs: HashMap<u64, u64> = HashMap::new();
+        let mut mapping_counts: HashMap<u64, u64> = HashMap::new();
         for item in maps.iter().map_err(kv_error)? {
-            let (_, value) = item.map_err(kv_error)?;
+            let (key, value) = item.map_err(kv_error)?;
+            *mapping_counts.entry(key.value().0).or_default() += 1;
             if let Target::Block(id) = MapValue::decode(value.value())?.target {
                 *refs.entry(id).or_default() += 1;
             }
         }
+        let mut problems = self.check_reclaim_accounting(&ws, &maps, &views, &mapping_counts)?;
         for item in history.iter().map_err(kv_error)? {
             let (_, value) = item.map_err(kv_error)?;
             if let Target::Block(id) = HistValue::decode(value.value())?.target {
@@ -35,8 +59,8 @@ impl Engine {
             }
         }
         let mut class_bytes = [0u64; 3];
-        let mut problems = Vec::new();
         let mut live: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut indexed_blocks = 0u64;
         for item in blocks.iter().map_err(kv_error)? {
             let (id, value) = item.map_err(kv_error)?;
             let (id, rec) = (id.value(), BlockRec::decode(value.value())?);
@@ -55,15 +79,21 @@ impl Engine {
                 ));
             }
             class_bytes[rec.class() as usize] += rec.record_bytes();
-            if ws.dedup.get(&crate::tx::dedup_key(&rec.fingerprint)) != Some(&id) {
-                problems.push(format!("block {id}: not in the dedup index"));
+            let indexed = ws.dedup.get(&crate::tx::dedup_key(&rec.fingerprint)) == Some(&id);
+            if rec.flags & crate::segment::FLAG_UNINDEXED == 0 {
+                indexed_blocks += 1;
+                if !indexed {
+                    problems.push(format!("block {id}: not in the dedup index"));
+                }
+            } else if indexed {
+                problems.push(format!("block {id}: stored with dedup off but indexed"));
             }
             *live.entry(rec.segment).or_default() += rec.record_bytes();
         }
         for (id, count) in refs {
             problems.push(format!("block {id}: {count} mappings but no block"));
         }
-        if ws.dedup.len() as u64 != blocks.len().map_err(kv_error)? {
+        if ws.dedup.len() as u64 != indexed_blocks {
             problems.push("dedup index and block table differ in size".into());
         }
         for (id, state) in &ws.segments {
@@ -101,5 +131,71 @@ impl Engine {
             problems.truncate(20);
             Err(EngineError::Corruption(problems.join("; ")))
         }
+    }
+
+    /// The reclaim backlog and container usage the engine keeps in memory
+    /// against what the tables say.
+    fn check_reclaim_accounting(
+        &self,
+        ws: &crate::tx::WriterState,
+        maps: &redb::ReadOnlyTable<(u64, u64), &'static [u8]>,
+        views: &[VolumeAtCheck],
+        mapping_counts: &HashMap<u64, u64>,
+    ) -> Result<Vec<String>> {
+        let mut problems = Vec::new();
+        let kept: HashMap<u64, u64> = ws.mapping_counts.clone();
+        if &kept != mapping_counts {
+            problems.push(format!(
+                "mapping counts {kept:?} but the table holds {mapping_counts:?}"
+            ));
+        }
+        let mut used: HashMap<u64, u64> = HashMap::new();
+        for (vol, ranges, size_bytes) in views {
+            let mut shadowed = 0u64;
+            for item in maps
+                .range((vol.id, 0)..=(vol.id, u64::MAX))
+                .map_err(kv_error)?
+            {
+                let (key, value) = item.map_err(kv_error)?;
+                let seq = MapValue::decode(value.value())?.seq;
+                if ranges
+                    .find(key.value().1)
+                    .is_some_and(|(_, range)| range.seq > seq)
+                {
+                    shadowed += 1;
+                }
+            }
+            let backlog = ws.mapping_count(vol.id) - vol.live_mapped.lock().count();
+            if backlog != shadowed {
+                problems.push(format!(
+                    "volume {}: backlog {backlog} grains but {shadowed} mappings are shadowed",
+                    vol.name
+                ));
+            }
+            let counted = vol.counted_grains.load(std::sync::atomic::Ordering::SeqCst);
+            let expected = if vol.provisioning.is_thick() {
+                crate::catalog::grains_of(*size_bytes)
+            } else {
+                vol.bitmap.lock().count()
+            };
+            if counted != expected {
+                problems.push(format!(
+                    "volume {}: counts {counted} grains in its container but holds {expected}",
+                    vol.name
+                ));
+            }
+            *used.entry(vol.container.id).or_default() += counted;
+        }
+        for container in self.containers.read().values() {
+            let expected = used.get(&container.id).copied().unwrap_or(0);
+            let kept = container.used_grains.load(std::sync::atomic::Ordering::SeqCst);
+            if kept != expected {
+                problems.push(format!(
+                    "container {}: usage {kept} grains but its volumes count {expected}",
+                    container.name
+                ));
+            }
+        }
+        Ok(problems)
     }
 }

@@ -19,17 +19,58 @@ pub enum GrainContent {
     Data(DataGrain),
 }
 
+/// How a stored payload is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    Raw,
+    Lz4,
+    Zstd,
+}
+
+impl Codec {
+    /// The record flag bits that name this codec.
+    pub fn flags(self) -> u16 {
+        match self {
+            Codec::Raw => 0,
+            Codec::Lz4 => crate::segment::FLAG_COMPRESSED,
+            Codec::Zstd => crate::segment::FLAG_ZSTD,
+        }
+    }
+
+    /// The codec named by a record's flags.
+    pub fn of_flags(flags: u16) -> Result<Codec, String> {
+        let lz4 = flags & crate::segment::FLAG_COMPRESSED != 0;
+        let zstd = flags & crate::segment::FLAG_ZSTD != 0;
+        match (lz4, zstd) {
+            (false, false) => Ok(Codec::Raw),
+            (true, false) => Ok(Codec::Lz4),
+            (false, true) => Ok(Codec::Zstd),
+            (true, true) => Err(format!("record flags {flags:#x} name two codecs")),
+        }
+    }
+}
+
+/// Zstandard level for grains: fast (level 1 already beats LZ4's ratio on
+/// typical data; higher levels cost the write path far more than they save).
+const ZSTD_LEVEL: i32 = 1;
+
 /// A data grain ready for the segment log.
 pub struct DataGrain {
     pub fingerprint: Fingerprint,
-    /// LZ4 block when `compressed`, else the raw 4 KiB.
+    /// The encoded grain (raw 4 KiB when `codec` is `Raw`).
     pub payload: Vec<u8>,
-    pub compressed: bool,
+    pub codec: Codec,
+}
+
+/// Classifies a full grain with LZ4 compression.
+pub fn classify(grain: &[u8]) -> GrainContent {
+    classify_with(grain, crate::Compression::Lz4)
 }
 
 /// Classifies a full grain: pattern detection first (cheapest), then fingerprint
-/// and compression.
-pub fn classify(grain: &[u8]) -> GrainContent {
+/// and compression with the container's codec. A compressed payload is kept only
+/// if it saves at least an eighth.
+pub fn classify_with(grain: &[u8], compression: crate::Compression) -> GrainContent {
     assert_eq!(grain.len() as u64, GRAIN_BYTES);
     if let Some(pattern) = repeated_pattern(grain) {
         return GrainContent::Pattern(pattern);
@@ -37,21 +78,41 @@ pub fn classify(grain: &[u8]) -> GrainContent {
     let hash = blake3::hash(grain);
     let mut fingerprint = [0u8; 16];
     fingerprint.copy_from_slice(&hash.as_bytes()[..16]);
-    let compressed = lz4_flex::block::compress(grain);
-    let data = if compressed.len() <= COMPRESSED_MAX_BYTES {
-        DataGrain {
+    let compressed = match compression {
+        crate::Compression::Lz4 => Some((lz4_flex::block::compress(grain), Codec::Lz4)),
+        crate::Compression::Zstd => zstd_compress(grain).map(|p| (p, Codec::Zstd)),
+        crate::Compression::Off => None,
+    };
+    let data = match compressed {
+        Some((payload, codec)) if payload.len() <= COMPRESSED_MAX_BYTES => DataGrain {
             fingerprint,
-            payload: compressed,
-            compressed: true,
-        }
-    } else {
-        DataGrain {
+            payload,
+            codec,
+        },
+        _ => DataGrain {
             fingerprint,
             payload: grain.to_vec(),
-            compressed: false,
-        }
+            codec: Codec::Raw,
+        },
     };
     GrainContent::Data(data)
+}
+
+thread_local! {
+    /// One compression context per thread: creating one per grain would cost
+    /// more than compressing it.
+    static ZSTD: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn zstd_compress(grain: &[u8]) -> Option<Vec<u8>> {
+    ZSTD.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
+        }
+        cell.as_mut()?.compress(grain).ok()
+    })
 }
 
 /// The 8-byte word repeated across the whole grain, if there is one.
@@ -75,20 +136,27 @@ pub fn fill_pattern(pattern: u64, grain_offset: usize, out: &mut [u8]) {
 }
 
 /// Restores a grain from its stored payload.
-pub fn decode(payload: &[u8], compressed: bool, out: &mut [u8]) -> Result<(), String> {
+pub fn decode(payload: &[u8], codec: Codec, out: &mut [u8]) -> Result<(), String> {
     assert_eq!(out.len() as u64, GRAIN_BYTES);
-    if !compressed {
-        if payload.len() != out.len() {
-            return Err(format!("raw payload of {} bytes", payload.len()));
+    let decoded = match codec {
+        Codec::Raw => {
+            if payload.len() != out.len() {
+                return Err(format!("raw payload of {} bytes", payload.len()));
+            }
+            out.copy_from_slice(payload);
+            return Ok(());
         }
-        out.copy_from_slice(payload);
-        return Ok(());
+        Codec::Lz4 => {
+            lz4_flex::block::decompress_into(payload, out).map_err(|e| format!("lz4: {e}"))?
+        }
+        Codec::Zstd => {
+            zstd::bulk::decompress_to_buffer(payload, out).map_err(|e| format!("zstd: {e}"))?
+        }
+    };
+    if decoded != out.len() {
+        return Err(format!("decompressed to {decoded} bytes"));
     }
-    match lz4_flex::block::decompress_into(payload, out) {
-        Ok(n) if n == out.len() => Ok(()),
-        Ok(n) => Err(format!("decompressed to {n} bytes")),
-        Err(e) => Err(format!("lz4: {e}")),
-    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -121,11 +189,30 @@ mod tests {
         let GrainContent::Data(data) = classify(&grain) else {
             panic!("not data")
         };
-        assert!(data.compressed);
+        assert_eq!(data.codec, Codec::Lz4);
         assert!(data.payload.len() <= COMPRESSED_MAX_BYTES);
         let mut out = vec![0u8; 4096];
-        decode(&data.payload, true, &mut out).unwrap();
+        decode(&data.payload, data.codec, &mut out).unwrap();
         assert_eq!(out, grain);
+    }
+
+    #[test]
+    fn each_container_codec_round_trips() {
+        let grain: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8 ^ (i / 512) as u8).collect();
+        for (compression, codec) in [
+            (crate::Compression::Lz4, Codec::Lz4),
+            (crate::Compression::Zstd, Codec::Zstd),
+            (crate::Compression::Off, Codec::Raw),
+        ] {
+            let GrainContent::Data(data) = classify_with(&grain, compression) else {
+                panic!("not data")
+            };
+            assert_eq!(data.codec, codec, "{compression}");
+            assert_eq!(Codec::of_flags(codec.flags()), Ok(codec));
+            let mut out = vec![0u8; 4096];
+            decode(&data.payload, data.codec, &mut out).unwrap();
+            assert_eq!(out, grain, "{compression}");
+        }
     }
 
     #[test]
@@ -142,7 +229,7 @@ mod tests {
         let GrainContent::Data(data) = classify(&grain) else {
             panic!("not data")
         };
-        assert!(!data.compressed);
+        assert_eq!(data.codec, Codec::Raw);
         assert_eq!(data.payload, grain);
     }
 }

@@ -159,7 +159,8 @@ impl Engine {
             ))
         };
         let payload = segment::verify_record(&mut record, expected, rec.crc).map_err(corrupt)?;
-        grain::decode(payload, rec.flags & segment::FLAG_COMPRESSED != 0, out).map_err(corrupt)
+        let codec = grain::Codec::of_flags(rec.flags).map_err(corrupt)?;
+        grain::decode(payload, codec, out).map_err(corrupt)
     }
 
     pub(crate) fn write(
@@ -175,6 +176,8 @@ impl Engine {
         }
         // Classify whole grains before taking the writer mutex: hashing and
         // compression are the expensive part and need no shared state.
+        let compression = vol.container.policy.read().compression;
+        let classify = |grain: &[u8]| grain::classify_with(grain, compression);
         let first = offset_bytes / GRAIN_BYTES;
         let end = (offset_bytes + data.len() as u64).div_ceil(GRAIN_BYTES);
         let end_bytes = offset_bytes + data.len() as u64;
@@ -184,7 +187,7 @@ impl Engine {
         if (first..end).all(whole) {
             let contents = data
                 .chunks_exact(GRAIN_BYTES as usize)
-                .map(grain::classify)
+                .map(classify)
                 .collect();
             return self.commit_grains(vol.clone(), first, contents);
         }
@@ -192,7 +195,7 @@ impl Engine {
             .map(|grain| {
                 whole(grain).then(|| {
                     let at = (grain * GRAIN_BYTES - offset_bytes) as usize;
-                    grain::classify(&data[at..at + GRAIN_BYTES as usize])
+                    classify(&data[at..at + GRAIN_BYTES as usize])
                 })
             })
             .collect();
@@ -215,7 +218,7 @@ impl Engine {
             merged[(from - start) as usize..(to - start) as usize].copy_from_slice(
                 &data[(from - offset_bytes) as usize..(to - offset_bytes) as usize],
             );
-            *content = Some(grain::classify(&merged));
+            *content = Some(classify(&merged));
         }
         let contents = contents
             .into_iter()
@@ -273,6 +276,15 @@ impl Engine {
         kind: RangeKind,
         bits_from: Option<(&VolumeShared, u64)>,
     ) -> Result<u64> {
+        let adds_data = match kind {
+            RangeKind::Hole => false,
+            RangeKind::Pattern(p) => p != 0,
+            RangeKind::Ref { .. } => true,
+        };
+        if adds_data && !vol.provisioning.is_thick() {
+            // Conservative: the whole range counts, written before or not.
+            vol.container.check_quota((end - start) * GRAIN_BYTES)?;
+        }
         let mut view = vol.view.write();
         let mut ws = self.writer.lock();
         let snapshot_seqs = vol.snapshot_seqs.lock().clone();
@@ -319,6 +331,11 @@ impl Engine {
             });
         }
         self.set_range_bits(vol, start, end.min(grains), kind, bits_from);
+        // Point mappings under the new record are now dead: the reclaim backlog.
+        vol.live_mapped
+            .lock()
+            .set_range(start.min(grains), end.min(grains), false);
+        vol.sync_usage(Some(view.size_bytes));
         if vol.provisioning.is_thick() {
             let after = vol.bitmap.lock().count();
             ws.thick_unwritten_grains = (ws.thick_unwritten_grains + before)

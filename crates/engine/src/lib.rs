@@ -26,6 +26,7 @@ pub mod bitmap;
 mod bits;
 pub mod catalog;
 mod clean;
+pub mod container;
 pub mod copy;
 pub mod error;
 mod fsck;
@@ -53,6 +54,10 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use redb::{Durability, ReadableDatabase};
 
 pub use catalog::VolumeRec;
+pub use container::{
+    Compression, ContainerInfo, ContainerPolicy, ContainerReclaim, ContainerUpdate, ReclaimPolicy,
+    ReclaimStats,
+};
 pub use copy::CopyReport;
 pub use error::{EngineError, Result};
 pub use provision::Provisioning;
@@ -84,6 +89,12 @@ pub struct EngineConfig {
     /// How long a destroyed volume or snapshot stays recoverable before it is
     /// eradicated automatically.
     pub destroy_retention_s: u64,
+    /// The clock rate control runs on (tests inject a simulated one).
+    pub clock: Arc<dyn rate::Clock>,
+    /// Whether background work (reclaim, cleaning, sweeps) runs on its own
+    /// thread; tests that step it by hand with [`Engine::background_step`] turn
+    /// it off.
+    pub background: bool,
 }
 
 impl EngineConfig {
@@ -97,6 +108,8 @@ impl EngineConfig {
             capacity_bytes,
             soft_threshold_percent: Self::DEFAULT_SOFT_THRESHOLD_PERCENT,
             destroy_retention_s: Self::DEFAULT_DESTROY_RETENTION_S,
+            clock: Arc::new(rate::SystemClock::default()),
+            background: true,
         }
     }
 }
@@ -158,6 +171,14 @@ pub(crate) struct VolumeShared {
     pub snapshot_seqs: Mutex<Vec<u64>>,
     /// Seq of the last committed change: a pin taken after it can be reused.
     pub last_change_seq: AtomicU64,
+    pub container: Arc<container::ContainerShared>,
+    /// Grains whose point mapping is their current content (not shadowed by a
+    /// newer range record): the volume's mappings beyond these are its reclaim
+    /// backlog. Changed under the writer mutex.
+    pub live_mapped: Mutex<DataBitmap>,
+    pub reclaim: container::ReclaimCounters,
+    /// Grains this volume currently counts in its container's usage.
+    pub counted_grains: AtomicU64,
 }
 
 /// What readers need to interpret a volume's mappings. The range map is shared
@@ -174,6 +195,18 @@ pub struct Engine {
     db: redb::Database,
     store: Arc<dyn SegmentStore>,
     volumes: RwLock<HashMap<String, Arc<VolumeShared>>>,
+    /// Storage containers by id (lock before `volumes`).
+    containers: RwLock<BTreeMap<u64, Arc<container::ContainerShared>>>,
+    /// Serialises container create/set/delete: their durable writes happen
+    /// outside every other lock (a writer may hold the KV while it needs them).
+    container_admin: Mutex<()>,
+    clock: Arc<dyn rate::Clock>,
+    /// Host I/O requests in progress: background work yields while there are any.
+    foreground_inflight: AtomicU64,
+    /// Round-robin start of the reclaim scheduler over containers.
+    reclaim_cursor: AtomicU64,
+    /// How long until some container with a backlog has tokens again.
+    reclaim_token_wait: Mutex<Option<std::time::Duration>>,
     /// Destroyed volumes, recoverable until eradicated.
     destroyed: RwLock<HashMap<String, Arc<VolumeShared>>>,
     /// Eradicated volumes whose data snapshots (pins) still need: id → record.
@@ -222,8 +255,16 @@ impl Engine {
             .set_cache_size(256 * 1024 * 1024)
             .create(config.data_dir.join("metadata.redb"))
             .map_err(kv_error)?;
-        let recovered = catalog::recover(&db, &store, config.capacity_bytes)?;
+        crate::catalog::ensure_tables(&db)?;
+        let containers = container::load(&db, config.clock.now())?;
+        let recovered = catalog::recover(&db, &store, config.capacity_bytes, &containers)?;
         let engine = Arc::new(Engine {
+            clock: config.clock.clone(),
+            containers: RwLock::new(containers),
+            container_admin: Mutex::new(()),
+            foreground_inflight: AtomicU64::new(0),
+            reclaim_cursor: AtomicU64::new(0),
+            reclaim_token_wait: Mutex::new(None),
             config,
             db,
             store: Arc::new(store),
@@ -249,8 +290,10 @@ impl Engine {
             reclaimer: Mutex::new(None),
         });
         engine.queue_reference_bits();
-        let handle = reclaim::start(Arc::downgrade(&engine));
-        *engine.reclaimer.lock() = Some(handle);
+        if engine.config.background {
+            let handle = reclaim::start(Arc::downgrade(&engine));
+            *engine.reclaimer.lock() = Some(handle);
+        }
         Ok(engine)
     }
 
@@ -352,11 +395,19 @@ impl Engine {
         }
     }
 
-    fn count_unmap(&self, length_bytes: u64) {
+    fn count_unmap(&self, vol: &VolumeShared, length_bytes: u64) {
         self.stats.unmap_commands.fetch_add(1, Ordering::Relaxed);
         self.stats
             .unmapped_bytes
             .fetch_add(length_bytes, Ordering::Relaxed);
+        vol.reclaim.count_unmap(length_bytes);
+        vol.container.counters.count_unmap(length_bytes);
+    }
+
+    /// Marks host I/O in progress until the guard drops.
+    fn foreground(&self) -> ForegroundGuard<'_> {
+        self.foreground_inflight.fetch_add(1, Ordering::SeqCst);
+        ForegroundGuard { engine: self }
     }
 
     pub(crate) fn wake_reclaimer(&self) {
@@ -429,12 +480,14 @@ impl Volume {
     /// Reads `buf.len()` bytes at any byte offset. Holes read as zeroes.
     pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
         self.live()?;
+        let _busy = self.engine.foreground();
         self.engine.read(&self.shared, offset_bytes, buf)
     }
 
     /// Writes at any byte offset (sub-grain writes read-modify-write the grain).
     pub fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<()> {
         self.live()?;
+        let _busy = self.engine.foreground();
         self.engine.write(&self.shared, offset_bytes, data)?;
         self.engine
             .stats
@@ -452,7 +505,7 @@ impl Volume {
             length_bytes,
             meta::RangeKind::Hole,
         )?;
-        self.engine.count_unmap(length_bytes);
+        self.engine.count_unmap(&self.shared, length_bytes);
         Ok(())
     }
 
@@ -466,7 +519,7 @@ impl Volume {
     ) -> Result<()> {
         self.live()?;
         let kind = if allow_unmap {
-            self.engine.count_unmap(length_bytes);
+            self.engine.count_unmap(&self.shared, length_bytes);
             meta::RangeKind::Hole
         } else {
             meta::RangeKind::Pattern(0)
@@ -488,6 +541,17 @@ impl Volume {
         self.live()?;
         self.engine
             .extents(&self.shared, offset_bytes, length_bytes)
+    }
+}
+
+/// Host I/O in progress (see [`Engine::foreground`]).
+struct ForegroundGuard<'a> {
+    engine: &'a Engine,
+}
+
+impl Drop for ForegroundGuard<'_> {
+    fn drop(&mut self) {
+        self.engine.foreground_inflight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

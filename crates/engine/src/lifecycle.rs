@@ -126,6 +126,9 @@ impl Engine {
                 t.retained()?.insert(rec.id, &json[..]).map_err(kv_error)?;
             } else {
                 t.doomed()?.insert(rec.id, grains).map_err(kv_error)?;
+                t.doomed_containers()?
+                    .insert(rec.id, rec.container)
+                    .map_err(kv_error)?;
             }
             st.records_written += 2;
             Ok(())
@@ -134,10 +137,12 @@ impl Engine {
             let unwritten = grains - shared.bitmap.lock().count().min(grains);
             ws.thick_unwritten_grains -= unwritten;
         }
+        shared.release_usage();
         if retained {
             self.retained.lock().insert(rec.id, rec);
         } else {
             ws.doomed.insert(shared.id, grains);
+            ws.doomed_containers.insert(shared.id, rec.container);
         }
         drop((ws, view));
         self.destroyed.write().remove(name);
@@ -302,13 +307,22 @@ impl Engine {
             return Ok(());
         };
         let grains = grains_of(rec.size_bytes);
+        let container = if self.containers.read().contains_key(&rec.container) {
+            rec.container
+        } else {
+            crate::container::DEFAULT_CONTAINER_ID
+        };
         let mut ws = self.writer.lock();
         self.transact(&mut ws, false, |_, t, _| {
             t.retained()?.remove(volume_id).map_err(kv_error)?;
             t.doomed()?.insert(volume_id, grains).map_err(kv_error)?;
+            t.doomed_containers()?
+                .insert(volume_id, container)
+                .map_err(kv_error)?;
             Ok(())
         })?;
         ws.doomed.insert(volume_id, grains);
+        ws.doomed_containers.insert(volume_id, container);
         Ok(())
     }
 

@@ -22,6 +22,10 @@ pub const VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("volumes"
 pub const SEGMENTS: TableDefinition<u32, (u64, u64)> = TableDefinition::new("segments");
 /// Deleted volumes whose mappings the reclaimer still has to drop: id → size.
 pub const DOOMED: TableDefinition<u64, u64> = TableDefinition::new("doomed");
+/// Doomed volume id → the container its reclaim is charged to.
+pub const DOOMED_CONTAINERS: TableDefinition<u64, u64> = TableDefinition::new("doomed_containers");
+/// container name → JSON [`crate::container::ContainerRec`].
+pub const CONTAINERS: TableDefinition<&str, &[u8]> = TableDefinition::new("containers");
 /// (volume id, grain, version seq) → [`HistValue`]: point mappings replaced or
 /// dropped from the live table while a snapshot could still see them. Live reads
 /// never look here, so their cost does not depend on how many snapshots exist.

@@ -17,7 +17,7 @@ pub const LOW_RATE_BYTES_PER_S: u64 = 25 * BYTES_PER_MB;
 
 /// A source of monotonic time. The engine uses the real clock; tests step a
 /// simulated one.
-pub trait Clock: Send + Sync {
+pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Time since an arbitrary fixed origin.
     fn now(&self) -> Duration;
 }
@@ -39,6 +39,26 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     fn now(&self) -> Duration {
         self.origin.elapsed()
+    }
+}
+
+/// A clock that moves only when told to: tests of rate control step it.
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    nanos: std::sync::atomic::AtomicU64,
+}
+
+impl ManualClock {
+    pub fn advance(&self, by: Duration) {
+        let nanos = u64::try_from(by.as_nanos()).expect("steps fit u64 nanoseconds");
+        self.nanos
+            .fetch_add(nanos, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(std::sync::atomic::Ordering::SeqCst))
     }
 }
 
@@ -133,6 +153,17 @@ impl TokenBucket {
                 self.tokens_bytes -= granted;
                 granted
             }
+        }
+    }
+
+    /// Gives back tokens taken for work that turned out smaller (up to the
+    /// bucket's capacity).
+    pub fn refund(&mut self, bytes: u64) {
+        if let Rate::BytesPerSecond(_) = self.rate {
+            self.tokens_bytes = self
+                .tokens_bytes
+                .saturating_add(bytes)
+                .min(self.capacity_bytes());
         }
     }
 

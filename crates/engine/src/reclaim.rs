@@ -4,8 +4,14 @@
 //! never bring back metadata that points into a freed segment).
 //!
 //! It works in bounded batches, each one short transaction under the writer mutex,
-//! so host I/O interleaves between batches. Rate control per container is a later
-//! layer on top of `step`.
+//! so host I/O interleaves between batches, and it yields to host I/O in progress
+//! before each batch (boundedly, so it is never starved).
+//!
+//! Rate control: each storage container has a token bucket in bytes of dead data
+//! released (its reclaim policy and burst). A batch takes tokens first and gives
+//! back what it did not use; containers with a backlog are served round robin.
+//! The backlog itself is exact and O(1) to read per volume: mapping records less
+//! the mappings that are still current (see `VolumeShared::live_mapped`).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -15,10 +21,23 @@ use std::time::Duration;
 use redb::ReadableTable;
 
 use crate::meta::{self, kv_error, HistValue, MapValue, RangeKind};
-use crate::{Engine, Result};
+use crate::container::ContainerShared;
+use crate::{Engine, Result, GRAIN_BYTES};
 
 /// Mappings dropped per transaction.
 const BATCH_MAPPINGS: usize = 256;
+/// Longest a background step waits for host I/O to pause, in yields of
+/// `FOREGROUND_YIELD`: background work slows under load but never stops.
+const MAX_FOREGROUND_YIELDS: u32 = 10;
+const FOREGROUND_YIELD: Duration = Duration::from_micros(100);
+
+/// What one container's reclaim step did.
+enum ContainerStep {
+    Worked,
+    Idle,
+    /// Backlog but no tokens: tokens for a grain accrue after this long.
+    Waiting(Duration),
+}
 /// How long the reclaimer sleeps when idle before checking again.
 const IDLE_WAIT: Duration = Duration::from_millis(500);
 /// Writes not flushed by a host are made durable in the background after this
@@ -41,14 +60,8 @@ fn run(weak: Weak<Engine>) {
         if engine.shutdown.load(Ordering::SeqCst) {
             return;
         }
-        engine.background_flush_if_due();
-        let step = engine
-            .reclaim_step()
-            .and_then(|worked| Ok(worked || engine.sweep_step()?))
-            .and_then(|worked| Ok(worked || engine.bits_step()?))
-            .and_then(|worked| Ok(worked || engine.clean_step()?))
-            .and_then(|worked| Ok(worked || engine.lifecycle_step()?));
-        match step {
+        engine.yield_to_foreground();
+        match engine.background_step() {
             Ok(true) => continue,
             Ok(false) => {
                 if engine.writer.lock().has_space_to_free() {
@@ -56,26 +69,50 @@ fn run(weak: Weak<Engine>) {
                         tracing::error!("reclaimer flush failed: {e}");
                     }
                 }
-                wait(&engine);
+                let token_wait = *engine.reclaim_token_wait.lock();
+                wait(&engine, token_wait.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT)));
             }
             Err(e) => {
                 tracing::error!("reclaim step failed: {e}");
-                wait(&engine);
+                wait(&engine, IDLE_WAIT);
             }
         }
     }
 }
 
-fn wait(engine: &Arc<Engine>) {
+fn wait(engine: &Arc<Engine>, timeout: Duration) {
     let (flag, condvar) = &engine.reclaim_wake;
     let mut woken = flag.lock();
     if !*woken {
-        condvar.wait_for(&mut woken, IDLE_WAIT);
+        condvar.wait_for(&mut woken, timeout.max(Duration::from_micros(100)));
     }
     *woken = false;
 }
 
 impl Engine {
+    /// Runs one step of background work (reclaim, history sweep, settling of
+    /// data bits, cleaning, lifecycle), in that priority; false when there was
+    /// none. The background thread loops on it; tests that turn that thread off
+    /// (`EngineConfig::background`) call it themselves.
+    pub fn background_step(&self) -> Result<bool> {
+        self.background_flush_if_due();
+        Ok(self.reclaim_step()?
+            || self.sweep_step()?
+            || self.bits_step()?
+            || self.clean_step()?
+            || self.lifecycle_step()?)
+    }
+
+    /// Waits (boundedly) while host I/O is in progress.
+    fn yield_to_foreground(&self) {
+        for _ in 0..MAX_FOREGROUND_YIELDS {
+            if self.foreground_inflight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            std::thread::sleep(FOREGROUND_YIELD);
+        }
+    }
+
     fn background_flush_if_due(&self) {
         let due = self.last_durable.lock().elapsed() >= BACKGROUND_FLUSH_INTERVAL;
         let pending =
@@ -87,55 +124,154 @@ impl Engine {
         }
     }
 
-    /// Does one batch of reclaim work; false when there is none.
+    /// Does one batch of reclaim work for the next container that has work and
+    /// tokens; false when there is none.
     pub(crate) fn reclaim_step(&self) -> Result<bool> {
-        if self.reclaim_doomed_step()? {
-            return Ok(true);
+        let now = self.clock.now();
+        let containers: Vec<_> = self.containers.read().values().cloned().collect();
+        let first = self.reclaim_cursor.fetch_add(1, Ordering::Relaxed) as usize;
+        let mut token_wait: Option<Duration> = None;
+        for k in 0..containers.len() {
+            let container = &containers[(first + k) % containers.len()];
+            match self.reclaim_container_step(container, now)? {
+                ContainerStep::Worked => return Ok(true),
+                ContainerStep::Idle => {}
+                ContainerStep::Waiting(d) => {
+                    token_wait = Some(token_wait.map_or(d, |w| w.min(d)));
+                }
+            }
         }
-        let volumes: Vec<_> = self.volumes.read().values().cloned().collect();
+        *self.reclaim_token_wait.lock() = token_wait;
+        Ok(false)
+    }
+
+    fn reclaim_container_step(&self, container: &ContainerShared, now: Duration) -> Result<ContainerStep> {
+        let backlog_grains = self.container_backlog_grains(container.id);
+        if backlog_grains == 0 {
+            container.draining.store(false, Ordering::SeqCst);
+            // Ranges over nothing dead finish without tokens, whatever the policy.
+            let worked = self.reclaim_work(container, 0)?.is_some();
+            return Ok(if worked { ContainerStep::Worked } else { ContainerStep::Idle });
+        }
+        let draining = container.draining.load(Ordering::SeqCst);
+        let granted_grains = if draining {
+            BATCH_MAPPINGS as u64
+        } else {
+            let mut bucket = container.bucket.lock();
+            let granted_bytes = bucket.take(BATCH_MAPPINGS as u64 * GRAIN_BYTES, now);
+            bucket.refund(granted_bytes % GRAIN_BYTES);
+            let grains = granted_bytes / GRAIN_BYTES;
+            if grains == 0 {
+                return Ok(match bucket.wait_for(GRAIN_BYTES, now) {
+                    Some(wait) => ContainerStep::Waiting(wait),
+                    None => ContainerStep::Idle,
+                });
+            }
+            grains
+        };
+        let released_grains = self.reclaim_work(container, granted_grains)?.unwrap_or(0);
+        assert!(released_grains <= granted_grains);
+        if !draining {
+            container
+                .bucket
+                .lock()
+                .refund((granted_grains - released_grains) * GRAIN_BYTES);
+        }
+        container.count_reclaimed(released_grains * GRAIN_BYTES, now);
+        Ok(ContainerStep::Worked)
+    }
+
+    /// One batch of at most `limit_grains` dead mappings of the container: a
+    /// doomed volume's first, then shadowed ones of its volumes. `None` when
+    /// there was nothing to do; else the grains released.
+    fn reclaim_work(&self, container: &ContainerShared, limit_grains: u64) -> Result<Option<u64>> {
+        let doomed = {
+            let ws = self.writer.lock();
+            ws.doomed_containers
+                .iter()
+                .find(|(_, &c)| c == container.id)
+                .map(|(&id, _)| (id, ws.mapping_count(id)))
+        };
+        match doomed {
+            // Without tokens only what holds no dead data (history, records) goes.
+            Some((volume, 0)) => return self.reclaim_doomed_step(volume, BATCH_MAPPINGS).map(Some),
+            Some((volume, _)) if limit_grains > 0 => {
+                return self
+                    .reclaim_doomed_step(volume, limit_grains as usize)
+                    .map(Some)
+            }
+            _ => {}
+        }
+        let volumes: Vec<_> = self
+            .volumes
+            .read()
+            .values()
+            .chain(self.destroyed.read().values())
+            .filter(|v| v.container.id == container.id)
+            .cloned()
+            .collect();
         for vol in volumes {
             let pending = vol.view.read().ranges.first_unreclaimed();
             let Some((start, range)) = pending else {
                 continue;
             };
-            let done = {
-                let mut ws = self.writer.lock();
-                let snapshot_seqs = vol.snapshot_seqs.lock().clone();
-                self.transact(&mut ws, false, |st, t, _| {
-                    let mut shadowed = Vec::new();
-                    let mut scanned = 0;
-                    for item in t
-                        .maps
-                        .range((vol.id, start)..(vol.id, range.end_grain))
-                        .map_err(kv_error)?
-                    {
-                        let (key, value) = item.map_err(kv_error)?;
-                        scanned += 1;
-                        if MapValue::decode(value.value())?.seq < range.seq {
-                            shadowed.push(key.value().1);
-                            if shadowed.len() >= BATCH_MAPPINGS {
-                                break;
-                            }
-                        }
-                        if scanned >= 16 * BATCH_MAPPINGS {
+            let released = self.reclaim_range_step(&vol, start, range, limit_grains as usize)?;
+            vol.reclaim
+                .reclaimed_bytes
+                .fetch_add(released * GRAIN_BYTES, Ordering::Relaxed);
+            return Ok(Some(released));
+        }
+        Ok(None)
+    }
+
+    /// Drops up to `limit` mappings a pending range record shadows; finishes
+    /// the record once none are left. Returns the mappings dropped.
+    fn reclaim_range_step(
+        &self,
+        vol: &crate::VolumeShared,
+        start: u64,
+        range: meta::RangeRec,
+        limit: usize,
+    ) -> Result<u64> {
+        let (done, released) = {
+            let mut ws = self.writer.lock();
+            let snapshot_seqs = vol.snapshot_seqs.lock().clone();
+            self.transact(&mut ws, false, |st, t, _| {
+                let mut shadowed = Vec::new();
+                let mut scanned = 0;
+                let mut more = false;
+                for item in t
+                    .maps
+                    .range((vol.id, start)..(vol.id, range.end_grain))
+                    .map_err(kv_error)?
+                {
+                    let (key, value) = item.map_err(kv_error)?;
+                    scanned += 1;
+                    if MapValue::decode(value.value())?.seq < range.seq {
+                        if shadowed.len() >= limit {
+                            more = true;
                             break;
                         }
+                        shadowed.push(key.value().1);
                     }
-                    for grain in &shadowed {
-                        st.remove_mapping(t, vol.id, *grain, range.seq, &snapshot_seqs)?;
+                    if scanned >= 16 * BATCH_MAPPINGS {
+                        more = true;
+                        break;
                     }
-                    self.stats
-                        .reclaimed_mappings
-                        .fetch_add(shadowed.len() as u64, Ordering::Relaxed);
-                    Ok(shadowed.is_empty() && scanned < 16 * BATCH_MAPPINGS)
-                })?
-            };
-            if done {
-                self.finish_range(&vol, start, range)?;
-            }
-            return Ok(true);
+                }
+                for grain in &shadowed {
+                    st.remove_mapping(t, vol.id, *grain, range.seq, &snapshot_seqs)?;
+                }
+                self.stats
+                    .reclaimed_mappings
+                    .fetch_add(shadowed.len() as u64, Ordering::Relaxed);
+                Ok((!more, shadowed.len() as u64))
+            })?
+        };
+        if done {
+            self.finish_range(vol, start, range)?;
         }
-        Ok(false)
+        Ok(released)
     }
 
     /// Marks a fully reclaimed range; a hole with nothing beneath it is the same as
@@ -181,11 +317,10 @@ impl Engine {
 
     /// Drops a batch of a deleted volume's mappings; forgets the volume when none
     /// are left.
-    fn reclaim_doomed_step(&self) -> Result<bool> {
+    fn reclaim_doomed_step(&self, volume: u64, limit: usize) -> Result<u64> {
+        assert!(limit > 0 && limit <= BATCH_MAPPINGS);
         let mut ws = self.writer.lock();
-        let Some(volume) = ws.doomed.keys().next().copied() else {
-            return Ok(false);
-        };
+        let mut released = 0;
         let finished = self.transact(&mut ws, false, |st, t, _| {
             let mut grains = Vec::new();
             for item in t
@@ -195,23 +330,24 @@ impl Engine {
             {
                 let (key, _) = item.map_err(kv_error)?;
                 grains.push(key.value().1);
-                if grains.len() >= BATCH_MAPPINGS {
+                if grains.len() >= limit {
                     break;
                 }
             }
             for grain in &grains {
                 st.remove_mapping(t, volume, *grain, u64::MAX, &[])?;
             }
+            released = grains.len() as u64;
             self.stats
                 .reclaimed_mappings
                 .fetch_add(grains.len() as u64, Ordering::Relaxed);
             let mut versions = Vec::new();
-            if grains.len() < BATCH_MAPPINGS {
+            if grains.len() < limit {
                 for item in t
                     .history()?
                     .range((volume, 0, 0)..=(volume, u64::MAX, u64::MAX))
                     .map_err(kv_error)?
-                    .take(BATCH_MAPPINGS - grains.len())
+                    .take(limit - grains.len())
                 {
                     let (key, value) = item.map_err(kv_error)?;
                     versions.push((key.value(), HistValue::decode(value.value())?.target));
@@ -221,7 +357,7 @@ impl Engine {
                     st.release_history(t, *target)?;
                 }
             }
-            if grains.len() + versions.len() < BATCH_MAPPINGS {
+            if grains.len() + versions.len() < limit {
                 let kept: Vec<(u64, u64, u64)> = t
                     .range_history()?
                     .range((volume, 0, 0)..=(volume, u64::MAX, u64::MAX))
@@ -243,13 +379,15 @@ impl Engine {
                     t.ranges()?.remove((volume, s)).map_err(kv_error)?;
                 }
                 t.doomed()?.remove(volume).map_err(kv_error)?;
+                t.doomed_containers()?.remove(volume).map_err(kv_error)?;
                 return Ok(true);
             }
             Ok(false)
         })?;
         if finished {
             ws.doomed.remove(&volume);
+            ws.doomed_containers.remove(&volume);
         }
-        Ok(true)
+        Ok(released)
     }
 }

@@ -24,6 +24,11 @@ pub const SEGMENT_TARGET_BYTES: u64 = 32 * 1024 * 1024;
 pub const RECORD_MAGIC: u32 = 0x4c43_4e52; // "LCNR"
 pub const RECORD_HEADER_BYTES: usize = 24;
 pub const FLAG_COMPRESSED: u16 = 1;
+/// The payload is a Zstandard frame.
+pub const FLAG_ZSTD: u16 = 2;
+/// The block was stored by a container with dedup off: it is not in the dedup
+/// index and never shared through it.
+pub const FLAG_UNINDEXED: u16 = 4;
 
 /// Where the engine's records live.
 pub trait SegmentStore: Send + Sync {

@@ -55,6 +55,11 @@ pub struct WriterState {
     pub changed_segments: BTreeSet<SegmentId>,
     /// Deleted volumes still holding mappings: id → grains.
     pub doomed: BTreeMap<u64, u64>,
+    /// Doomed volume id → the container their reclaim is charged to.
+    pub doomed_containers: BTreeMap<u64, u64>,
+    /// Point-mapping records per volume (exact; rebuilt at open): what the
+    /// reclaim backlog is worked out from.
+    pub mapping_counts: std::collections::HashMap<u64, u64>,
     pub capacity_bytes: u64,
     /// Grains of thick volumes not yet holding data: each holds a reservation of
     /// [`crate::provision::RESERVED_BYTES_PER_GRAIN`].
@@ -65,6 +70,10 @@ pub struct WriterState {
 }
 
 impl WriterState {
+    pub fn mapping_count(&self, volume: u64) -> u64 {
+        self.mapping_counts.get(&volume).copied().unwrap_or(0)
+    }
+
     pub fn used_bytes(&self) -> u64 {
         self.totals.written_bytes
     }
@@ -174,6 +183,7 @@ pub struct Tables<'t> {
     ranges: Option<Table<'t, (u64, u64), &'static [u8]>>,
     volumes: Option<Table<'t, &'static str, &'static [u8]>>,
     doomed: Option<Table<'t, u64, u64>>,
+    doomed_containers: Option<Table<'t, u64, u64>>,
     history: Option<VersionTable<'t>>,
     range_history: Option<VersionTable<'t>>,
     snapshots: Option<Table<'t, u64, &'static [u8]>>,
@@ -189,6 +199,7 @@ impl<'t> Tables<'t> {
             ranges: None,
             volumes: None,
             doomed: None,
+            doomed_containers: None,
             history: None,
             range_history: None,
             snapshots: None,
@@ -244,6 +255,17 @@ impl<'t> Tables<'t> {
         }
         Ok(self.doomed.as_mut().expect("opened"))
     }
+
+    pub fn doomed_containers(&mut self) -> Result<&mut Table<'t, u64, u64>> {
+        if self.doomed_containers.is_none() {
+            self.doomed_containers = Some(
+                self.txn
+                    .open_table(meta::DOOMED_CONTAINERS)
+                    .map_err(kv_error)?,
+            );
+        }
+        Ok(self.doomed_containers.as_mut().expect("opened"))
+    }
 }
 
 /// Creates every table (a read transaction cannot open a missing one).
@@ -259,6 +281,8 @@ pub fn create_tables(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(meta::RANGE_HISTORY).map_err(kv_error)?;
     txn.open_table(meta::SNAPSHOTS).map_err(kv_error)?;
     txn.open_table(meta::RETAINED).map_err(kv_error)?;
+    txn.open_table(meta::DOOMED_CONTAINERS).map_err(kv_error)?;
+    txn.open_table(meta::CONTAINERS).map_err(kv_error)?;
     Ok(())
 }
 
@@ -308,6 +332,11 @@ pub struct TxState {
     /// Whether the blocks stored now belong to a thick volume (which may use the
     /// reservations and headroom that thin volumes may not).
     pub thick: bool,
+    /// Whether the blocks stored now may share (and be shared) through the
+    /// dedup index (their container's policy).
+    pub dedup: bool,
+    /// Change of point-mapping records per volume.
+    mapping_delta: BTreeMap<u64, i64>,
     /// Metadata rows inserted or removed (the complexity tests count these).
     pub records_written: u64,
     /// Segments whose live bytes may have reached zero.
@@ -342,6 +371,8 @@ impl TxState {
             capacity_bytes: ws.capacity_bytes,
             thin_limit_bytes: ws.thin_limit_bytes(),
             thick: false,
+            dedup: true,
+            mapping_delta: BTreeMap::new(),
             records_written: 0,
             maybe_dead: BTreeSet::new(),
             dedup_added: std::collections::HashMap::new(),
@@ -466,6 +497,9 @@ impl TxState {
         t: &mut Tables,
         data: &DataGrain,
     ) -> Result<u64> {
+        if !self.dedup {
+            return self.store_new_block(ws, t, data);
+        }
         let key = dedup_key(&data.fingerprint);
         let candidate = self.dedup_lookup(ws, key);
         if let Some(id) = candidate {
@@ -502,11 +536,12 @@ impl TxState {
         self.next_block_id += 1;
         let id = self.next_block_id;
         let header = RecordHeader {
-            flags: if data.compressed {
-                segment::FLAG_COMPRESSED
-            } else {
-                0
-            },
+            flags: data.codec.flags()
+                | if self.dedup {
+                    0
+                } else {
+                    segment::FLAG_UNINDEXED
+                },
             payload_len: data.payload.len() as u32,
             block_id: id,
         };
@@ -529,7 +564,9 @@ impl TxState {
             history_refs: 0,
         };
         self.put_block(t, id, None, Some(&rec))?;
-        self.dedup_added.insert(dedup_key(&data.fingerprint), id);
+        if self.dedup {
+            self.dedup_added.insert(dedup_key(&data.fingerprint), id);
+        }
         Ok(id)
     }
 
@@ -617,8 +654,9 @@ impl TxState {
             .map(|v| MapValue::decode(v.value()))
             .transpose()?;
         self.records_written += 1;
-        if let Some(old) = old {
-            self.retire(t, volume, grain, old, value.seq, snapshot_seqs)?;
+        match old {
+            Some(old) => self.retire(t, volume, grain, old, value.seq, snapshot_seqs)?,
+            None => *self.mapping_delta.entry(volume).or_default() += 1,
         }
         Ok(())
     }
@@ -641,6 +679,7 @@ impl TxState {
             .transpose()?;
         if let Some(old) = old {
             self.records_written += 1;
+            *self.mapping_delta.entry(volume).or_default() -= 1;
             self.retire(t, volume, grain, old, died_seq, snapshot_seqs)?;
         }
         Ok(())
@@ -736,6 +775,15 @@ impl TxState {
             ws.class_bytes[class] = ws.class_bytes[class]
                 .checked_add_signed(*delta)
                 .expect("class bytes never negative");
+        }
+        for (volume, delta) in self.mapping_delta {
+            let count = ws.mapping_counts.entry(volume).or_default();
+            *count = count
+                .checked_add_signed(delta)
+                .expect("mapping count never negative");
+            if *count == 0 {
+                ws.mapping_counts.remove(&volume);
+            }
         }
         ws.next_block_id = self.next_block_id;
         ws.next_seq = self.next_seq;

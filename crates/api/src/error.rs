@@ -68,8 +68,12 @@ impl ApiError {
 
 fn engine_status(e: &EngineError) -> StatusCode {
     match e {
-        EngineError::VolumeNotFound(_) | EngineError::SnapshotNotFound(_) => StatusCode::NOT_FOUND,
-        EngineError::VolumeExists(_) | EngineError::SnapshotExists(_) => StatusCode::CONFLICT,
+        EngineError::VolumeNotFound(_)
+        | EngineError::SnapshotNotFound(_)
+        | EngineError::ContainerNotFound(_) => StatusCode::NOT_FOUND,
+        EngineError::VolumeExists(_)
+        | EngineError::SnapshotExists(_)
+        | EngineError::ContainerExists(_) => StatusCode::CONFLICT,
         EngineError::InvalidArgument(_) | EngineError::OutOfRange { .. } => StatusCode::BAD_REQUEST,
         EngineError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
         EngineError::Corruption(_) | EngineError::Io { .. } | EngineError::Metadata(_) => {

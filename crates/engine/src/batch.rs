@@ -235,10 +235,11 @@ impl Engine {
             job.volume
                 .last_change_seq
                 .store(seq, std::sync::atomic::Ordering::SeqCst);
-            job.volume
-                .live_mapped
-                .lock()
-                .set_range(job.first_grain, job.first_grain + job_bits.len() as u64, true);
+            job.volume.live_mapped.lock().set_range(
+                job.first_grain,
+                job.first_grain + job_bits.len() as u64,
+                true,
+            );
             let mut bitmap = job.volume.bitmap.lock();
             let before = bitmap.count();
             for (i, is_data) in job_bits.into_iter().enumerate() {

@@ -107,7 +107,12 @@ impl Engine {
         size_bytes: u64,
         provisioning: Provisioning,
     ) -> Result<VolumeInfo> {
-        self.create_volume_in(name, size_bytes, provisioning, crate::container::DEFAULT_CONTAINER)
+        self.create_volume_in(
+            name,
+            size_bytes,
+            provisioning,
+            crate::container::DEFAULT_CONTAINER,
+        )
     }
 
     /// Creates a volume of the given provisioning type in `container`. Thick
@@ -346,7 +351,17 @@ impl Engine {
             destroyed_unix_s,
             eradicate_at_unix_s: destroyed_unix_s
                 .map(|at| at.saturating_add(self.config.destroy_retention_s)),
+            container: shared.container.name.clone(),
+            reclaim: shared
+                .reclaim
+                .snapshot(self.volume_backlog_grains(shared) * GRAIN_BYTES),
         }
+    }
+
+    /// Dead grains of a volume the reclaimer has not released yet.
+    pub(crate) fn volume_backlog_grains(&self, shared: &VolumeShared) -> u64 {
+        let ws = self.writer.lock();
+        ws.mapping_count(shared.id) - shared.live_mapped.lock().count()
     }
 
     /// (unique, shared) physical bytes of a volume's references: a block referenced

@@ -228,10 +228,7 @@ pub struct ContainerUpdate {
 mod double_option {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    pub fn serialize<S: Serializer>(
-        value: &Option<Option<u64>>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(value: &Option<Option<u64>>, s: S) -> Result<S::Ok, S::Error> {
         match value {
             None => s.serialize_none(),
             Some(inner) => inner.serialize(s),
@@ -489,7 +486,10 @@ fn validate_policy(policy: &ContainerPolicy) -> Result<()> {
 }
 
 /// Loads the containers, creating `default` on first open.
-pub(crate) fn load(db: &redb::Database, now: Duration) -> Result<BTreeMap<u64, Arc<ContainerShared>>> {
+pub(crate) fn load(
+    db: &redb::Database,
+    now: Duration,
+) -> Result<BTreeMap<u64, Arc<ContainerShared>>> {
     let mut containers = BTreeMap::new();
     {
         let txn = db.begin_read().map_err(kv_error)?;
@@ -523,7 +523,9 @@ fn persist(db: &redb::Database, rec: &ContainerRec) -> Result<()> {
     {
         let mut table = txn.open_table(meta::CONTAINERS).map_err(kv_error)?;
         let json = serde_json::to_vec(rec).expect("container record serialises");
-        table.insert(rec.name.as_str(), &json[..]).map_err(kv_error)?;
+        table
+            .insert(rec.name.as_str(), &json[..])
+            .map_err(kv_error)?;
     }
     txn.commit().map_err(kv_error)
 }
@@ -737,10 +739,11 @@ impl Engine {
             .filter(|(_, &c)| c == container)
             .map(|(id, _)| ws.mapping_count(*id))
             .sum();
+        drop(ws);
         doomed
             + live
                 .iter()
-                .map(|v| ws.mapping_count(v.id) - v.live_mapped.lock().count())
+                .map(|v| self.volume_backlog_grains(v))
                 .sum::<u64>()
     }
 }

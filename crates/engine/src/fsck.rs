@@ -188,7 +188,9 @@ impl Engine {
         }
         for container in self.containers.read().values() {
             let expected = used.get(&container.id).copied().unwrap_or(0);
-            let kept = container.used_grains.load(std::sync::atomic::Ordering::SeqCst);
+            let kept = container
+                .used_grains
+                .load(std::sync::atomic::Ordering::SeqCst);
             if kept != expected {
                 problems.push(format!(
                     "container {}: usage {kept} grains but its volumes count {expected}",

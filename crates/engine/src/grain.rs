@@ -198,7 +198,9 @@ mod tests {
 
     #[test]
     fn each_container_codec_round_trips() {
-        let grain: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8 ^ (i / 512) as u8).collect();
+        let grain: Vec<u8> = (0..4096u32)
+            .map(|i| (i % 251) as u8 ^ (i / 512) as u8)
+            .collect();
         for (compression, codec) in [
             (crate::Compression::Lz4, Codec::Lz4),
             (crate::Compression::Zstd, Codec::Zstd),

@@ -551,7 +551,9 @@ struct ForegroundGuard<'a> {
 
 impl Drop for ForegroundGuard<'_> {
     fn drop(&mut self) {
-        self.engine.foreground_inflight.fetch_sub(1, Ordering::SeqCst);
+        self.engine
+            .foreground_inflight
+            .fetch_sub(1, Ordering::SeqCst);
     }
 }
 

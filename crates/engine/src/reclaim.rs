@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use redb::ReadableTable;
 
-use crate::meta::{self, kv_error, HistValue, MapValue, RangeKind};
 use crate::container::ContainerShared;
+use crate::meta::{self, kv_error, HistValue, MapValue, RangeKind};
 use crate::{Engine, Result, GRAIN_BYTES};
 
 /// Mappings dropped per transaction.
@@ -145,13 +145,21 @@ impl Engine {
         Ok(false)
     }
 
-    fn reclaim_container_step(&self, container: &ContainerShared, now: Duration) -> Result<ContainerStep> {
+    fn reclaim_container_step(
+        &self,
+        container: &ContainerShared,
+        now: Duration,
+    ) -> Result<ContainerStep> {
         let backlog_grains = self.container_backlog_grains(container.id);
         if backlog_grains == 0 {
             container.draining.store(false, Ordering::SeqCst);
             // Ranges over nothing dead finish without tokens, whatever the policy.
             let worked = self.reclaim_work(container, 0)?.is_some();
-            return Ok(if worked { ContainerStep::Worked } else { ContainerStep::Idle });
+            return Ok(if worked {
+                ContainerStep::Worked
+            } else {
+                ContainerStep::Idle
+            });
         }
         let draining = container.draining.load(Ordering::SeqCst);
         let granted_grains = if draining {

@@ -35,6 +35,10 @@ pub struct VolumeInfo {
     pub destroyed_unix_s: Option<u64>,
     /// When a destroyed volume is eradicated automatically.
     pub eradicate_at_unix_s: Option<u64>,
+    /// The storage container it belongs to.
+    pub container: String,
+    /// Its unmap and reclaim counters and backlog.
+    pub reclaim: crate::ReclaimStats,
 }
 
 /// The whole array's space, in bytes. `physical_used + free == capacity`,

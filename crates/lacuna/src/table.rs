@@ -381,6 +381,8 @@ mod tests {
             snapshot_count: 0,
             destroyed_unix_s: None,
             eradicate_at_unix_s: None,
+            container: "default".into(),
+            reclaim: Default::default(),
         }
     }
 

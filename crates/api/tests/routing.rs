@@ -100,6 +100,8 @@ fn info(name: &str, size_bytes: u64) -> VolumeInfo {
         snapshot_count: 0,
         destroyed_unix_s: None,
         eradicate_at_unix_s: None,
+        container: "default".into(),
+        reclaim: Default::default(),
     }
 }
 
@@ -114,6 +116,8 @@ fn snapshot(volume: &str, name: &str, group: Option<&str>) -> SnapshotInfo {
         group: group.map(str::to_string),
         destroyed_unix_s: None,
         eradicate_at_unix_s: None,
+        container: "default".into(),
+        reclaim: Default::default(),
     }
 }
 

@@ -116,8 +116,6 @@ fn snapshot(volume: &str, name: &str, group: Option<&str>) -> SnapshotInfo {
         group: group.map(str::to_string),
         destroyed_unix_s: None,
         eradicate_at_unix_s: None,
-        container: "default".into(),
-        reclaim: Default::default(),
     }
 }
 

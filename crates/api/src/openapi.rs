@@ -534,7 +534,15 @@ fn schemas() -> Value {
             "reserved_bytes": bytes("Physical bytes held in reserve for this (thick) volume's unwritten grains"),
             "snapshot_count": count("Named snapshots of the volume"),
             "destroyed_unix_s": nullable(count("When it was destroyed; null while live")),
-            "eradicate_at_unix_s": nullable(count("When a destroyed volume is eradicated automatically; null while live"))
+            "eradicate_at_unix_s": nullable(count("When a destroyed volume is eradicated automatically; null while live")),
+            "container": {"type": "string", "description": "The storage container the volume belongs to"},
+            "reclaim": {"$ref": "#/components/schemas/ReclaimStats"}
+        })),
+        "ReclaimStats": object(json!({
+            "unmap_commands": count("UNMAP / TRIM / unmapping WRITE SAME and WRITE ZEROES requests received since the daemon started"),
+            "unmapped_bytes": bytes("Logical bytes those requests covered"),
+            "reclaimed_bytes": bytes("Bytes of dead data (mappings unmapped, overwritten by a range, or of eradicated volumes) whose references the reclaimer released"),
+            "backlog_bytes": bytes("Dead bytes not yet reclaimed")
         })),
         "CreateHostRequest": closed(object_with_optional(json!({
             "name": {"type": "string", "description": "1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')"},

@@ -395,13 +395,12 @@ impl Engine {
     }
 
     pub fn space(&self) -> SpaceReport {
-        let (used, live, segment_count, doomed_grains, classes, reserved, thin_limit) = {
+        let (used, live, segment_count, classes, reserved, thin_limit) = {
             let ws = self.writer.lock();
             (
                 ws.used_bytes(),
                 ws.live_bytes(),
                 ws.segments.len() as u64,
-                ws.doomed.values().sum::<u64>(),
                 ws.class_bytes,
                 ws.reserved_bytes(),
                 ws.thin_limit_bytes(),
@@ -418,11 +417,14 @@ impl Engine {
         let volumes: Vec<_> = self.volumes.read().values().cloned().collect();
         let mut provisioned = 0;
         let mut logical = 0;
-        let mut backlog_grains = doomed_grains;
+        let container_ids: Vec<u64> = self.containers.read().keys().copied().collect();
+        let backlog_grains: u64 = container_ids
+            .into_iter()
+            .map(|id| self.container_backlog_grains(id))
+            .sum();
         for v in &volumes {
             let view = v.view.read();
             provisioned += view.size_bytes;
-            backlog_grains += view.ranges.unreclaimed_grains();
             logical += (v.bitmap.lock().count() * GRAIN_BYTES).min(view.size_bytes);
         }
         let capacity = self.config.capacity_bytes;
@@ -450,7 +452,12 @@ impl Engine {
             },
             unmap_commands: self.stats.unmap_commands.load(Ordering::Relaxed),
             unmapped_bytes: self.stats.unmapped_bytes.load(Ordering::Relaxed),
-            reclaimed_bytes: self.stats.reclaimed_mappings.load(Ordering::Relaxed) * GRAIN_BYTES,
+            reclaimed_bytes: self
+                .containers
+                .read()
+                .values()
+                .map(|c| c.counters.reclaimed_bytes.load(Ordering::Relaxed))
+                .sum(),
             free_bytes: capacity.saturating_sub(used),
             provisioned_bytes: provisioned,
             logical_data_bytes: logical,

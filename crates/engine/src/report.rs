@@ -92,8 +92,9 @@ pub struct SpaceReport {
     pub provisioned_bytes: u64,
     /// Sum of the volumes' written (data) bytes.
     pub logical_data_bytes: u64,
-    /// Logical bytes under unmap / write-zeroes range records whose old mappings the
-    /// background reclaimer has not yet dropped.
+    /// Bytes of dead data (mappings shadowed by unmaps, write-zeroes and copies,
+    /// or of eradicated volumes) the background reclaimer has not yet released;
+    /// the sum of the containers' backlogs.
     pub reclaim_backlog_bytes: u64,
     /// logical_data_bytes ÷ live_physical_bytes (dedup + compression + pattern removal).
     pub data_reduction_ratio: f64,

@@ -231,13 +231,14 @@ impl Engine {
     /// Refuses a new reservation of `grains` the array cannot honour.
     fn check_reservation(&self, ws: &WriterState, grains: u64) -> Result<()> {
         let wanted = grains * crate::provision::RESERVED_BYTES_PER_GRAIN;
-        let committed = ws.used_bytes()
+        let committed = ws.live_bytes()
             + ws.reserved_bytes()
             + crate::provision::headroom_bytes(self.config.capacity_bytes);
-        if committed.saturating_add(wanted) > self.config.capacity_bytes {
+        if committed.saturating_add(wanted) > ws.thick_limit_bytes() {
             return Err(EngineError::NoSpace(format!(
-                "cannot reserve {wanted} bytes: {} of {} bytes used or reserved",
-                committed, self.config.capacity_bytes
+                "cannot reserve {wanted} bytes: {} of {} bytes live or reserved",
+                committed,
+                ws.thick_limit_bytes()
             )));
         }
         Ok(())
@@ -396,6 +397,7 @@ impl Engine {
 
     pub fn space(&self) -> SpaceReport {
         let (used, live, segment_count, classes, reserved, thin_limit) = {
+            // Thin availability is about live data: stale space is the cleaner's.
             let ws = self.writer.lock();
             (
                 ws.used_bytes(),
@@ -437,7 +439,7 @@ impl Engine {
             snapshot_bytes: classes[1],
             shared_bytes: classes[2],
             reserved_bytes: reserved,
-            thin_available_bytes: thin_limit.saturating_sub(used),
+            thin_available_bytes: thin_limit.saturating_sub(live),
             soft_threshold_percent: self.config.soft_threshold_percent,
             soft_threshold_exceeded: used >= self.soft_threshold_bytes(),
             soft_threshold_events: self.stats.soft_threshold_events.load(Ordering::SeqCst),

@@ -26,6 +26,10 @@ use crate::{Engine, Result};
 const BATCH_RECORDS: usize = 256;
 /// A segment more live than this is not worth cleaning in the background.
 const MAX_BACKGROUND_UTILIZATION: f64 = 0.8;
+/// When physical space runs short, segments up to this live are worth it.
+const MAX_URGENT_UTILIZATION: f64 = 0.98;
+/// Most victims a writer cleans itself before giving up on making room.
+const MAX_WRITER_CLEANS: usize = 8;
 
 /// One record found while walking a victim segment.
 struct Found {
@@ -58,25 +62,71 @@ impl Engine {
             .map(|(id, _, _)| id)
     }
 
-    /// Whether stale space is worth a background cleaning pass: more than a
-    /// quarter of what is used, and more than one segment's worth.
-    fn cleaning_due(&self) -> bool {
+    /// Whether stale space is worth a background cleaning pass (more than a
+    /// quarter of what is used, and more than one segment's worth), and whether
+    /// it is urgent: physical free space below twice the cleaner's reserve, so
+    /// the reserve is never eaten by stale space while there is any to clean.
+    fn cleaning_due(&self) -> (bool, bool) {
         let ws = self.writer.lock();
         let stale = ws.used_bytes() - ws.live_bytes();
-        stale > segment::SEGMENT_TARGET_BYTES && stale * 4 > ws.used_bytes()
+        let free = ws.capacity_bytes.saturating_sub(ws.used_bytes());
+        let reserve = crate::provision::cleaning_reserve_bytes(ws.capacity_bytes);
+        let urgent = stale > 0 && free < 2 * reserve;
+        let due = urgent || (stale > segment::SEGMENT_TARGET_BYTES && stale * 4 > ws.used_bytes());
+        (due, urgent)
     }
 
     /// One background cleaning pass over one victim, when due. Returns whether
     /// it did anything.
     pub(crate) fn clean_step(&self) -> Result<bool> {
-        if !self.cleaning_due() {
+        let (due, urgent) = self.cleaning_due();
+        if !due {
             return Ok(false);
         }
-        let Some(victim) = self.pick_victim(MAX_BACKGROUND_UTILIZATION) else {
+        let max_utilization = if urgent {
+            MAX_URGENT_UTILIZATION
+        } else {
+            MAX_BACKGROUND_UTILIZATION
+        };
+        let Some(victim) = self.pick_victim(max_utilization) else {
             return Ok(false);
         };
         self.clean_segment(victim)?;
+        // Free the victim now (at a durable commit), not when work runs out:
+        // under steady overwrites that would be never.
+        self.flush()?;
         Ok(true)
+    }
+
+    /// Before a write of `bytes`: if stale space has eaten into the cleaner's
+    /// reserve (the background cleaner fell behind), clean here until the
+    /// reserve is free again. Live data never needs this — its limit keeps
+    /// the reserve free — so a writer only waits when overwrites outpace
+    /// cleaning.
+    pub(crate) fn make_room(&self, bytes: u64) -> Result<()> {
+        let reserve = crate::provision::cleaning_reserve_bytes(self.config.capacity_bytes);
+        let wanted = bytes.saturating_add(reserve);
+        if self.free_bytes_hint.load(Ordering::Relaxed) >= wanted {
+            return Ok(());
+        }
+        for _ in 0..MAX_WRITER_CLEANS {
+            {
+                let ws = self.writer.lock();
+                let free = ws.capacity_bytes.saturating_sub(ws.used_bytes());
+                let stale = ws.used_bytes() - ws.live_bytes();
+                if free >= wanted || stale == 0 {
+                    return Ok(());
+                }
+            }
+            let Some(victim) = self.pick_victim(MAX_URGENT_UTILIZATION) else {
+                return Ok(());
+            };
+            self.stats.writer_cleans.fetch_add(1, Ordering::Relaxed);
+            self.clean_segment(victim)?;
+            // A cleaned victim is freed by the next durable commit.
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// Cleans every segment holding stale bytes, however live (tests run it

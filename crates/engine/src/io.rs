@@ -169,6 +169,7 @@ impl Engine {
         offset_bytes: u64,
         data: &[u8],
     ) -> Result<()> {
+        self.make_room(data.len() as u64)?;
         let view = vol.view.read();
         check_range(view.size_bytes, offset_bytes, data.len() as u64)?;
         if data.is_empty() {

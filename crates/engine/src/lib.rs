@@ -141,6 +141,9 @@ pub struct EngineStats {
     pub media_written_bytes: AtomicU64,
     /// Segments the cleaner emptied, and the bytes it relocated to do so.
     pub cleaned_segments: AtomicU64,
+    /// Victims host writers cleaned themselves because background cleaning fell
+    /// behind (each one a write that waited on cleaning).
+    pub writer_cleans: AtomicU64,
     pub relocated_bytes: AtomicU64,
     /// Grains whose data bits the background job settled (reference ranges).
     pub bits_settled_grains: AtomicU64,
@@ -203,6 +206,9 @@ pub struct Engine {
     clock: Arc<dyn rate::Clock>,
     /// Host I/O requests in progress: background work yields while there are any.
     foreground_inflight: AtomicU64,
+    /// Physical bytes free as of the last commit: lets writers skip the writer
+    /// mutex when there is plenty of room (see `make_room`).
+    free_bytes_hint: AtomicU64,
     /// Round-robin start of the reclaim scheduler over containers.
     reclaim_cursor: AtomicU64,
     /// How long until some container with a backlog has tokens again.
@@ -263,6 +269,7 @@ impl Engine {
             containers: RwLock::new(containers),
             container_admin: Mutex::new(()),
             foreground_inflight: AtomicU64::new(0),
+            free_bytes_hint: AtomicU64::new(0),
             reclaim_cursor: AtomicU64::new(0),
             reclaim_token_wait: Mutex::new(None),
             config,
@@ -289,6 +296,13 @@ impl Engine {
             shutdown: AtomicBool::new(false),
             reclaimer: Mutex::new(None),
         });
+        {
+            let ws = engine.writer.lock();
+            engine.free_bytes_hint.store(
+                ws.capacity_bytes.saturating_sub(ws.used_bytes()),
+                Ordering::Relaxed,
+            );
+        }
         engine.queue_reference_bits();
         if engine.config.background {
             let handle = reclaim::start(Arc::downgrade(&engine));
@@ -373,6 +387,10 @@ impl Engine {
         }
         tx::persist_writer_state(&txn, &mut ws)?;
         txn.commit().map_err(kv_error)?;
+        self.free_bytes_hint.store(
+            ws.capacity_bytes.saturating_sub(ws.used_bytes()),
+            Ordering::Relaxed,
+        );
         self.stats.durable_commits.fetch_add(1, Ordering::Relaxed);
         self.durable_count.store(upto, Ordering::SeqCst);
         *self.last_durable.lock() = std::time::Instant::now();
@@ -428,6 +446,10 @@ impl Engine {
             .media_written_bytes
             .fetch_add(appended_bytes, Ordering::Relaxed);
         self.commit_count.fetch_add(1, Ordering::SeqCst);
+        self.free_bytes_hint.store(
+            ws.capacity_bytes.saturating_sub(ws.used_bytes()),
+            Ordering::Relaxed,
+        );
         self.check_soft_threshold(ws.used_bytes());
         if foreground {
             self.stats

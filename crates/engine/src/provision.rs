@@ -72,6 +72,17 @@ pub fn headroom_bytes(capacity_bytes: u64) -> u64 {
     (capacity_bytes / 32).min(2 * SEGMENT_TARGET_BYTES)
 }
 
+/// Physical space kept for the cleaner: host data never fills it (writes get
+/// ENOSPC first), so the cleaner always has room to relocate into and stale
+/// space left by overwrites can be absorbed while it catches up. A sixteenth of
+/// the capacity, between two segments (room for a victim's live records) and
+/// four, and never more than a quarter of a small array.
+pub fn cleaning_reserve_bytes(capacity_bytes: u64) -> u64 {
+    (capacity_bytes / 16)
+        .clamp(2 * SEGMENT_TARGET_BYTES, 4 * SEGMENT_TARGET_BYTES)
+        .min(capacity_bytes / 4)
+}
+
 impl Engine {
     /// Checks physical use against the soft threshold after a commit; counts a
     /// crossing upwards once (the SCSI layer raises UNIT ATTENTION 38h/07h on it).

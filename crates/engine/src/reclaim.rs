@@ -103,8 +103,13 @@ impl Engine {
             || self.lifecycle_step()?)
     }
 
-    /// Waits (boundedly) while host I/O is in progress.
+    /// Waits (boundedly) while host I/O is in progress — unless physical space
+    /// is short, when cleaning is what host writes need most.
     fn yield_to_foreground(&self) {
+        let reserve = crate::provision::cleaning_reserve_bytes(self.config.capacity_bytes);
+        if self.free_bytes_hint.load(Ordering::Relaxed) < 2 * reserve {
+            return;
+        }
         for _ in 0..MAX_FOREGROUND_YIELDS {
             if self.foreground_inflight.load(Ordering::SeqCst) == 0 {
                 return;

@@ -61,7 +61,8 @@ pub struct SpaceReport {
     pub shared_bytes: u64,
     /// Physical bytes promised to thick volumes and not yet used.
     pub reserved_bytes: u64,
-    /// Space thin volumes may still use (free less reservations and headroom).
+    /// Live data thin volumes may still add (capacity less live data,
+    /// reservations, the thick headroom and the cleaner's reserve).
     pub thin_available_bytes: u64,
     pub soft_threshold_percent: u8,
     /// Physical use is at or above the soft threshold.

@@ -87,12 +87,22 @@ impl WriterState {
         self.thick_unwritten_grains * crate::provision::RESERVED_BYTES_PER_GRAIN
     }
 
-    /// How far thin volumes may fill the array: capacity less the thick
-    /// reservations and the headroom kept for overwrites of thick volumes.
+    /// How much live data thin volumes may hold: capacity less the thick
+    /// reservations, the headroom kept for overwrites of thick volumes and the
+    /// cleaner's reserve.
     pub fn thin_limit_bytes(&self) -> u64 {
-        self.capacity_bytes
+        self.thick_limit_bytes()
             .saturating_sub(self.reserved_bytes())
             .saturating_sub(crate::provision::headroom_bytes(self.capacity_bytes))
+    }
+
+    /// How much live data the array holds at most: capacity less the cleaner's
+    /// reserve.
+    pub fn thick_limit_bytes(&self) -> u64 {
+        self.capacity_bytes
+            .saturating_sub(crate::provision::cleaning_reserve_bytes(
+                self.capacity_bytes,
+            ))
     }
 
     /// Adds a segment's accounting as loaded at recovery.
@@ -327,8 +337,11 @@ pub struct TxState {
     /// Encoded records to append, per segment: (offset, bytes).
     appends: BTreeMap<SegmentId, (u64, Vec<u8>)>,
     used_bytes: u64,
+    /// Live bytes as this transaction leaves them.
+    live_bytes: u64,
     capacity_bytes: u64,
     thin_limit_bytes: u64,
+    thick_limit_bytes: u64,
     /// Whether the blocks stored now belong to a thick volume (which may use the
     /// reservations and headroom that thin volumes may not).
     pub thick: bool,
@@ -368,8 +381,10 @@ impl TxState {
             seg_delta: BTreeMap::new(),
             appends: BTreeMap::new(),
             used_bytes: ws.used_bytes(),
+            live_bytes: ws.live_bytes(),
             capacity_bytes: ws.capacity_bytes,
             thin_limit_bytes: ws.thin_limit_bytes(),
+            thick_limit_bytes: ws.thick_limit_bytes(),
             thick: false,
             dedup: true,
             mapping_delta: BTreeMap::new(),
@@ -403,20 +418,32 @@ impl TxState {
     }
 
     /// Allocates room for a record in the open segment, rolling to a new segment
-    /// when the open one is full. Refuses when the array's capacity would be passed.
+    /// when the open one is full. Refuses when live data would pass the limit for
+    /// the volume's type (the array is full), or when stale space the cleaner has
+    /// not caught up with leaves no physical room (rare: writers make room first,
+    /// see `Engine::make_room`).
     fn allocate(&mut self, ws: &WriterState, record_bytes: u64) -> Result<(SegmentId, u64)> {
         let limit_bytes = if self.thick {
-            self.capacity_bytes
+            self.thick_limit_bytes
         } else {
             self.thin_limit_bytes
         };
-        if self.used_bytes + record_bytes > limit_bytes {
+        if self.live_bytes + record_bytes > limit_bytes {
             return Err(EngineError::NoSpace(format!(
-                "{} of {} bytes used, {} available to {} volumes",
-                self.used_bytes,
+                "{} bytes of live data of {} capacity, {} allowed to {} volumes",
+                self.live_bytes,
                 self.capacity_bytes,
                 limit_bytes,
                 if self.thick { "thick" } else { "thin" }
+            )));
+        }
+        // Half the cleaner's reserve (a segment on any but a tiny array) stays
+        // free for it to relocate a victim into.
+        let relocation_room = crate::provision::cleaning_reserve_bytes(self.capacity_bytes) / 2;
+        if self.used_bytes + record_bytes + relocation_room > self.capacity_bytes {
+            return Err(EngineError::NoSpace(format!(
+                "{} of {} bytes occupied: the cleaner has not yet freed the stale space",
+                self.used_bytes, self.capacity_bytes
             )));
         }
         let mut offset = self.segment_state(ws, self.open_segment).written_bytes;
@@ -430,6 +457,7 @@ impl TxState {
         delta.0 += record_bytes as i64;
         delta.1 += record_bytes as i64;
         self.used_bytes += record_bytes;
+        self.live_bytes += record_bytes;
         Ok((self.open_segment, offset))
     }
 
@@ -633,6 +661,7 @@ impl TxState {
         self.freed_blocks.insert(id);
         self.freed_keys.push((dedup_key(&rec.fingerprint), id));
         self.seg_delta.entry(rec.segment).or_default().1 -= rec.record_bytes() as i64;
+        self.live_bytes -= rec.record_bytes();
         self.maybe_dead.insert(rec.segment);
         Ok(())
     }

@@ -211,39 +211,44 @@ impl Engine {
         let mut found = Vec::new();
         let mut at = 0usize;
         while at + RECORD_HEADER_BYTES <= data.len() {
-            let parsed = segment::read_header(&data[at..])
-                .map(|(header, crc)| {
-                    (
-                        header,
-                        crc,
-                        at + RECORD_HEADER_BYTES + header.payload_len as usize,
-                    )
-                })
-                .filter(|&(_, _, end)| end <= data.len());
-            let Some((expected, crc, end)) = parsed else {
-                tracing::error!(
-                    segment = victim,
-                    offset = at,
-                    "unreadable record: cleaning stops here"
-                );
-                self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                break;
-            };
-            let block_id = expected.block_id;
-            let mut bytes = data[at..end].to_vec();
-            match segment::verify_record(&mut bytes, expected, crc) {
-                Ok(_) => found.push(Found {
-                    block_id,
-                    offset_bytes: at as u64,
-                    bytes,
-                }),
-                Err(why) => {
-                    tracing::error!(segment = victim, offset = at, "record not relocated: {why}");
+            let Some((record, end)) = record_at(&data, at) else {
+                if segment::read_header(&data[at..]).is_some() {
+                    tracing::error!(
+                        segment = victim,
+                        offset = at,
+                        "corrupt record not relocated"
+                    );
                     self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
                 }
-            }
+                // Pages of dead records are punched out (zeroes): find the next
+                // record whose header and checksum hold.
+                match (at + 1..data.len()).find(|&next| record_at(&data, next).is_some()) {
+                    Some(next) => {
+                        at = next;
+                        continue;
+                    }
+                    None => break,
+                }
+            };
+            found.push(Found {
+                block_id: record.0,
+                offset_bytes: at as u64,
+                bytes: record.1,
+            });
             at = end;
         }
         Ok(found)
     }
+}
+
+/// The record starting exactly at `at`, if its header parses and its checksum
+/// holds: (block id, bytes) and where it ends. Anything else — zeroes of a
+/// punched hole, a torn or corrupt record — is not a record (a corrupt live
+/// record is never relocated; its block keeps failing reads as it should).
+fn record_at(data: &[u8], at: usize) -> Option<((u64, Vec<u8>), usize)> {
+    let (header, crc) = segment::read_header(data.get(at..)?)?;
+    let end = at + RECORD_HEADER_BYTES + header.payload_len as usize;
+    let mut bytes = data.get(at..end)?.to_vec();
+    segment::verify_record(&mut bytes, header, crc).ok()?;
+    Some(((header.block_id, bytes), end))
 }

@@ -122,6 +122,8 @@ pub struct EngineStats {
     pub foreground_records_written: AtomicU64,
     pub reclaimed_mappings: AtomicU64,
     pub freed_segments: AtomicU64,
+    /// Bytes of freed records punched out of segment files (fallocate).
+    pub punched_bytes: AtomicU64,
     pub durable_commits: AtomicU64,
     pub checksum_errors: AtomicU64,
     /// Host writes committed, and the transactions that committed them (their
@@ -378,6 +380,7 @@ impl Engine {
             ws.pending_free.insert(sealed);
         }
         let freeing: Vec<_> = std::mem::take(&mut ws.pending_free).into_iter().collect();
+        let punching = std::mem::take(&mut ws.pending_punch);
         let mut txn = self.db.begin_write().map_err(kv_error)?;
         txn.set_durability(Durability::Immediate)
             .map_err(kv_error)?;
@@ -394,16 +397,52 @@ impl Engine {
         self.stats.durable_commits.fetch_add(1, Ordering::Relaxed);
         self.durable_count.store(upto, Ordering::SeqCst);
         *self.last_durable.lock() = std::time::Instant::now();
-        if !freeing.is_empty() {
+        if !freeing.is_empty() || !punching.is_empty() {
+            // Exclusive: no reader may be between looking up a freed record and
+            // reading it.
             let _io = self.io_lock.write();
-            for id in freeing {
+            for id in &freeing {
                 self.store
-                    .remove(id)
+                    .remove(*id)
                     .map_err(|e| EngineError::io(format!("removing segment {id}"), e))?;
                 self.stats.freed_segments.fetch_add(1, Ordering::Relaxed);
             }
+            self.punch_freed(punching, &freeing);
         }
         Ok(())
+    }
+
+    /// Punches the pages of freed records out of their segment files (segments
+    /// removed whole are skipped). A failure only costs disk space, so it is
+    /// logged, not returned.
+    fn punch_freed(
+        &self,
+        punching: Vec<(segment::SegmentId, u64, u64)>,
+        removed: &[segment::SegmentId],
+    ) {
+        let mut by_segment: BTreeMap<segment::SegmentId, Vec<(u64, u64)>> = BTreeMap::new();
+        for (segment, offset, length) in punching {
+            if !removed.contains(&segment) {
+                by_segment
+                    .entry(segment)
+                    .or_default()
+                    .push((offset, length));
+            }
+        }
+        for (segment, freed) in by_segment {
+            for (offset, length) in segment::punchable(freed) {
+                match self.store.punch(segment, offset, length) {
+                    Ok(()) => {
+                        self.stats
+                            .punched_bytes
+                            .fetch_add(length, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        tracing::warn!(segment, offset, length, "punching freed space failed: {e}")
+                    }
+                }
+            }
+        }
     }
 
     fn sync_segment(&self, segment: segment::SegmentId) -> Result<()> {

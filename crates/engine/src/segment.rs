@@ -41,6 +41,10 @@ pub trait SegmentStore: Send + Sync {
     fn truncate(&self, segment: SegmentId, length_bytes: u64) -> io::Result<()>;
     /// Frees the whole segment; the media below learns of it.
     fn remove(&self, segment: SegmentId) -> io::Result<()>;
+    /// Gives the bytes of a range back to the filesystem (and so to the media
+    /// below, seed 002) without changing the segment's length; they read as
+    /// zeroes from then on.
+    fn punch(&self, segment: SegmentId, offset_bytes: u64, length_bytes: u64) -> io::Result<()>;
     /// Every segment present, with its stored length.
     fn list(&self) -> io::Result<Vec<(SegmentId, u64)>>;
 }
@@ -111,6 +115,34 @@ impl SegmentStore for FileSegmentStore {
         }
     }
 
+    fn punch(&self, segment: SegmentId, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let file = match self.file(segment, false) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            other => other?,
+        };
+        let (Ok(offset), Ok(length)) = (
+            libc::off_t::try_from(offset_bytes),
+            libc::off_t::try_from(length_bytes),
+        ) else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        // SAFETY: fallocate on a file descriptor we own, with plain integers.
+        let rc = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                length,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
     fn list(&self) -> io::Result<Vec<(SegmentId, u64)>> {
         let mut segments = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
@@ -127,6 +159,33 @@ impl SegmentStore for FileSegmentStore {
         segments.sort_unstable();
         Ok(segments)
     }
+}
+
+/// Filesystem page size punched holes are aligned to.
+pub const PUNCH_ALIGN_BYTES: u64 = 4096;
+
+/// The page-aligned ranges inside freed byte ranges of one segment: adjacent
+/// and overlapping ranges are merged first (consecutive dead records free whole
+/// pages between them), and only whole pages are punched, so a live record
+/// sharing a page with a dead one is never touched.
+pub fn punchable(mut freed: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    freed.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (offset, length) in freed {
+        let end = offset + length;
+        match merged.last_mut() {
+            Some((_, last_end)) if offset <= *last_end => *last_end = (*last_end).max(end),
+            _ => merged.push((offset, end)),
+        }
+    }
+    merged
+        .into_iter()
+        .filter_map(|(start, end)| {
+            let start = start.next_multiple_of(PUNCH_ALIGN_BYTES);
+            let end = end / PUNCH_ALIGN_BYTES * PUNCH_ALIGN_BYTES;
+            (end > start).then_some((start, end - start))
+        })
+        .collect()
 }
 
 /// Header fields of one record. Layout (little endian): magic u32, flags u16,
@@ -203,6 +262,16 @@ pub fn verify_record(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_whole_pages_inside_freed_ranges_are_punched() {
+        // Two adjacent dead records merge; a page shared with a live record is
+        // never punched.
+        let freed = vec![(8200, 4120), (100, 4120), (4220, 3980)];
+        assert_eq!(punchable(freed), vec![(4096, 8192)]);
+        assert_eq!(punchable(vec![(10, 4000)]), vec![]);
+        assert_eq!(punchable(vec![(0, 4096), (4096, 4096)]), vec![(0, 8192)]);
+    }
 
     #[test]
     fn record_round_trips_and_detects_a_flipped_bit() {

@@ -17,6 +17,9 @@ use crate::meta::{
 use crate::segment::{self, RecordHeader, SegmentId, SEGMENT_TARGET_BYTES};
 use crate::{EngineError, Result};
 
+/// Most freed records remembered for punching between durable commits.
+const MAX_PENDING_PUNCH: usize = 1 << 20;
+
 /// Space accounting of one segment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SegState {
@@ -46,6 +49,9 @@ pub struct WriterState {
     pub dirty_segments: BTreeSet<SegmentId>,
     /// Sealed segments with no live record, freed after the next durable commit.
     pub pending_free: BTreeSet<SegmentId>,
+    /// Byte ranges (segment, offset, length) of records freed since the last
+    /// durable commit: punched out of their files after it.
+    pub pending_punch: Vec<(SegmentId, u64, u64)>,
     /// The dedup index: a 64-bit fingerprint prefix → block id, kept in memory
     /// (rebuilt from the block table at open). A random-key B-tree insert per new
     /// block was the largest cost of the write path; a hit is still verified
@@ -360,6 +366,8 @@ pub struct TxState {
     class_delta: [i64; 3],
     /// Blocks deleted in this transaction, and their index keys.
     freed_blocks: std::collections::HashSet<u64>,
+    /// Their records: (segment, offset, length).
+    freed_records: Vec<(SegmentId, u64, u64)>,
     freed_keys: Vec<(u64, u64)>,
 }
 
@@ -393,6 +401,7 @@ impl TxState {
             dedup_added: std::collections::HashMap::new(),
             class_delta: [0; 3],
             freed_blocks: std::collections::HashSet::new(),
+            freed_records: Vec::new(),
             freed_keys: Vec::new(),
         }
     }
@@ -662,6 +671,8 @@ impl TxState {
         self.freed_keys.push((dedup_key(&rec.fingerprint), id));
         self.seg_delta.entry(rec.segment).or_default().1 -= rec.record_bytes() as i64;
         self.live_bytes -= rec.record_bytes();
+        self.freed_records
+            .push((rec.segment, u64::from(rec.offset_bytes), rec.record_bytes()));
         self.maybe_dead.insert(rec.segment);
         Ok(())
     }
@@ -821,6 +832,11 @@ impl TxState {
         ws.open_segment = self.open_segment;
         ws.clean_segment = self.clean_segment;
         ws.dirty_segments.extend(self.appends.keys().copied());
+        // Bounded: past the limit, freed space comes back when its segment is
+        // cleaned instead.
+        let room = MAX_PENDING_PUNCH.saturating_sub(ws.pending_punch.len());
+        ws.pending_punch
+            .extend(self.freed_records.into_iter().take(room));
         for (key, id) in self.dedup_added {
             ws.dedup.insert(key, id);
         }

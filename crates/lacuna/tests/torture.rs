@@ -991,6 +991,20 @@ fn segment_files(run: &Run) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// Waits until the workers have issued their first request, so the random delay
+/// before the kill is measured from a running workload, not from process start.
+fn wait_for_workload(run: &Run, iteration: u64, journal: &Path) {
+    const LIMIT: Duration = Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    while std::fs::metadata(journal).map(|m| m.len()).unwrap_or(0) == 0 {
+        if started.elapsed() > LIMIT {
+            let log = std::fs::read_to_string(run.dir.join("worker-0.log")).unwrap_or_default();
+            run.fail(iteration, format!("no worker issued a request in {LIMIT:?}; worker 0: {log}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
@@ -1058,7 +1072,8 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
         let mut daemon = start(&dir);
         let journal = dir.join(format!("journal-{iteration}"));
         let mut workers = spawn_workers(&run, &daemon, &model, iteration, &journal);
-        std::thread::sleep(Duration::from_millis(300 + rng.next() % 1200));
+        wait_for_workload(&run, iteration, &journal);
+        std::thread::sleep(Duration::from_millis(100 + rng.next() % 1100));
         daemon.kill();
         for worker in &mut workers {
             let _ = worker.kill();
@@ -1070,10 +1085,6 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
         let ops = records.iter().filter(|r| r.done.is_some()).count();
         for record in records.iter().filter(|r| r.done.is_some()) {
             *coverage.entry(coverage_kind(record)).or_default() += 1;
-        }
-        if ops == 0 {
-            let log = std::fs::read_to_string(dir.join("worker-0.log")).unwrap_or_default();
-            eprintln!("crash point {iteration}: no operation completed; worker 0 said: {log}");
         }
         total_ops += ops;
         let allowed = model.apply(&records, end);

@@ -999,7 +999,10 @@ fn wait_for_workload(run: &Run, iteration: u64, journal: &Path) {
     while std::fs::metadata(journal).map(|m| m.len()).unwrap_or(0) == 0 {
         if started.elapsed() > LIMIT {
             let log = std::fs::read_to_string(run.dir.join("worker-0.log")).unwrap_or_default();
-            run.fail(iteration, format!("no worker issued a request in {LIMIT:?}; worker 0: {log}"));
+            run.fail(
+                iteration,
+                format!("no worker issued a request in {LIMIT:?}; worker 0: {log}"),
+            );
         }
         std::thread::sleep(Duration::from_millis(10));
     }

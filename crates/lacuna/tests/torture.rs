@@ -18,11 +18,14 @@
 //!   prefix of the requests that touched it, no shorter than the durable one:
 //!   a grain is never torn within one request (a request may be torn *between*
 //!   grains), and nothing ever appears that was not written at that address (a
-//!   range copy moves content; the model follows it).
+//!   range copy moves content; the model follows it). Exception: a range copy
+//!   of different source and destination alignment within a grain is written in
+//!   1 MiB steps of the range, so until durable a destination grain at a step
+//!   boundary may hold new lower sectors and old upper ones.
 //! - A snapshot, a clone (of a volume or a snapshot) and a range copy hold, per
 //!   grain, the source's content at some instant between the operation's issue and
-//!   its completion; once the API acknowledged it, it exists after any crash; once
-//!   observed, it never changes. A completed delete is never undone; an object
+//!   its completion; an acknowledged snapshot or clone exists after any crash and,
+//!   once observed, never changes. A completed delete is never undone; an object
 //!   never created never appears.
 //! - Space: the engine's full metadata check passes on the crashed image, and the
 //!   restarted daemon's space report adds up (used + free = capacity, used =

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the tests need (Debian packages and the
 # Rust toolchain's components) and runs every test of the workspace, including the
-# interop tests with the real clients, the crash test and the bounded fuzzing.
+# interop tests with the real clients, the crash torture test (which builds a small
+# libiscsi client with gcc) and the bounded fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libnbd-bin python3-libnbd nbdkit qemu-utils qemu-block-extra fio libiscsi-bin)
+packages=(libnbd-bin python3-libnbd nbdkit qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev gcc)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -238,7 +238,9 @@ pub fn rate_limit_bytes_per_s(policy: ReclaimPolicy) -> f64 {
 }
 
 /// Per-container and per-volume series, labelled `container="…"` (and
-/// `volume="…"`). Counters run since the daemon started, like the array's.
+/// `volume="…"`; `volumes` holds the live and the destroyed-recoverable ones,
+/// whose dead space is a real backlog too). Counters run since the daemon
+/// started, like the array's.
 ///
 /// Choices a scraper should know: `lacuna_container_reclaim_eta_seconds` is
 /// left out for a container whose backlog never empties at its policy (`off`)

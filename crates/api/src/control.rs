@@ -4,8 +4,8 @@
 
 use lacuna_engine::snapshot::split_full_name;
 use lacuna_engine::{
-    CopyReport, Engine, EngineError, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport,
-    VolumeInfo,
+    ContainerInfo, ContainerPolicy, ContainerUpdate, CopyReport, Engine, EngineError,
+    GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport, VolumeInfo,
 };
 
 /// The control-plane operations of the array. Calls block (they commit metadata
@@ -18,18 +18,22 @@ pub trait ControlPlane: Send + Sync + 'static {
     fn list_volumes(&self, destroyed: bool) -> Result<Vec<VolumeInfo>, EngineError>;
     /// A volume, live or destroyed.
     fn volume_info(&self, name: &str) -> Result<VolumeInfo, EngineError>;
+    /// A new volume in `container` (the `default` container when `None`).
     fn create_volume(
         &self,
         name: &str,
         size_bytes: u64,
         provisioning: Provisioning,
+        container: Option<&str>,
     ) -> Result<VolumeInfo, EngineError>;
-    /// A writable clone of `source` (`VOL` or `VOL@SNAP`), with the source's size.
+    /// A writable clone of `source` (`VOL` or `VOL@SNAP`), with the source's
+    /// size, in `container` (the source's container when `None`).
     fn clone_volume(
         &self,
         source: &str,
         name: &str,
         provisioning: Provisioning,
+        container: Option<&str>,
     ) -> Result<VolumeInfo, EngineError>;
     fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError>;
     /// Destroys a volume (recoverable for the array's retention period).
@@ -67,6 +71,25 @@ pub trait ControlPlane: Send + Sync + 'static {
     fn recover_snapshot(&self, full_name: &str) -> Result<(), EngineError>;
     fn eradicate_snapshot(&self, full_name: &str) -> Result<(), EngineError>;
     fn space(&self) -> Result<SpaceReport, EngineError>;
+    /// Every container, sorted by id (`default` first).
+    fn list_containers(&self) -> Result<Vec<ContainerInfo>, EngineError>;
+    fn container_info(&self, name: &str) -> Result<ContainerInfo, EngineError>;
+    fn create_container(
+        &self,
+        name: &str,
+        policy: ContainerPolicy,
+    ) -> Result<ContainerInfo, EngineError>;
+    /// Changes a container's policies; fields of `update` left `None` are kept.
+    fn set_container(
+        &self,
+        name: &str,
+        update: &ContainerUpdate,
+    ) -> Result<ContainerInfo, EngineError>;
+    /// Deletes an empty container (never `default`).
+    fn delete_container(&self, name: &str) -> Result<(), EngineError>;
+    /// Works the container's reclaim backlog off now, whatever its policy;
+    /// answers at once, with `reclaim.draining` set until the backlog is empty.
+    fn reclaim_container_now(&self, name: &str) -> Result<ContainerInfo, EngineError>;
 }
 
 impl ControlPlane for Engine {
@@ -83,8 +106,10 @@ impl ControlPlane for Engine {
         name: &str,
         size_bytes: u64,
         provisioning: Provisioning,
+        container: Option<&str>,
     ) -> Result<VolumeInfo, EngineError> {
-        Engine::create_volume_with(self, name, size_bytes, provisioning)
+        let container = container.unwrap_or(lacuna_engine::container::DEFAULT_CONTAINER);
+        Engine::create_volume_in(self, name, size_bytes, provisioning, container)
     }
 
     fn clone_volume(
@@ -92,8 +117,9 @@ impl ControlPlane for Engine {
         source: &str,
         name: &str,
         provisioning: Provisioning,
+        container: Option<&str>,
     ) -> Result<VolumeInfo, EngineError> {
-        Engine::clone_volume(self, source, name, provisioning)
+        Engine::clone_volume_in(self, source, name, provisioning, container)
     }
 
     fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo, EngineError> {
@@ -181,5 +207,37 @@ impl ControlPlane for Engine {
 
     fn space(&self) -> Result<SpaceReport, EngineError> {
         Ok(Engine::space(self))
+    }
+
+    fn list_containers(&self) -> Result<Vec<ContainerInfo>, EngineError> {
+        Ok(Engine::list_containers(self))
+    }
+
+    fn container_info(&self, name: &str) -> Result<ContainerInfo, EngineError> {
+        Engine::container_info(self, name)
+    }
+
+    fn create_container(
+        &self,
+        name: &str,
+        policy: ContainerPolicy,
+    ) -> Result<ContainerInfo, EngineError> {
+        Engine::create_container(self, name, policy)
+    }
+
+    fn set_container(
+        &self,
+        name: &str,
+        update: &ContainerUpdate,
+    ) -> Result<ContainerInfo, EngineError> {
+        Engine::set_container(self, name, update)
+    }
+
+    fn delete_container(&self, name: &str) -> Result<(), EngineError> {
+        Engine::delete_container(self, name)
+    }
+
+    fn reclaim_container_now(&self, name: &str) -> Result<ContainerInfo, EngineError> {
+        Engine::reclaim_container_now(self, name)
     }
 }

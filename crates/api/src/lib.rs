@@ -1,6 +1,7 @@
 //! Lacuna's control plane: a small REST API (JSON over HTTP/1.1) for volumes (create,
 //! clone, resize, destroy, recover, restore, range copy), snapshots and consistency
-//! groups, the array's space figures, and hosts (LUN masking for iSCSI).
+//! groups, storage containers (quota, reclaim rate, data reduction), the array's
+//! space figures and Prometheus metrics, and hosts (LUN masking for iSCSI).
 //!
 //! Every request except `GET /healthz` must carry `Authorization: Bearer <token>`,
 //! where the token lives in `<data_dir>/api-token` (see [`load_or_create_token`]).
@@ -13,7 +14,7 @@
 //! |--------|-----------------------------------|---------------------------------------|
 //! | GET    | `/healthz`                        | liveness, no token needed             |
 //! | GET    | `/v1/volumes[?destroyed=true]`    | list live (or destroyed) volumes      |
-//! | POST   | `/v1/volumes`                     | create `{name, size_bytes, provisioning?}` or clone `{name, source, provisioning?}` |
+//! | POST   | `/v1/volumes`                     | create `{name, size_bytes, provisioning?, container?}` or clone `{name, source, provisioning?, container?}` |
 //! | GET    | `/v1/volumes/{name}`              | one volume, live or destroyed         |
 //! | PATCH  | `/v1/volumes/{name}`              | resize `{size_bytes}`                 |
 //! | DELETE | `/v1/volumes/{name}`              | destroy (recoverable for a while)     |
@@ -27,7 +28,14 @@
 //! | DELETE | `/v1/snapshots/{VOL@S}`           | destroy (recoverable for a while)     |
 //! | POST   | `/v1/snapshots/{VOL@S}/recover`   | bring a destroyed snapshot back       |
 //! | POST   | `/v1/snapshots/{VOL@S}/eradicate` | eradicate a destroyed snapshot now    |
+//! | GET    | `/v1/containers`                  | list storage containers (`default` first) |
+//! | POST   | `/v1/containers`                  | create `{name, quota_bytes?, reclaim?, reclaim_burst_bytes?, compression?, dedup?}` |
+//! | GET    | `/v1/containers/{container}`      | one container: policy, usage, reclaim counters |
+//! | PATCH  | `/v1/containers/{container}`      | change policies (same fields but `name`; `"quota_bytes": null` removes the quota) |
+//! | DELETE | `/v1/containers/{container}`      | delete an empty container (not `default`) |
+//! | POST   | `/v1/containers/{container}/reclaim` | work the reclaim backlog off now, whatever the policy |
 //! | GET    | `/v1/array/space`                 | array-wide space report               |
+//! | GET    | `/metrics`                        | Prometheus text: array, per-container and per-volume figures |
 //! | GET    | `/v1/hosts`                       | list hosts (never their CHAP secrets) |
 //! | POST   | `/v1/hosts`                       | create `{name, iqns, chap_user?, chap_secret?, mutual_chap_user?, mutual_chap_secret?}` |
 //! | GET    | `/v1/hosts/{host}`                | one host, with its LUNs               |
@@ -37,10 +45,11 @@
 //! | GET    | `/v1/openapi.json`                | this API's OpenAPI 3.0 document       |
 //!
 //! Errors are `{"error": "message"}` with 400 (invalid argument, body or query),
-//! 401 (token), 404 (no such volume, snapshot, host or route), 409 (volume,
-//! snapshot or host exists), 413 (body too large), 415 (body not JSON), 507 (out
-//! of space, or a thick reservation the array cannot honour), 500 (I/O, metadata)
-//! or 501 (a host route on a server without host management).
+//! 401 (token), 404 (no such volume, snapshot, container, host or route), 409
+//! (volume, snapshot, container or host exists), 413 (body too large), 415 (body
+//! not JSON), 507 (out of space, a container's quota reached, or a thick
+//! reservation the array cannot honour), 500 (I/O, metadata) or 501 (a host route
+//! on a server without host management).
 //!
 //! Hosts: connecting a volume or snapshot that does not exist (or is destroyed)
 //! is refused with 404, so a typo cannot make a LUN that never appears. A volume
@@ -69,7 +78,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use lacuna_engine::{
-    CopyReport, EngineError, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport, VolumeInfo,
+    ContainerInfo, CopyReport, EngineError, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport,
+    VolumeInfo,
 };
 use serde::{Deserialize, Serialize};
 
@@ -80,8 +90,9 @@ pub use hosts::{
     HostControlError, HostInfo, LunInfo, NewHost, NewLun, BLOCK_SIZES, DEFAULT_BLOCK_SIZE_BYTES,
 };
 pub use requests::{
-    CopyRangeRequest, CreateSnapshotsRequest, CreateVolumeRequest, ListSnapshotsQuery,
-    ListVolumesQuery, ResizeVolumeRequest, RestoreVolumeRequest,
+    CopyRangeRequest, CreateContainerRequest, CreateSnapshotsRequest, CreateVolumeRequest,
+    ListSnapshotsQuery, ListVolumesQuery, ResizeVolumeRequest, RestoreVolumeRequest,
+    UpdateContainerRequest,
 };
 pub use token::{load_or_create_token, tokens_match, TOKEN_FILE_NAME};
 
@@ -146,6 +157,20 @@ pub fn router(state: ApiState) -> Router {
         .route(
             "/v1/snapshots/{snapshot}/eradicate",
             post(eradicate_snapshot),
+        )
+        .route(
+            "/v1/containers",
+            get(list_containers).post(create_container),
+        )
+        .route(
+            "/v1/containers/{container}",
+            get(show_container)
+                .patch(update_container)
+                .delete(delete_container),
+        )
+        .route(
+            "/v1/containers/{container}/reclaim",
+            post(reclaim_container),
         )
         .route("/v1/array/space", get(array_space))
         .route("/metrics", get(prometheus_metrics))
@@ -249,7 +274,12 @@ async fn create_volume(
         }
         (None, Some(size_bytes)) => {
             blocking(&state, move |c| {
-                c.create_volume(&body.name, size_bytes, provisioning)
+                c.create_volume(
+                    &body.name,
+                    size_bytes,
+                    provisioning,
+                    body.container.as_deref(),
+                )
             })
             .await?
         }
@@ -258,7 +288,7 @@ async fn create_volume(
                 if let Some(wanted) = size_bytes {
                     check_clone_size(c, &source, wanted)?;
                 }
-                c.clone_volume(&source, &body.name, provisioning)
+                c.clone_volume(&source, &body.name, provisioning, body.container.as_deref())
             })
             .await?
         }
@@ -423,6 +453,65 @@ async fn eradicate_snapshot(
     Ok(StatusCode::NO_CONTENT)
 }
 
+async fn list_containers(
+    State(state): State<ApiState>,
+) -> Result<Json<Vec<ContainerInfo>>, ApiError> {
+    Ok(Json(blocking(&state, |c| c.list_containers()).await?))
+}
+
+async fn create_container(
+    State(state): State<ApiState>,
+    JsonBody(body): JsonBody<CreateContainerRequest>,
+) -> Result<(StatusCode, Json<ContainerInfo>), ApiError> {
+    let policy = body.policy();
+    let info = blocking(&state, move |c| c.create_container(&body.name, policy)).await?;
+    Ok((StatusCode::CREATED, Json(info)))
+}
+
+async fn show_container(
+    State(state): State<ApiState>,
+    PathParam(name): PathParam,
+) -> Result<Json<ContainerInfo>, ApiError> {
+    Ok(Json(
+        blocking(&state, move |c| c.container_info(&name)).await?,
+    ))
+}
+
+/// An empty change is refused: it is a client that meant to change something.
+async fn update_container(
+    State(state): State<ApiState>,
+    PathParam(name): PathParam,
+    JsonBody(body): JsonBody<UpdateContainerRequest>,
+) -> Result<Json<ContainerInfo>, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::BadRequest(
+            "invalid request body: nothing to change (give quota_bytes, reclaim, reclaim_burst_bytes, compression or dedup)"
+                .to_string(),
+        ));
+    }
+    let update = body.update();
+    let info = blocking(&state, move |c| c.set_container(&name, &update)).await?;
+    Ok(Json(info))
+}
+
+async fn delete_container(
+    State(state): State<ApiState>,
+    PathParam(name): PathParam,
+) -> Result<StatusCode, ApiError> {
+    blocking(&state, move |c| c.delete_container(&name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Answers the container as the drain starts (`reclaim.draining` set).
+async fn reclaim_container(
+    State(state): State<ApiState>,
+    PathParam(name): PathParam,
+) -> Result<Json<ContainerInfo>, ApiError> {
+    Ok(Json(
+        blocking(&state, move |c| c.reclaim_container_now(&name)).await?,
+    ))
+}
+
 async fn array_space(State(state): State<ApiState>) -> Result<Json<SpaceReport>, ApiError> {
     Ok(Json(blocking(&state, |c| c.space()).await?))
 }
@@ -478,14 +567,18 @@ async fn disconnect_volume(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// The space report in Prometheus text format (token required, like the rest).
+/// The space report, then every container's and volume's figures, in
+/// Prometheus text format (token required, like the rest).
 async fn prometheus_metrics(State(state): State<ApiState>) -> Result<Response, ApiError> {
-    let space = blocking(&state, |c| c.space()).await?;
-    Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        metrics::render(&space),
-    )
-        .into_response())
+    let (space, containers, volumes) = blocking(&state, |c| {
+        let mut volumes = c.list_volumes(false)?;
+        volumes.extend(c.list_volumes(true)?);
+        Ok((c.space()?, c.list_containers()?, volumes))
+    })
+    .await?;
+    let mut text = metrics::render(&space);
+    text.push_str(&metrics::render_containers(&containers, &volumes));
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
 async fn openapi_document() -> Json<serde_json::Value> {

@@ -28,6 +28,13 @@ pub fn document() -> Value {
         "description": "Host name: 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')",
         "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"}
     });
+    let container_param = json!({
+        "name": "container",
+        "in": "path",
+        "required": true,
+        "description": "Container name: 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')",
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"}
+    });
     let destroyed_query = json!({
         "name": "destroyed",
         "in": "query",
@@ -40,7 +47,7 @@ pub fn document() -> Value {
         "info": {
             "title": "Lacuna control API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Manage the volumes, snapshots and hosts (iSCSI LUN masking) of a Lacuna storage array and read its space figures. Host routes answer 501 on a server built without host management (the daemon always has it). Every operation except GET /healthz needs 'Authorization: Bearer <token>', the token being in <data-dir>/api-token. All sizes are in bytes."
+            "description": "Manage the volumes, snapshots, storage containers (quota, reclaim rate, data reduction) and hosts (iSCSI LUN masking) of a Lacuna storage array and read its space figures. Host routes answer 501 on a server built without host management (the daemon always has it). Every operation except GET /healthz needs 'Authorization: Bearer <token>', the token being in <data-dir>/api-token. All sizes are in bytes."
         },
         "servers": [{"url": "http://127.0.0.1:8080"}],
         "security": [{"bearerAuth": []}],
@@ -73,7 +80,7 @@ pub fn document() -> Value {
                 "post": {
                     "operationId": "createVolume",
                     "summary": "Create a volume, or clone one",
-                    "description": "Without 'source': a new volume of 'size_bytes' (required). With 'source' (VOL or VOL@SNAP): an instant, writable clone that is independent from then on; it has the source's size, so 'size_bytes' is best omitted and, if sent, must equal the source's size (else 400). 'provisioning' (default thin) applies to either; a thick type the array cannot reserve gets 507.",
+                    "description": "Without 'source': a new volume of 'size_bytes' (required). With 'source' (VOL or VOL@SNAP): an instant, writable clone that is independent from then on; it has the source's size, so 'size_bytes' is best omitted and, if sent, must equal the source's size (else 400). 'provisioning' (default thin) applies to either; a thick type the array cannot reserve gets 507. 'container' (default: 'default' for a new volume, the source's container for a clone) must exist (else 404); a thick volume its quota cannot hold gets 507.",
                     "requestBody": json_request("CreateVolumeRequest"),
                     "responses": with_errors(json!({
                         "201": json_response("The new volume", "VolumeInfo")
@@ -218,6 +225,66 @@ pub fn document() -> Value {
                     }), &["400", "401", "404", "500"])
                 }
             },
+            "/v1/containers": {
+                "get": {
+                    "operationId": "listContainers",
+                    "summary": "List storage containers by creation ('default' first), with policies, usage and reclaim counters",
+                    "responses": with_errors(json!({
+                        "200": {
+                            "description": "The containers",
+                            "content": {"application/json": {"schema": {
+                                "type": "array",
+                                "items": {"$ref": "#/components/schemas/ContainerInfo"}
+                            }}}
+                        }
+                    }), &["401", "500"])
+                },
+                "post": {
+                    "operationId": "createContainer",
+                    "summary": "Create a storage container: the quota, reclaim rate and data reduction its volumes share",
+                    "description": "Policies left out take the defaults: no quota, reclaim 'unlimited' with a 256 MiB burst, lz4 compression, dedup on. A quota of 0 is refused (400). Volumes join with 'container' on create or clone.",
+                    "requestBody": json_request("CreateContainerRequest"),
+                    "responses": with_errors(json!({
+                        "201": json_response("The new container", "ContainerInfo")
+                    }), &["400", "401", "409", "413", "415", "500"])
+                }
+            },
+            "/v1/containers/{container}": {
+                "parameters": [container_param.clone()],
+                "get": {
+                    "operationId": "getContainer",
+                    "summary": "One container: policy, usage and the reclaim counters (UNMAP/TRIM commands, bytes unmapped and reclaimed, current rate, backlog, ETA)",
+                    "responses": with_errors(json!({
+                        "200": json_response("The container", "ContainerInfo")
+                    }), &["400", "401", "404", "500"])
+                },
+                "patch": {
+                    "operationId": "updateContainer",
+                    "summary": "Change a container's policies; fields left out are kept, \"quota_bytes\": null removes the quota",
+                    "description": "A new reclaim policy applies at once. A new codec or dedup setting applies to data written from then on. A lower quota than what is used refuses new data until usage falls below it. An empty body is refused (400).",
+                    "requestBody": json_request("UpdateContainerRequest"),
+                    "responses": with_errors(json!({
+                        "200": json_response("The changed container", "ContainerInfo")
+                    }), &["400", "401", "404", "413", "415", "500"])
+                },
+                "delete": {
+                    "operationId": "deleteContainer",
+                    "summary": "Delete an empty container (400 for 'default' or while it holds volumes, destroyed ones included, or space still being reclaimed)",
+                    "responses": with_errors(json!({
+                        "204": {"description": "Deleted"}
+                    }), &["400", "401", "404", "500"])
+                }
+            },
+            "/v1/containers/{container}/reclaim": {
+                "parameters": [container_param],
+                "post": {
+                    "operationId": "reclaimContainer",
+                    "summary": "Work the container's reclaim backlog off now, whatever its policy (even 'off'); answers at once with reclaim.draining set until the backlog is empty",
+                    "responses": with_errors(json!({
+                        "200": json_response("The container as the drain starts", "ContainerInfo")
+                    }), &["400", "401", "404", "500"])
+                }
+            },
             "/v1/array/space": {
                 "get": {
                     "operationId": "getArraySpace",
@@ -230,7 +297,8 @@ pub fn document() -> Value {
             "/metrics": {
                 "get": {
                     "operationId": "getMetrics",
-                    "summary": "The space report in Prometheus text format (0.0.4): gauges for space, counters for writes, unmaps and reclaim",
+                    "summary": "The space report in Prometheus text format (0.0.4): gauges for space, counters for writes, unmaps and reclaim; then per container (label container) usage, quota, reclaim counters, current rate, backlog, ETA, rate limit and policy, and per volume (labels volume, container) unmap, reclaim and backlog figures",
+                    "description": "lacuna_container_reclaim_eta_seconds has no sample for a container whose backlog never empties (reclaim off) or whose rate cannot be told yet; lacuna_container_reclaim_rate_limit_bytes_per_second is 0 for off and +Inf for unlimited; lacuna_container_quota_bytes has no sample without a quota; lacuna_container_reclaim_policy{container,policy} is always 1.",
                     "responses": with_errors(json!({
                         "200": {
                             "description": "Prometheus text exposition",
@@ -363,11 +431,15 @@ const ERRORS: &[(&str, &str, &str)] = &[
         "Invalid argument (name, size, range, state) or malformed body or query",
     ),
     ("401", "Unauthorized", "Missing or wrong bearer token"),
-    ("404", "NotFound", "No such volume, snapshot or host"),
+    (
+        "404",
+        "NotFound",
+        "No such volume, snapshot, container or host",
+    ),
     (
         "409",
         "Conflict",
-        "A volume, snapshot or host with that name exists",
+        "A volume, snapshot, container or host with that name exists",
     ),
     ("413", "PayloadTooLarge", "Request body over 64 KiB"),
     (
@@ -388,7 +460,7 @@ const ERRORS: &[(&str, &str, &str)] = &[
     (
         "507",
         "InsufficientStorage",
-        "The array is out of space, or cannot honour a thick reservation",
+        "The array is out of space, a container's quota is reached, or a thick reservation cannot be honoured",
     ),
 ];
 
@@ -427,6 +499,41 @@ fn nullable(mut schema: Value) -> Value {
     schema
 }
 
+/// The policy fields shared by the create and update bodies, all optional:
+/// on create a missing one takes the default, on update it keeps its value.
+fn container_policy_fields(create: bool) -> Value {
+    let when_absent = |default: &str| {
+        if create {
+            format!("default: {default}")
+        } else {
+            "absent: kept".to_string()
+        }
+    };
+    json!({
+        "quota_bytes": bytes(&format!("Most bytes the volumes may hold: written data plus thick reservations; a write past it gets ENOSPC ({})", when_absent("none"))),
+        "reclaim": reclaim_policy(&format!("How fast dead space is reclaimed ({})", when_absent("unlimited"))),
+        "reclaim_burst_bytes": bytes(&format!("Reclaim allowance spent before the rate applies, refilled while idle ({})", when_absent("256 MiB"))),
+        "compression": compression(&when_absent("lz4")),
+        "dedup": {"type": "boolean", "description": format!("Deduplicate new data ({})", when_absent("true"))}
+    })
+}
+
+fn reclaim_policy(description: &str) -> Value {
+    json!({
+        "type": "string",
+        "example": "low",
+        "description": format!("{description}: off (nothing until POST .../reclaim or a new policy), low (25 MB/s), unlimited, or a rate in decimal units: NMB/s, NGB/s, NB/s (a bare number is MB/s)")
+    })
+}
+
+fn compression(note: &str) -> Value {
+    json!({
+        "type": "string",
+        "enum": ["lz4", "zstd", "off"],
+        "description": format!("Codec of new data: lz4 (cheap), zstd (better ratio, more CPU) or off (stored raw) ({note})")
+    })
+}
+
 fn provisioning(description: &str) -> Value {
     json!({
         "type": "string",
@@ -435,9 +542,13 @@ fn provisioning(description: &str) -> Value {
     })
 }
 
-/// An object whose every property is always present.
+/// An object whose every property is always present. (OpenAPI 3.0 wants a
+/// `required` list to have an element: an object of optional fields has none.)
 fn object(properties: Value) -> Value {
     let required: Vec<&String> = properties.as_object().expect("properties").keys().collect();
+    if required.is_empty() {
+        return json!({"type": "object", "properties": properties});
+    }
     json!({"type": "object", "required": required, "properties": properties})
 }
 
@@ -471,8 +582,46 @@ fn schemas() -> Value {
         }), json!({
             "size_bytes": bytes("Volume size: a non-zero multiple of 512, at most 1 PiB. Required without 'source'; with 'source', omit it or give the source's size"),
             "provisioning": provisioning("thin (default: reserves nothing), zeroedthick (reserves the full size so writes never lack space) or eagerzeroedthick (zeroedthick, created already zeroed with one metadata record)"),
-            "source": {"type": "string", "description": "Clone this: a volume (VOL, as it is now) or a snapshot (VOL@SNAP)"}
+            "source": {"type": "string", "description": "Clone this: a volume (VOL, as it is now) or a snapshot (VOL@SNAP)"},
+            "container": {"type": "string", "description": "The storage container the volume joins (default: 'default', or for a clone the source's container)"}
         }))),
+        "CreateContainerRequest": closed(object_with_optional(json!({
+            "name": {"type": "string", "description": "1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')"}
+        }), container_policy_fields(true))),
+        "UpdateContainerRequest": closed(object_with_optional(json!({}), {
+            let mut fields = container_policy_fields(false);
+            fields["quota_bytes"] = nullable(bytes("New quota; null removes it; absent keeps it"));
+            fields
+        })),
+        "ContainerPolicy": object(json!({
+            "quota_bytes": nullable(bytes("Most bytes the volumes may hold (written data plus thick reservations); null: no quota")),
+            "reclaim": reclaim_policy("How fast dead space is reclaimed"),
+            "reclaim_burst_bytes": bytes("Reclaim allowance spent before the rate applies, refilled while idle"),
+            "compression": compression("the container's codec"),
+            "dedup": {"type": "boolean", "description": "New data is deduplicated"}
+        })),
+        "ContainerReclaim": object(json!({
+            "policy": reclaim_policy("The reclaim policy in force"),
+            "rate_bytes_per_s": nullable(count("The policy's rate in bytes per second; null for off and unlimited")),
+            "burst_bytes": bytes("Reclaim allowance spent before the rate applies"),
+            "unmap_commands": count("UNMAP / TRIM / unmapping WRITE SAME and WRITE ZEROES requests the container's volumes received since the daemon started"),
+            "unmapped_bytes": bytes("Logical bytes those requests covered"),
+            "reclaimed_bytes": bytes("Bytes of dead data (unmapped, overwritten by a range, of eradicated volumes) the reclaimer released since the daemon started"),
+            "backlog_bytes": bytes("Dead bytes not yet reclaimed"),
+            "current_bytes_per_s": ratio("Bytes reclaimed per second over the last 2 seconds (sliding window)"),
+            "eta_s": nullable(ratio("Seconds until the backlog is empty at the policy's rate (or, unlimited or draining, at the current rate); 0 when empty; null when it never will be (off) or cannot be told yet")),
+            "draining": {"type": "boolean", "description": "Set by POST .../reclaim until the backlog is empty"}
+        })),
+        "ContainerInfo": object(json!({
+            "name": {"type": "string"},
+            "id": count("Internal container number, never reused; 'default' is 1"),
+            "created_unix_s": count("Creation time, seconds since the Unix epoch"),
+            "policy": {"$ref": "#/components/schemas/ContainerPolicy"},
+            "volume_count": count("Volumes in the container, live and destroyed (recoverable)"),
+            "provisioned_bytes": bytes("Sum of those volumes' sizes"),
+            "used_bytes": bytes("What counts against the quota: written data plus thick reservations"),
+            "reclaim": {"$ref": "#/components/schemas/ContainerReclaim"}
+        })),
         "ResizeVolumeRequest": closed(object(json!({
             "size_bytes": bytes("New volume size: a non-zero multiple of 512, at most 1 PiB")
         }))),

@@ -1,8 +1,8 @@
 //! Request bodies and query strings. Bodies reject unknown fields, so a misspelt
 //! field is an error rather than silently ignored.
 
-use lacuna_engine::Provisioning;
-use serde::{Deserialize, Serialize};
+use lacuna_engine::{Compression, ContainerPolicy, ContainerUpdate, Provisioning, ReclaimPolicy};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Body of `POST /v1/volumes`: a new volume (`size_bytes` required), or a clone of
 /// `source` (`VOL` or `VOL@SNAP`; `size_bytes` may be omitted and, if sent, must
@@ -18,6 +18,10 @@ pub struct CreateVolumeRequest {
     pub provisioning: Option<Provisioning>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// The container the new volume (or clone) joins: `default` for a new
+    /// volume, the source's container for a clone, when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
 }
 
 /// Body of `PATCH /v1/volumes/{name}`.
@@ -73,4 +77,99 @@ pub struct ListSnapshotsQuery {
     pub volume: Option<String>,
     #[serde(default)]
     pub destroyed: bool,
+}
+
+/// Body of `POST /v1/containers`: a container and its policies; every policy
+/// left out takes the array's default (no quota, `unlimited` reclaim with a
+/// 256 MiB burst, lz4, dedup on).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateContainerRequest {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_bytes: Option<u64>,
+    /// `off`, `low` (25 MB/s), `unlimited`, or a rate such as `2000MB/s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<ReclaimPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_burst_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup: Option<bool>,
+}
+
+impl CreateContainerRequest {
+    /// The policy asked for, defaults filled in.
+    pub fn policy(&self) -> ContainerPolicy {
+        let default = ContainerPolicy::default();
+        ContainerPolicy {
+            quota_bytes: self.quota_bytes,
+            reclaim: self.reclaim.unwrap_or(default.reclaim),
+            reclaim_burst_bytes: self
+                .reclaim_burst_bytes
+                .unwrap_or(default.reclaim_burst_bytes),
+            compression: self.compression.unwrap_or(default.compression),
+            dedup: self.dedup.unwrap_or(default.dedup),
+        }
+    }
+}
+
+/// Body of `PATCH /v1/containers/{container}`: the policies to change; fields
+/// left out keep their value, and `"quota_bytes": null` removes the quota.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateContainerRequest {
+    /// Absent: keep; `null`: remove the quota; a number: the new quota.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_quota_change",
+        deserialize_with = "deserialize_quota_change"
+    )]
+    pub quota_bytes: Option<Option<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<ReclaimPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_burst_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup: Option<bool>,
+}
+
+impl UpdateContainerRequest {
+    pub fn update(&self) -> ContainerUpdate {
+        ContainerUpdate {
+            quota_bytes: self.quota_bytes,
+            reclaim: self.reclaim,
+            reclaim_burst_bytes: self.reclaim_burst_bytes,
+            compression: self.compression,
+            dedup: self.dedup,
+        }
+    }
+
+    /// True when the request changes nothing (refused: it is most likely a
+    /// client that misspelt or forgot what it meant to change).
+    pub fn is_empty(&self) -> bool {
+        *self == UpdateContainerRequest::default()
+    }
+}
+
+/// `Some(None)` is sent as `null` (absent fields are skipped before this runs).
+fn serialize_quota_change<S: Serializer>(
+    value: &Option<Option<u64>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(inner) => inner.serialize(s),
+        None => s.serialize_none(),
+    }
+}
+
+/// Present (even as `null`) becomes `Some`; absence is `None` via `default`.
+fn deserialize_quota_change<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<u64>>, D::Error> {
+    Ok(Some(Option::<u64>::deserialize(d)?))
 }

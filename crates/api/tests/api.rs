@@ -205,7 +205,11 @@ async fn openapi_document_lists_every_route() {
         ("/v1/snapshots/{snapshot}", vec!["get", "delete"]),
         ("/v1/snapshots/{snapshot}/recover", vec!["post"]),
         ("/v1/snapshots/{snapshot}/eradicate", vec!["post"]),
+        ("/v1/containers", vec!["get", "post"]),
+        ("/v1/containers/{container}", vec!["get", "patch", "delete"]),
+        ("/v1/containers/{container}/reclaim", vec!["post"]),
         ("/v1/array/space", vec!["get"]),
+        ("/metrics", vec!["get"]),
         ("/v1/hosts", vec!["get", "post"]),
         ("/v1/hosts/{host}", vec!["get", "delete"]),
         ("/v1/hosts/{host}/connect", vec!["post"]),
@@ -733,4 +737,156 @@ async fn volumes_destroy_recover_eradicate() {
     // The name is free again.
     let (status, _) = create(&f, r#"{"name":"v1","size_bytes":1048576}"#).await;
     assert_eq!(status, StatusCode::CREATED);
+}
+
+/// Containers over a real engine: policies as created and changed, a volume
+/// and a clone in one, its quota refusing a thick volume (507) and a write
+/// (ENOSPC from the engine), an unmap counted and, with reclaim off, left as a
+/// backlog that `reclaim` works off; `/metrics` says what the JSON says.
+#[tokio::test]
+async fn containers_against_the_real_engine() {
+    let f = fixture("containers");
+    let t = Some(f.token.as_str());
+    let (status, body) = call(
+        &f,
+        "POST",
+        "/v1/containers",
+        t,
+        Some(r#"{"name":"cold","quota_bytes":2097152,"reclaim":"off","compression":"off","dedup":false}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["policy"]["reclaim"], "off");
+    assert_eq!(body["reclaim"]["rate_bytes_per_s"], Value::Null);
+    assert_eq!(body["volume_count"], 0);
+    let (status, body) = create(
+        &f,
+        r#"{"name":"v","size_bytes":8388608,"container":"cold"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["container"], "cold");
+    let (status, body) = create(&f, r#"{"name":"w","size_bytes":4096,"container":"nope"}"#).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"], "container 'nope' does not exist");
+    let (status, body) = create(
+        &f,
+        r#"{"name":"t","size_bytes":4194304,"provisioning":"zeroedthick","container":"cold"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("quota"), "{body}");
+
+    // 1 MiB of unique data, then 2 MiB more: the quota (2 MiB) refuses the rest.
+    let data: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    write(&f, "v", 0, &data);
+    let vol = f.engine.open_volume("v").unwrap();
+    let refused = vol.write(1 << 20, &vec![7u8; 2 << 20]);
+    assert!(
+        matches!(refused, Err(lacuna_engine::EngineError::NoSpace(_))),
+        "{refused:?}"
+    );
+    vol.unmap(0, 1 << 20).unwrap();
+    vol.flush().unwrap();
+    let (_, body) = call(&f, "GET", "/v1/containers/cold", t, None).await;
+    assert_eq!(body["reclaim"]["unmap_commands"], 1);
+    assert_eq!(body["reclaim"]["unmapped_bytes"], 1 << 20);
+    assert_eq!(
+        body["reclaim"]["backlog_bytes"],
+        1 << 20,
+        "off: nothing reclaimed"
+    );
+    assert_eq!(body["reclaim"]["eta_s"], Value::Null);
+    let (_, volume) = call(&f, "GET", "/v1/volumes/v", t, None).await;
+    assert_eq!(volume["reclaim"]["backlog_bytes"], 1 << 20);
+
+    let metrics = metrics_text(&f).await;
+    for (name, value) in [
+        ("lacuna_container_unmap_commands_total", "1".to_string()),
+        (
+            "lacuna_container_unmapped_bytes_total",
+            (1u64 << 20).to_string(),
+        ),
+        (
+            "lacuna_container_reclaim_backlog_bytes",
+            (1u64 << 20).to_string(),
+        ),
+        ("lacuna_container_quota_bytes", (2u64 << 20).to_string()),
+        (
+            "lacuna_container_reclaim_rate_limit_bytes_per_second",
+            "0".to_string(),
+        ),
+    ] {
+        let line = format!("{name}{{container=\"cold\"}} {value}");
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains(
+            "lacuna_volume_reclaim_backlog_bytes{volume=\"v\",container=\"cold\"} 1048576"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("lacuna_container_reclaim_eta_seconds{container=\"cold\"}"),
+        "{metrics}"
+    );
+
+    // Work the backlog off now: the engine's background thread drains it.
+    let (status, body) = call(&f, "POST", "/v1/containers/cold/reclaim", t, None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let body = loop {
+        let (_, body) = call(&f, "GET", "/v1/containers/cold", t, None).await;
+        if body["reclaim"]["backlog_bytes"] == 0 && body["reclaim"]["draining"] == false {
+            break body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "backlog never drained: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(body["reclaim"]["reclaimed_bytes"], 1 << 20);
+
+    let (status, body) = call(
+        &f,
+        "PATCH",
+        "/v1/containers/cold",
+        t,
+        Some(r#"{"quota_bytes":null,"reclaim":"low"}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["policy"]["quota_bytes"], Value::Null);
+    assert_eq!(body["reclaim"]["rate_bytes_per_s"], 25_000_000);
+    let (status, body) = call(&f, "DELETE", "/v1/containers/cold", t, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("still holds"),
+        "{body}"
+    );
+    let (_, list) = call(&f, "GET", "/v1/containers", t, None).await;
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["default", "cold"]);
+}
+
+async fn metrics_text(f: &Fixture) -> String {
+    let request = Request::builder()
+        .uri("/metrics")
+        .header("Authorization", format!("Bearer {}", f.token))
+        .body(Body::empty())
+        .unwrap();
+    let response = f.app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    String::from_utf8(bytes.to_vec()).unwrap()
 }

@@ -14,7 +14,9 @@ use lacuna_api::{
     NewLun, MAX_BODY_BYTES,
 };
 use lacuna_engine::{
-    CopyReport, EngineError, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport, VolumeInfo,
+    Compression, ContainerInfo, ContainerPolicy, ContainerReclaim, ContainerUpdate, CopyReport,
+    EngineError, GroupSnapshot, Provisioning, ReclaimPolicy, ReclaimStats, SnapshotInfo,
+    SpaceReport, VolumeInfo,
 };
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -28,11 +30,26 @@ const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789a
 struct FakeArray {
     volumes: Mutex<BTreeMap<String, VolumeInfo>>,
     snapshots: Mutex<BTreeMap<String, SnapshotInfo>>,
+    /// Containers other than `default` (which always exists).
+    containers: Mutex<BTreeMap<String, ContainerInfo>>,
     calls: Mutex<Vec<String>>,
     fail_with: Mutex<Option<fn() -> EngineError>>,
 }
 
 impl FakeArray {
+    /// A container the fake knows (`default` always).
+    fn known_container(&self, name: &str) -> Result<ContainerInfo, EngineError> {
+        if name == "default" {
+            return Ok(container("default", ContainerPolicy::default()));
+        }
+        self.containers
+            .lock()
+            .unwrap()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::ContainerNotFound(name.to_string()))
+    }
+
     fn check(&self, call: String) -> Result<(), EngineError> {
         self.calls.lock().unwrap().push(call);
         match *self.fail_with.lock().unwrap() {
@@ -105,6 +122,36 @@ fn info(name: &str, size_bytes: u64) -> VolumeInfo {
     }
 }
 
+/// A container with every figure distinct, so a test can tell them apart.
+fn container(name: &str, policy: ContainerPolicy) -> ContainerInfo {
+    ContainerInfo {
+        name: name.to_string(),
+        id: 7,
+        created_unix_s: 1000,
+        policy,
+        volume_count: 2,
+        provisioned_bytes: 1 << 30,
+        used_bytes: 3 << 20,
+        reclaim: ContainerReclaim {
+            policy: policy.reclaim,
+            rate_bytes_per_s: policy.reclaim.bytes_per_s(),
+            burst_bytes: policy.reclaim_burst_bytes,
+            stats: ReclaimStats {
+                unmap_commands: 11,
+                unmapped_bytes: 12 << 20,
+                reclaimed_bytes: 5 << 20,
+                backlog_bytes: 7 << 20,
+            },
+            current_bytes_per_s: 1.5e6,
+            eta_s: policy
+                .reclaim
+                .bytes_per_s()
+                .map(|r| (7 << 20) as f64 / r as f64),
+            draining: false,
+        },
+    }
+}
+
 fn snapshot(volume: &str, name: &str, group: Option<&str>) -> SnapshotInfo {
     SnapshotInfo {
         id: 2,
@@ -146,14 +193,20 @@ impl ControlPlane for FakeArray {
         name: &str,
         size_bytes: u64,
         provisioning: Provisioning,
+        container: Option<&str>,
     ) -> Result<VolumeInfo, EngineError> {
-        self.check(format!("create_volume {name} {size_bytes} {provisioning}"))?;
+        self.check(format!(
+            "create_volume {name} {size_bytes} {provisioning}{}",
+            in_container(container)
+        ))?;
+        let container = self.known_container(container.unwrap_or("default"))?;
         let mut volumes = self.volumes.lock().unwrap();
         if volumes.contains_key(name) {
             return Err(EngineError::VolumeExists(name.to_string()));
         }
         let v = VolumeInfo {
             provisioning,
+            container: container.name,
             ..info(name, size_bytes)
         };
         volumes.insert(name.to_string(), v.clone());
@@ -165,8 +218,15 @@ impl ControlPlane for FakeArray {
         source: &str,
         name: &str,
         provisioning: Provisioning,
+        container: Option<&str>,
     ) -> Result<VolumeInfo, EngineError> {
-        self.check(format!("clone_volume {source} {name} {provisioning}"))?;
+        self.check(format!(
+            "clone_volume {source} {name} {provisioning}{}",
+            in_container(container)
+        ))?;
+        if let Some(container) = container {
+            self.known_container(container)?;
+        }
         let size_bytes = match source.split_once('@') {
             Some(_) => self
                 .snapshots
@@ -183,6 +243,7 @@ impl ControlPlane for FakeArray {
         }
         let v = VolumeInfo {
             provisioning,
+            container: container.unwrap_or("default").to_string(),
             ..info(name, size_bytes)
         };
         volumes.insert(name.to_string(), v.clone());
@@ -335,6 +396,93 @@ impl ControlPlane for FakeArray {
         self.check("space".to_string())?;
         Ok(space_report())
     }
+
+    fn list_containers(&self) -> Result<Vec<ContainerInfo>, EngineError> {
+        self.check("list_containers".to_string())?;
+        let mut all = vec![self.known_container("default")?];
+        all.extend(self.containers.lock().unwrap().values().cloned());
+        Ok(all)
+    }
+
+    fn container_info(&self, name: &str) -> Result<ContainerInfo, EngineError> {
+        self.check(format!("container_info {name}"))?;
+        self.known_container(name)
+    }
+
+    fn create_container(
+        &self,
+        name: &str,
+        policy: ContainerPolicy,
+    ) -> Result<ContainerInfo, EngineError> {
+        self.check(format!("create_container {name} {policy:?}"))?;
+        if policy.quota_bytes == Some(0) {
+            return Err(EngineError::InvalidArgument("a quota of zero bytes".into()));
+        }
+        let mut containers = self.containers.lock().unwrap();
+        if name == "default" || containers.contains_key(name) {
+            return Err(EngineError::ContainerExists(name.to_string()));
+        }
+        let made = container(name, policy);
+        containers.insert(name.to_string(), made.clone());
+        Ok(made)
+    }
+
+    fn set_container(
+        &self,
+        name: &str,
+        update: &ContainerUpdate,
+    ) -> Result<ContainerInfo, EngineError> {
+        self.check(format!("set_container {name} {update:?}"))?;
+        let mut containers = self.containers.lock().unwrap();
+        let c = containers
+            .get_mut(name)
+            .ok_or_else(|| EngineError::ContainerNotFound(name.to_string()))?;
+        let mut policy = c.policy;
+        if let Some(quota) = update.quota_bytes {
+            policy.quota_bytes = quota;
+        }
+        if let Some(reclaim) = update.reclaim {
+            policy.reclaim = reclaim;
+        }
+        if let Some(burst) = update.reclaim_burst_bytes {
+            policy.reclaim_burst_bytes = burst;
+        }
+        if let Some(compression) = update.compression {
+            policy.compression = compression;
+        }
+        if let Some(dedup) = update.dedup {
+            policy.dedup = dedup;
+        }
+        *c = container(name, policy);
+        Ok(c.clone())
+    }
+
+    fn delete_container(&self, name: &str) -> Result<(), EngineError> {
+        self.check(format!("delete_container {name}"))?;
+        if name == "default" {
+            return Err(EngineError::InvalidArgument(
+                "the default container cannot be deleted".into(),
+            ));
+        }
+        self.containers
+            .lock()
+            .unwrap()
+            .remove(name)
+            .map(|_| ())
+            .ok_or_else(|| EngineError::ContainerNotFound(name.to_string()))
+    }
+
+    fn reclaim_container_now(&self, name: &str) -> Result<ContainerInfo, EngineError> {
+        self.check(format!("reclaim_container_now {name}"))?;
+        let mut c = self.known_container(name)?;
+        c.reclaim.draining = true;
+        Ok(c)
+    }
+}
+
+/// How the fake logs an optional container argument.
+fn in_container(container: Option<&str>) -> String {
+    container.map(|c| format!(" in {c}")).unwrap_or_default()
 }
 
 /// A host-registry double: hosts in a map (with the secrets they were given, to
@@ -619,6 +767,20 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
     ("DELETE", "/v1/snapshots/{snapshot}", None),
     ("POST", "/v1/snapshots/{snapshot}/recover", None),
     ("POST", "/v1/snapshots/{snapshot}/eradicate", None),
+    ("GET", "/v1/containers", None),
+    (
+        "POST",
+        "/v1/containers",
+        Some(r#"{"name":"c","reclaim":"low"}"#),
+    ),
+    ("GET", "/v1/containers/{container}", None),
+    (
+        "PATCH",
+        "/v1/containers/{container}",
+        Some(r#"{"quota_bytes":null}"#),
+    ),
+    ("POST", "/v1/containers/{container}/reclaim", None),
+    ("DELETE", "/v1/containers/{container}", None),
     ("GET", "/v1/array/space", None),
     ("GET", "/v1/hosts", None),
     (
@@ -650,6 +812,7 @@ fn concrete(path: &str) -> String {
     path.replace("{name}", "v")
         .replace("{snapshot}", "v@s")
         .replace("{host}", "h")
+        .replace("{container}", "c")
 }
 
 #[tokio::test]
@@ -928,10 +1091,18 @@ async fn routes_pass_their_arguments_to_the_engine() {
 #[tokio::test]
 async fn every_engine_error_maps_to_its_status() {
     let (app, fake) = app();
-    let cases: [(fn() -> EngineError, StatusCode); 10] = [
+    let cases: [(fn() -> EngineError, StatusCode); 12] = [
         (
             || EngineError::VolumeNotFound("v".into()),
             StatusCode::NOT_FOUND,
+        ),
+        (
+            || EngineError::ContainerNotFound("c".into()),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            || EngineError::ContainerExists("c".into()),
+            StatusCode::CONFLICT,
         ),
         (
             || EngineError::VolumeExists("v".into()),
@@ -1441,7 +1612,8 @@ async fn openapi_document_matches_router_and_types() {
     assert_eq!(doc, lacuna_api::openapi::document());
     assert_eq!(doc["openapi"], "3.0.3");
     // Something for the operations to find.
-    fake.create_volume("v", 512, Provisioning::Thin).unwrap();
+    fake.create_volume("v", 512, Provisioning::Thin, None)
+        .unwrap();
     fake.create_snapshots(&["v"], Some("s"), None).unwrap();
 
     let mut documented = Vec::new();
@@ -1489,7 +1661,7 @@ async fn openapi_document_matches_router_and_types() {
                 "{method} {path} answered {status}, which is not documented"
             );
             // A path parameter is declared for every {placeholder}.
-            for placeholder in ["name", "snapshot", "host"] {
+            for placeholder in ["name", "snapshot", "host", "container"] {
                 if path.contains(&format!("{{{placeholder}}}")) {
                     let declared = item["parameters"]
                         .as_array()
@@ -1518,9 +1690,11 @@ async fn openapi_document_matches_router_and_types() {
             .keys()
             .cloned()
             .collect();
+        // An object without required fields has no `required` list at all.
         let mut listed_required: Vec<String> = schemas[schema]["required"]
             .as_array()
-            .unwrap()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
             .iter()
             .map(|v| v.as_str().unwrap().to_string())
             .collect();
@@ -1595,9 +1769,54 @@ async fn openapi_document_matches_router_and_types() {
             size_bytes: Some(512),
             provisioning: Some(Provisioning::ZeroedThick),
             source: Some("a@b".into()),
+            container: Some("c".into()),
         })
         .unwrap(),
         &["name"],
+    );
+    let policy = ContainerPolicy {
+        quota_bytes: Some(1 << 30),
+        reclaim: ReclaimPolicy::Low,
+        ..ContainerPolicy::default()
+    };
+    let full = serde_json::to_value(container("c", policy)).unwrap();
+    let every_field = all_of(&full);
+    let every_field: Vec<&str> = every_field.iter().map(String::as_str).collect();
+    check("ContainerInfo", full.clone(), &every_field);
+    let policy_fields = all_of(&full["policy"]);
+    let policy_fields: Vec<&str> = policy_fields.iter().map(String::as_str).collect();
+    check("ContainerPolicy", full["policy"].clone(), &policy_fields);
+    let reclaim_fields = all_of(&full["reclaim"]);
+    let reclaim_fields: Vec<&str> = reclaim_fields.iter().map(String::as_str).collect();
+    check("ContainerReclaim", full["reclaim"].clone(), &reclaim_fields);
+    check(
+        "CreateContainerRequest",
+        serde_json::to_value(lacuna_api::CreateContainerRequest {
+            name: "c".into(),
+            quota_bytes: Some(1 << 30),
+            reclaim: Some(ReclaimPolicy::Low),
+            reclaim_burst_bytes: Some(0),
+            compression: Some(Compression::Zstd),
+            dedup: Some(false),
+        })
+        .unwrap(),
+        &["name"],
+    );
+    check(
+        "UpdateContainerRequest",
+        serde_json::to_value(lacuna_api::UpdateContainerRequest {
+            quota_bytes: Some(None),
+            reclaim: Some(ReclaimPolicy::Off),
+            reclaim_burst_bytes: Some(0),
+            compression: Some(Compression::Off),
+            dedup: Some(true),
+        })
+        .unwrap(),
+        &[],
+    );
+    assert_eq!(
+        schemas["ContainerPolicy"]["properties"]["compression"]["enum"],
+        json!(["lz4", "zstd", "off"])
     );
     check(
         "CreateSnapshotsRequest",
@@ -1676,6 +1895,10 @@ async fn openapi_document_matches_router_and_types() {
         ("SnapshotInfo", "group"),
         ("SnapshotInfo", "destroyed_unix_s"),
         ("SnapshotInfo", "eradicate_at_unix_s"),
+        ("ContainerPolicy", "quota_bytes"),
+        ("ContainerReclaim", "rate_bytes_per_s"),
+        ("ContainerReclaim", "eta_s"),
+        ("UpdateContainerRequest", "quota_bytes"),
     ] {
         assert_eq!(
             schemas[schema]["properties"][field]["nullable"], true,
@@ -1769,10 +1992,391 @@ async fn metrics_are_prometheus_text_behind_the_token() {
         space.unmap_commands as f64
     );
     for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let name = line.split(' ').next().unwrap();
+        let name = line.split([' ', '{']).next().unwrap();
         assert!(text.contains(&format!("# HELP {name} ")), "{name}");
         assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
         let kind_counter = text.contains(&format!("# TYPE {name} counter"));
         assert_eq!(kind_counter, name.ends_with("_total"), "{name}");
+    }
+}
+
+/// Containers end to end through the router: create with every option and
+/// with none, list, show, change (a quota removed with null), reclaim now,
+/// delete; volumes and clones join a container; each refusal has its status.
+#[tokio::test]
+async fn container_routes_pass_their_arguments_and_statuses() {
+    let (app, fake) = app();
+    let r = send(
+        &app,
+        "POST",
+        "/v1/containers",
+        bearer(),
+        Some(
+            r#"{"name":"cold","quota_bytes":1048576,"reclaim":"off","reclaim_burst_bytes":0,"compression":"zstd","dedup":false}"#,
+        ),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(
+        r.body["policy"],
+        json!({"quota_bytes": 1048576, "reclaim": "off", "reclaim_burst_bytes": 0, "compression": "zstd", "dedup": false})
+    );
+    let expected = ContainerPolicy {
+        quota_bytes: Some(1 << 20),
+        reclaim: ReclaimPolicy::Off,
+        reclaim_burst_bytes: 0,
+        compression: Compression::Zstd,
+        dedup: false,
+    };
+    assert_eq!(
+        fake.calls(),
+        [format!("create_container cold {expected:?}")]
+    );
+    // Defaults for whatever is left out.
+    let r = send(
+        &app,
+        "POST",
+        "/v1/containers",
+        bearer(),
+        Some(r#"{"name":"warm","reclaim":"200MB/s"}"#),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["reclaim"]["rate_bytes_per_s"], 200_000_000);
+    let expected = ContainerPolicy {
+        reclaim: ReclaimPolicy::Fixed {
+            bytes_per_s: 200_000_000,
+        },
+        ..ContainerPolicy::default()
+    };
+    assert_eq!(
+        fake.calls(),
+        [format!("create_container warm {expected:?}")]
+    );
+    let r = send(
+        &app,
+        "POST",
+        "/v1/containers",
+        bearer(),
+        Some(r#"{"name":"warm"}"#),
+    )
+    .await;
+    assert_eq!(
+        error_message(&r, StatusCode::CONFLICT),
+        "container 'warm' already exists"
+    );
+    let r = send(&app, "GET", "/v1/containers", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let names: Vec<&str> = r
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["default", "cold", "warm"]);
+    let r = send(&app, "GET", "/v1/containers/cold", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["reclaim"]["backlog_bytes"], 7 << 20);
+    assert_eq!(r.body["reclaim"]["eta_s"], Value::Null, "off: never");
+    let r = send(&app, "GET", "/v1/containers/nope", bearer(), None).await;
+    assert_eq!(
+        error_message(&r, StatusCode::NOT_FOUND),
+        "container 'nope' does not exist"
+    );
+
+    fake.calls();
+    let r = send(
+        &app,
+        "PATCH",
+        "/v1/containers/cold",
+        bearer(),
+        Some(r#"{"quota_bytes":null,"reclaim":"low","dedup":true}"#),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["policy"]["quota_bytes"], Value::Null);
+    assert_eq!(r.body["policy"]["reclaim"], "low");
+    assert_eq!(r.body["policy"]["compression"], "zstd", "kept");
+    let update = ContainerUpdate {
+        quota_bytes: Some(None),
+        reclaim: Some(ReclaimPolicy::Low),
+        dedup: Some(true),
+        ..ContainerUpdate::default()
+    };
+    assert_eq!(fake.calls(), [format!("set_container cold {update:?}")]);
+    let r = send(
+        &app,
+        "PATCH",
+        "/v1/containers/cold",
+        bearer(),
+        Some(r#"{"quota_bytes":2097152}"#),
+    )
+    .await;
+    assert_eq!(r.body["policy"]["quota_bytes"], 2097152);
+    assert_eq!(r.body["policy"]["reclaim"], "low", "kept");
+    let r = send(&app, "PATCH", "/v1/containers/cold", bearer(), Some("{}")).await;
+    assert!(error_message(&r, StatusCode::BAD_REQUEST).contains("nothing to change"));
+    fake.calls();
+    let r = send(&app, "POST", "/v1/containers/cold/reclaim", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["reclaim"]["draining"], true);
+    assert_eq!(fake.calls(), ["reclaim_container_now cold"]);
+
+    // Volumes and clones join a container; an unknown one is a 404.
+    for (body, status, call) in [
+        (
+            r#"{"name":"v1","size_bytes":4096,"container":"cold"}"#,
+            StatusCode::CREATED,
+            "create_volume v1 4096 thin in cold",
+        ),
+        (
+            r#"{"name":"v2","size_bytes":4096}"#,
+            StatusCode::CREATED,
+            "create_volume v2 4096 thin",
+        ),
+        (
+            r#"{"name":"v3","size_bytes":4096,"container":"nope"}"#,
+            StatusCode::NOT_FOUND,
+            "create_volume v3 4096 thin in nope",
+        ),
+        (
+            r#"{"name":"c1","source":"v1","container":"warm"}"#,
+            StatusCode::CREATED,
+            "clone_volume v1 c1 thin in warm",
+        ),
+        (
+            r#"{"name":"c2","source":"v1"}"#,
+            StatusCode::CREATED,
+            "clone_volume v1 c2 thin",
+        ),
+    ] {
+        let r = send(&app, "POST", "/v1/volumes", bearer(), Some(body)).await;
+        assert_eq!(r.status, status, "{body}: {}", r.body);
+        assert_eq!(fake.calls(), [call], "{body}");
+    }
+    let r = send(&app, "GET", "/v1/volumes/v1", bearer(), None).await;
+    assert_eq!(r.body["container"], "cold");
+    let r = send(&app, "GET", "/v1/volumes/c1", bearer(), None).await;
+    assert_eq!(r.body["container"], "warm");
+
+    let r = send(&app, "DELETE", "/v1/containers/default", bearer(), None).await;
+    assert!(error_message(&r, StatusCode::BAD_REQUEST).contains("cannot be deleted"));
+    let r = send(&app, "DELETE", "/v1/containers/warm", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(r.body, Value::Null);
+    let r = send(&app, "DELETE", "/v1/containers/warm", bearer(), None).await;
+    error_message(&r, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn malformed_container_bodies_get_json_errors() {
+    let (app, fake) = app();
+    for (method, uri, body, expected) in [
+        ("POST", "/v1/containers", "{}", "missing field `name`"),
+        (
+            "POST",
+            "/v1/containers",
+            r#"{"name":"c","reclaim":"fast"}"#,
+            "invalid reclaim policy 'fast'",
+        ),
+        (
+            "POST",
+            "/v1/containers",
+            r#"{"name":"c","reclaim":"0MB/s"}"#,
+            "a rate of zero is 'off'",
+        ),
+        (
+            "POST",
+            "/v1/containers",
+            r#"{"name":"c","compression":"gzip"}"#,
+            "unknown variant `gzip`",
+        ),
+        (
+            "POST",
+            "/v1/containers",
+            r#"{"name":"c","dedup":"on"}"#,
+            "invalid type",
+        ),
+        (
+            "POST",
+            "/v1/containers",
+            r#"{"name":"c","quota":1}"#,
+            "unknown field `quota`",
+        ),
+        (
+            "POST",
+            "/v1/containers",
+            r#"{"name":"c","quota_bytes":-1}"#,
+            "invalid value",
+        ),
+        (
+            "PATCH",
+            "/v1/containers/c",
+            r#"{"name":"d"}"#,
+            "unknown field `name`",
+        ),
+        (
+            "PATCH",
+            "/v1/containers/c",
+            r#"{"quota_bytes":"none"}"#,
+            "invalid type",
+        ),
+        (
+            "POST",
+            "/v1/volumes",
+            r#"{"name":"v","size_bytes":512,"container":7}"#,
+            "invalid type",
+        ),
+    ] {
+        let r = send(&app, method, uri, bearer(), Some(body)).await;
+        let message = error_message(&r, StatusCode::BAD_REQUEST);
+        assert!(
+            message.contains(expected),
+            "{method} {uri} {body}: {message}"
+        );
+    }
+    assert!(fake.calls().is_empty(), "nothing reached the engine");
+}
+
+/// The sample of `name` with exactly these labels.
+fn labelled_sample(text: &str, name: &str, labels: &str) -> Option<String> {
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(str::to_string)
+}
+
+/// `/metrics` carries one labelled series per container and per volume, with
+/// the figures the JSON API answers; unknown ETAs and absent quotas have no
+/// sample; `off` limits to 0 and `unlimited` to +Inf.
+#[tokio::test]
+async fn metrics_have_labelled_container_and_volume_series() {
+    let (app, fake) = app();
+    let off = ContainerPolicy {
+        quota_bytes: Some(1 << 30),
+        reclaim: ReclaimPolicy::Off,
+        ..ContainerPolicy::default()
+    };
+    fake.create_container("cold", off).unwrap();
+    let low = ContainerPolicy {
+        reclaim: ReclaimPolicy::Low,
+        ..ContainerPolicy::default()
+    };
+    fake.create_container("warm", low).unwrap();
+    fake.create_volume("v1", 4096, Provisioning::Thin, Some("cold"))
+        .unwrap();
+    fake.volumes.lock().unwrap().get_mut("v1").unwrap().reclaim = ReclaimStats {
+        unmap_commands: 3,
+        unmapped_bytes: 12288,
+        reclaimed_bytes: 4096,
+        backlog_bytes: 8192,
+    };
+    let r = send(&app, "GET", "/metrics", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let text = r.body.as_str().unwrap();
+    let sample = |name: &str, labels: &str| {
+        labelled_sample(text, name, labels)
+            .unwrap_or_else(|| panic!("{name}{{{labels}}} missing:\n{text}"))
+    };
+    let cold = r#"container="cold""#;
+    let warm = r#"container="warm""#;
+    let default = r#"container="default""#;
+    let info = fake.container_info("cold").unwrap();
+    for (name, value) in [
+        (
+            "lacuna_container_unmap_commands_total",
+            info.reclaim.stats.unmap_commands.to_string(),
+        ),
+        (
+            "lacuna_container_unmapped_bytes_total",
+            info.reclaim.stats.unmapped_bytes.to_string(),
+        ),
+        (
+            "lacuna_container_reclaimed_bytes_total",
+            info.reclaim.stats.reclaimed_bytes.to_string(),
+        ),
+        (
+            "lacuna_container_reclaim_backlog_bytes",
+            info.reclaim.stats.backlog_bytes.to_string(),
+        ),
+        (
+            "lacuna_container_reclaim_bytes_per_second",
+            "1500000".to_string(),
+        ),
+        ("lacuna_container_used_bytes", info.used_bytes.to_string()),
+        ("lacuna_container_quota_bytes", (1u64 << 30).to_string()),
+        (
+            "lacuna_container_reclaim_rate_limit_bytes_per_second",
+            "0".to_string(),
+        ),
+        ("lacuna_container_reclaim_draining", "0".to_string()),
+        ("lacuna_container_volumes", "2".to_string()),
+    ] {
+        assert_eq!(sample(name, cold), value, "{name}");
+    }
+    assert_eq!(
+        sample(
+            "lacuna_container_reclaim_policy",
+            r#"container="cold",policy="off""#
+        ),
+        "1"
+    );
+    assert_eq!(
+        sample(
+            "lacuna_container_reclaim_policy",
+            r#"container="warm",policy="low""#
+        ),
+        "1"
+    );
+    assert_eq!(
+        sample(
+            "lacuna_container_reclaim_policy",
+            r#"container="default",policy="unlimited""#
+        ),
+        "1"
+    );
+    // Off: no ETA; low: backlog / 25 MB/s.
+    assert_eq!(
+        labelled_sample(text, "lacuna_container_reclaim_eta_seconds", cold),
+        None
+    );
+    let eta: f64 = sample("lacuna_container_reclaim_eta_seconds", warm)
+        .parse()
+        .unwrap();
+    assert_eq!(eta, (7u64 << 20) as f64 / 25e6);
+    assert_eq!(
+        sample("lacuna_container_reclaim_rate_limit_bytes_per_second", warm),
+        "25000000"
+    );
+    assert_eq!(
+        sample(
+            "lacuna_container_reclaim_rate_limit_bytes_per_second",
+            default
+        ),
+        "+Inf"
+    );
+    assert_eq!(
+        labelled_sample(text, "lacuna_container_quota_bytes", warm),
+        None
+    );
+    let v1 = r#"volume="v1",container="cold""#;
+    assert_eq!(sample("lacuna_volume_unmap_commands_total", v1), "3");
+    assert_eq!(sample("lacuna_volume_unmapped_bytes_total", v1), "12288");
+    assert_eq!(sample("lacuna_volume_reclaimed_bytes_total", v1), "4096");
+    assert_eq!(sample("lacuna_volume_reclaim_backlog_bytes", v1), "8192");
+    // Each family's HELP and TYPE appear once, before its samples.
+    for family in [
+        "lacuna_container_reclaim_policy",
+        "lacuna_volume_reclaim_backlog_bytes",
+    ] {
+        assert_eq!(
+            text.matches(&format!("# TYPE {family} ")).count(),
+            1,
+            "{family}"
+        );
+        let typed = text.find(&format!("# TYPE {family} ")).unwrap();
+        let first = text.find(&format!("\n{family}{{")).unwrap();
+        assert!(typed < first, "{family}");
     }
 }

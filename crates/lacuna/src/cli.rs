@@ -5,12 +5,13 @@
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use lacuna_api::{
-    ConnectVolumeRequest, CopyRangeRequest, CreateHostRequest, CreateSnapshotsRequest,
-    CreateVolumeRequest, DisconnectVolumeRequest, HostInfo, LunInfo, ResizeVolumeRequest,
-    RestoreVolumeRequest,
+    ConnectVolumeRequest, CopyRangeRequest, CreateContainerRequest, CreateHostRequest,
+    CreateSnapshotsRequest, CreateVolumeRequest, DisconnectVolumeRequest, HostInfo, LunInfo,
+    ResizeVolumeRequest, RestoreVolumeRequest, UpdateContainerRequest,
 };
 use lacuna_engine::{
-    CopyReport, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport, VolumeInfo,
+    Compression, ContainerInfo, CopyReport, GroupSnapshot, Provisioning, ReclaimPolicy,
+    SnapshotInfo, SpaceReport, VolumeInfo,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -18,8 +19,8 @@ use serde_json::{json, Value};
 use crate::client::{path_segment, Client, Method};
 use crate::size::{format_size, parse_size};
 use crate::table::{
-    format_unix_utc, host_details, host_table, snapshot_details, snapshot_table, space_details,
-    volume_details, volume_table,
+    container_details, container_reclaim_details, container_table, format_unix_utc, host_details,
+    host_table, snapshot_details, snapshot_table, space_details, volume_details, volume_table,
 };
 
 /// Environment variables the CHAP secrets may come from instead of the command
@@ -67,6 +68,9 @@ pub enum VolumeCommand {
         /// Provisioning type.
         #[arg(long = "type", value_enum, default_value_t = VolumeType::Thin)]
         volume_type: VolumeType,
+        /// The storage container the volume joins.
+        #[arg(long, default_value = "default")]
+        container: String,
     },
     /// List volumes (live ones, or with --destroyed those awaiting eradication).
     List {
@@ -99,6 +103,9 @@ pub enum VolumeCommand {
         /// Provisioning type of the clone.
         #[arg(long = "type", value_enum, default_value_t = VolumeType::Thin)]
         volume_type: VolumeType,
+        /// The storage container the clone joins (default: the source's).
+        #[arg(long)]
+        container: Option<String>,
     },
     /// Revert a volume to one of its snapshots (metadata only).
     Restore {
@@ -218,6 +225,100 @@ fn parse_block_size(text: &str) -> Result<u32, String> {
     }
 }
 
+/// A container's policies as options: shared by `create` and `set`.
+#[derive(clap::Args, Debug, Default)]
+pub struct ContainerPolicyArgs {
+    /// Most space its volumes may hold (written data plus thick reservations),
+    /// e.g. 500G; `none` for no quota. Writes past it fail with ENOSPC.
+    #[arg(long, value_name = "SIZE|none", value_parser = parse_quota)]
+    quota: Option<Quota>,
+    /// How fast dead space is reclaimed: off, low (25 MB/s), unlimited, or a
+    /// rate such as 200MB/s or 2GB/s (decimal units).
+    #[arg(long, value_name = "off|low|unlimited|<N>MB/s", value_parser = parse_reclaim)]
+    reclaim: Option<ReclaimPolicy>,
+    /// Reclaim allowance spent before the rate applies, e.g. 256M.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    reclaim_burst: Option<u64>,
+    /// Codec of new data.
+    #[arg(long, value_name = "lz4|zstd|off", value_parser = parse_compression)]
+    compression: Option<Compression>,
+    /// Deduplicate new data.
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    dedup: Option<bool>,
+}
+
+/// `--quota SIZE` or `--quota none`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quota {
+    None,
+    Bytes(u64),
+}
+
+fn parse_quota(text: &str) -> Result<Quota, String> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(Quota::None);
+    }
+    match parse_size(text)? {
+        0 => Err("a quota of 0 would refuse every write: use 'none' to remove it".to_string()),
+        bytes => Ok(Quota::Bytes(bytes)),
+    }
+}
+
+fn parse_reclaim(text: &str) -> Result<ReclaimPolicy, String> {
+    text.parse()
+}
+
+fn parse_compression(text: &str) -> Result<Compression, String> {
+    text.parse()
+}
+
+fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        _ => Err(format!("invalid value '{text}': use on or off")),
+    }
+}
+
+#[derive(Subcommand)]
+pub enum ContainerCommand {
+    /// Create a storage container: the quota, reclaim rate and data reduction
+    /// its volumes share (volumes join with `volume create --container`).
+    /// Defaults: no quota, reclaim unlimited (256 MiB burst), lz4, dedup on.
+    Create {
+        /// Container name (1 to 64 of A-Z a-z 0-9 . _ -).
+        name: String,
+        #[command(flatten)]
+        policy: ContainerPolicyArgs,
+    },
+    /// List containers with their volumes, usage, quota, policies and backlog.
+    List,
+    /// Show a container's policies and usage (with --reclaim: its reclaim
+    /// counters, current rate, backlog and time to empty).
+    Show {
+        name: String,
+        /// Show the reclaim counters instead.
+        #[arg(long)]
+        reclaim: bool,
+    },
+    /// Change a container's policies (the options of create; `--quota none`
+    /// removes the quota). A new reclaim policy applies at once.
+    Set {
+        name: String,
+        #[command(flatten)]
+        policy: ContainerPolicyArgs,
+    },
+    /// Work a container's reclaim backlog off now, whatever its policy.
+    Reclaim {
+        name: String,
+        /// Required: reclaim now (the backlog otherwise goes at the policy's rate).
+        #[arg(long, required = true)]
+        now: bool,
+    },
+    /// Delete an empty container (not `default`).
+    Delete { name: String },
+}
+
 #[derive(Subcommand)]
 pub enum ArrayCommand {
     /// Capacity, physical use (volume-unique, snapshot and shared bytes), stale
@@ -246,6 +347,16 @@ fn type_and_reservation(v: &VolumeInfo) -> String {
     }
 }
 
+/// " in container C", or nothing for the default container (most arrays have
+/// no other).
+fn in_container(v: &VolumeInfo) -> String {
+    if v.container == lacuna_engine::container::DEFAULT_CONTAINER {
+        String::new()
+    } else {
+        format!(" in container {}", v.container)
+    }
+}
+
 pub fn run_volume(client: &Client, command: VolumeCommand, as_json: bool) -> anyhow::Result<()> {
     match command {
         VolumeCommand::Create {
@@ -253,20 +364,23 @@ pub fn run_volume(client: &Client, command: VolumeCommand, as_json: bool) -> any
             size,
             size_flag,
             volume_type,
+            container,
         } => {
             let body = serde_json::to_value(CreateVolumeRequest {
                 name,
                 size_bytes: size.or(size_flag),
                 provisioning: Some(volume_type.into()),
                 source: None,
+                container: Some(container),
             })?;
             let answer = client.call(Method::Post, "/v1/volumes", Some(&body))?;
             print(as_json, &answer, |v: VolumeInfo| {
                 format!(
-                    "created volume {} ({}, {})",
+                    "created volume {} ({}, {}){}",
                     v.name,
                     format_size(v.size_bytes),
-                    type_and_reservation(&v)
+                    type_and_reservation(&v),
+                    in_container(&v)
                 )
             })
         }
@@ -326,20 +440,23 @@ pub fn run_volume(client: &Client, command: VolumeCommand, as_json: bool) -> any
             source,
             new,
             volume_type,
+            container,
         } => {
             let body = serde_json::to_value(CreateVolumeRequest {
                 name: new,
                 size_bytes: None,
                 provisioning: Some(volume_type.into()),
                 source: Some(source.clone()),
+                container,
             })?;
             let answer = client.call(Method::Post, "/v1/volumes", Some(&body))?;
             print(as_json, &answer, |v: VolumeInfo| {
                 format!(
-                    "cloned {source} to volume {} ({}, {})",
+                    "cloned {source} to volume {} ({}, {}){}",
                     v.name,
                     format_size(v.size_bytes),
-                    type_and_reservation(&v)
+                    type_and_reservation(&v),
+                    in_container(&v)
                 )
             })
         }
@@ -587,6 +704,104 @@ pub fn run_host(client: &Client, command: HostCommand, as_json: bool) -> anyhow:
                 &json!({ "host": host, "disconnected": volume }),
                 |_: Value| format!("disconnected {volume} from host {host}"),
             )
+        }
+    }
+}
+
+fn container_path(name: &str) -> String {
+    format!("/v1/containers/{}", path_segment(name))
+}
+
+pub fn run_container(
+    client: &Client,
+    command: ContainerCommand,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    match command {
+        ContainerCommand::Create { name, policy } => {
+            let body = serde_json::to_value(CreateContainerRequest {
+                name,
+                quota_bytes: match policy.quota {
+                    Some(Quota::Bytes(bytes)) => Some(bytes),
+                    Some(Quota::None) | None => None,
+                },
+                reclaim: policy.reclaim,
+                reclaim_burst_bytes: policy.reclaim_burst,
+                compression: policy.compression,
+                dedup: policy.dedup,
+            })?;
+            let answer = client.call(Method::Post, "/v1/containers", Some(&body))?;
+            print(as_json, &answer, |c: ContainerInfo| {
+                format!(
+                    "created container {} ({})",
+                    c.name,
+                    crate::table::policy_summary(&c)
+                )
+            })
+        }
+        ContainerCommand::List => {
+            let answer = client.call(Method::Get, "/v1/containers", None)?;
+            print(as_json, &answer, |containers: Vec<ContainerInfo>| {
+                container_table(&containers)
+            })
+        }
+        ContainerCommand::Show { name, reclaim } => {
+            let answer = client.call(Method::Get, &container_path(&name), None)?;
+            print(as_json, &answer, |c: ContainerInfo| {
+                if reclaim {
+                    container_reclaim_details(&c)
+                } else {
+                    container_details(&c)
+                }
+            })
+        }
+        ContainerCommand::Set { name, policy } => {
+            let request = UpdateContainerRequest {
+                quota_bytes: policy.quota.map(|q| match q {
+                    Quota::Bytes(bytes) => Some(bytes),
+                    Quota::None => None,
+                }),
+                reclaim: policy.reclaim,
+                reclaim_burst_bytes: policy.reclaim_burst,
+                compression: policy.compression,
+                dedup: policy.dedup,
+            };
+            if request.is_empty() {
+                anyhow::bail!(
+                    "nothing to change: give --quota, --reclaim, --reclaim-burst, --compression or --dedup"
+                );
+            }
+            let body = serde_json::to_value(request)?;
+            let answer = client.call(Method::Patch, &container_path(&name), Some(&body))?;
+            print(as_json, &answer, |c: ContainerInfo| {
+                format!(
+                    "changed container {} ({})",
+                    c.name,
+                    crate::table::policy_summary(&c)
+                )
+            })
+        }
+        ContainerCommand::Reclaim { name, now } => {
+            // clap requires --now; the flag exists so the command says what it does.
+            assert!(now, "clap requires --now");
+            let path = format!("{}/reclaim", container_path(&name));
+            let answer = client.call(Method::Post, &path, None)?;
+            print(as_json, &answer, |c: ContainerInfo| {
+                // The drain runs in the background (it may be done already).
+                format!(
+                    "reclaiming container {} now, whatever its policy ({}): {} backlog left; follow it with 'lacuna container show {} --reclaim'",
+                    c.name,
+                    c.reclaim.policy,
+                    format_size(c.reclaim.stats.backlog_bytes),
+                    c.name
+                )
+            })
+        }
+        ContainerCommand::Delete { name } => {
+            client.call(Method::Delete, &container_path(&name), None)?;
+            print(as_json, &json!({ "deleted": name }), |_: Value| {
+                format!("deleted container {name}")
+            })
         }
     }
 }

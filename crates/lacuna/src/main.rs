@@ -62,6 +62,11 @@ enum Command {
     /// recover and eradicate.
     #[command(subcommand)]
     Snapshot(cli::SnapshotCommand),
+    /// Storage containers (quota, reclaim rate, compression, dedup): create,
+    /// list, show (--reclaim for the reclaim counters), set, reclaim --now and
+    /// delete.
+    #[command(subcommand)]
+    Container(cli::ContainerCommand),
     /// Array-wide reports.
     #[command(subcommand)]
     Array(cli::ArrayCommand),
@@ -126,6 +131,8 @@ fn main() -> ExitCode {
             .and_then(|c| cli::run_volume(&c, command, cli.json)),
         Command::Snapshot(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
             .and_then(|c| cli::run_snapshot(&c, command, cli.json)),
+        Command::Container(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+            .and_then(|c| cli::run_container(&c, command, cli.json)),
         Command::Array(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
             .and_then(|c| cli::run_array(&c, command, cli.json)),
         Command::Host(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)

@@ -2,7 +2,7 @@
 //! sizes in binary units.
 
 use lacuna_api::HostInfo;
-use lacuna_engine::{SnapshotInfo, SpaceReport, VolumeInfo};
+use lacuna_engine::{ContainerInfo, ReclaimPolicy, SnapshotInfo, SpaceReport, VolumeInfo};
 
 use crate::size::format_size;
 
@@ -151,6 +151,11 @@ pub fn volume_details(v: &VolumeInfo) -> String {
         ("shared physical", format_size(v.shared_physical_bytes)),
         ("data reduction", format_ratio(v.data_reduction_ratio)),
         ("created", format_unix_utc(v.created_unix_s)),
+        ("container", v.container.clone()),
+        ("unmap commands", v.reclaim.unmap_commands.to_string()),
+        ("unmapped", format_size(v.reclaim.unmapped_bytes)),
+        ("reclaimed", format_size(v.reclaim.reclaimed_bytes)),
+        ("reclaim backlog", format_size(v.reclaim.backlog_bytes)),
     ];
     if let Some(at) = v.destroyed_unix_s {
         pairs.push(("destroyed", format_unix_utc(at)));
@@ -159,6 +164,173 @@ pub fn volume_details(v: &VolumeInfo) -> String {
         pairs.push(("eradicate at", format_unix_utc(at)));
     }
     key_values(&pairs)
+}
+
+/// A counter both readable and exact: `4 MiB (4194304 B)`.
+pub fn exact_size(bytes: u64) -> String {
+    if bytes < 1024 {
+        format!("{bytes} B")
+    } else {
+        format!("{} ({bytes} B)", format_size(bytes))
+    }
+}
+
+/// Bytes per second in decimal megabytes, as reclaim policies are written.
+pub fn format_rate(bytes_per_s: f64) -> String {
+    format!("{:.1} MB/s", bytes_per_s / 1e6)
+}
+
+/// A reclaim policy with what it means: `low (25 MB/s)`, `off`, `200MB/s`.
+pub fn format_reclaim_policy(policy: ReclaimPolicy) -> String {
+    match policy {
+        ReclaimPolicy::Low => format!("low ({})", format_rate(LOW_BYTES_PER_S)),
+        other => other.to_string(),
+    }
+}
+
+/// `low`'s rate, for printing only (the engine owns the figure).
+const LOW_BYTES_PER_S: f64 = 25e6;
+
+/// Seconds as `0 s`, `12.5 s`, `4 min 10 s`, `3 h 20 min`.
+pub fn format_seconds(seconds: f64) -> String {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return "unknown".to_string();
+    }
+    if seconds < 60.0 {
+        let text = format!("{seconds:.1}");
+        return format!("{} s", text.trim_end_matches('0').trim_end_matches('.'));
+    }
+    let whole = seconds.round() as u64;
+    if whole < 3600 {
+        format!("{} min {} s", whole / 60, whole % 60)
+    } else {
+        format!("{} h {} min", whole / 3600, whole / 60 % 60)
+    }
+}
+
+fn on_off(flag: bool) -> &'static str {
+    if flag {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+fn quota_text(c: &ContainerInfo) -> String {
+    c.policy
+        .quota_bytes
+        .map(format_size)
+        .unwrap_or_else(|| "none".to_string())
+}
+
+/// One line of policies: `quota 1 GiB, reclaim low (25 MB/s), burst 256 MiB,
+/// lz4, dedup on`.
+pub fn policy_summary(c: &ContainerInfo) -> String {
+    format!(
+        "quota {}, reclaim {}, burst {}, {}, dedup {}",
+        quota_text(c),
+        format_reclaim_policy(c.policy.reclaim),
+        format_size(c.policy.reclaim_burst_bytes),
+        c.policy.compression,
+        on_off(c.policy.dedup)
+    )
+}
+
+/// Containers with their volumes, usage, policies and reclaim backlog.
+pub fn container_table(containers: &[ContainerInfo]) -> String {
+    let rows: Vec<Vec<String>> = containers
+        .iter()
+        .map(|c| {
+            vec![
+                c.name.clone(),
+                c.volume_count.to_string(),
+                format_size(c.used_bytes),
+                quota_text(c),
+                c.policy.reclaim.to_string(),
+                c.policy.compression.to_string(),
+                on_off(c.policy.dedup).to_string(),
+                format_size(c.reclaim.stats.backlog_bytes),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            ("NAME", Align::Left),
+            ("VOLUMES", Align::Right),
+            ("USED", Align::Right),
+            ("QUOTA", Align::Right),
+            ("RECLAIM", Align::Left),
+            ("COMPRESSION", Align::Left),
+            ("DEDUP", Align::Left),
+            ("BACKLOG", Align::Right),
+        ],
+        &rows,
+    )
+}
+
+/// A container's policies and usage.
+pub fn container_details(c: &ContainerInfo) -> String {
+    let quota = match c.policy.quota_bytes {
+        Some(quota) => format!(
+            "{} ({} used)",
+            format_size(quota),
+            format_percent(100.0 * c.used_bytes as f64 / quota as f64)
+        ),
+        None => "none".to_string(),
+    };
+    key_values(&[
+        ("name", c.name.clone()),
+        ("created", format_unix_utc(c.created_unix_s)),
+        ("volumes", c.volume_count.to_string()),
+        ("provisioned", format_size(c.provisioned_bytes)),
+        ("used", format_size(c.used_bytes)),
+        ("quota", quota),
+        ("reclaim", format_reclaim_policy(c.policy.reclaim)),
+        ("reclaim burst", format_size(c.policy.reclaim_burst_bytes)),
+        ("compression", c.policy.compression.to_string()),
+        ("dedup", on_off(c.policy.dedup).to_string()),
+        (
+            "reclaim backlog",
+            format_size(c.reclaim.stats.backlog_bytes),
+        ),
+    ])
+}
+
+/// A container's reclaim counters and state (`container show --reclaim`).
+pub fn container_reclaim_details(c: &ContainerInfo) -> String {
+    let r = &c.reclaim;
+    let rate_limit = match (r.policy, r.rate_bytes_per_s) {
+        (ReclaimPolicy::Off, _) => "none: reclaim is off".to_string(),
+        (_, Some(rate)) => format_rate(rate as f64),
+        (_, None) => "unlimited".to_string(),
+    };
+    let eta = match r.eta_s {
+        Some(seconds) => format_seconds(seconds),
+        None if r.policy == ReclaimPolicy::Off && !r.draining => format!(
+            "never (reclaim is off: 'lacuna container reclaim {} --now')",
+            c.name
+        ),
+        None => "unknown (no reclaim measured yet)".to_string(),
+    };
+    key_values(&[
+        ("container", c.name.clone()),
+        ("policy", format_reclaim_policy(r.policy)),
+        ("rate limit", rate_limit),
+        ("burst", format_size(r.burst_bytes)),
+        ("unmap commands", r.stats.unmap_commands.to_string()),
+        ("unmapped", exact_size(r.stats.unmapped_bytes)),
+        ("reclaimed", exact_size(r.stats.reclaimed_bytes)),
+        (
+            "current rate",
+            format!("{} (last 2 s)", format_rate(r.current_bytes_per_s)),
+        ),
+        ("backlog", exact_size(r.stats.backlog_bytes)),
+        ("time to empty", eta),
+        (
+            "draining",
+            if r.draining { "yes" } else { "no" }.to_string(),
+        ),
+    ])
 }
 
 /// Snapshots in the order given; `destroyed` adds when each goes for good.
@@ -680,5 +852,131 @@ mod tests {
                 .any(|l| l.starts_with("soft threshold events:") && l.ends_with(" 3")),
             "{text}"
         );
+    }
+
+    fn container(name: &str, reclaim: ReclaimPolicy, eta_s: Option<f64>) -> ContainerInfo {
+        let policy = lacuna_engine::ContainerPolicy {
+            quota_bytes: Some(4 << 30),
+            reclaim,
+            ..lacuna_engine::ContainerPolicy::default()
+        };
+        ContainerInfo {
+            name: name.to_string(),
+            id: 2,
+            created_unix_s: 0,
+            policy,
+            volume_count: 3,
+            provisioned_bytes: 100 << 30,
+            used_bytes: 1 << 30,
+            reclaim: lacuna_engine::ContainerReclaim {
+                policy: reclaim,
+                rate_bytes_per_s: reclaim.bytes_per_s(),
+                burst_bytes: policy.reclaim_burst_bytes,
+                stats: lacuna_engine::ReclaimStats {
+                    unmap_commands: 5,
+                    unmapped_bytes: 3 << 20,
+                    reclaimed_bytes: 1 << 20,
+                    backlog_bytes: 2 << 20,
+                },
+                current_bytes_per_s: 12.5e6,
+                eta_s,
+                draining: false,
+            },
+        }
+    }
+
+    #[test]
+    fn container_table_and_details() {
+        let low = container("vms", ReclaimPolicy::Low, Some(0.08));
+        let off = container("cold", ReclaimPolicy::Off, None);
+        let t = container_table(&[low.clone(), off.clone()]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "NAME  VOLUMES   USED  QUOTA  RECLAIM  COMPRESSION  DEDUP  BACKLOG",
+                "vms         3  1 GiB  4 GiB  low      lz4          on       2 MiB",
+                "cold        3  1 GiB  4 GiB  off      lz4          on       2 MiB",
+            ],
+            "{t}"
+        );
+        let text = container_details(&low);
+        for expected in [
+            "quota:           4 GiB (25.0% used)",
+            "reclaim:         low (25.0 MB/s)",
+            "reclaim burst:   256 MiB",
+            "provisioned:     100 GiB",
+            "volumes:         3",
+            "dedup:           on",
+        ] {
+            assert!(
+                text.lines().any(|l| l == expected),
+                "{expected:?} in\n{text}"
+            );
+        }
+        let text = container_reclaim_details(&low);
+        for expected in [
+            "policy:         low (25.0 MB/s)",
+            "rate limit:     25.0 MB/s",
+            "unmap commands: 5",
+            "unmapped:       3 MiB (3145728 B)",
+            "reclaimed:      1 MiB (1048576 B)",
+            "backlog:        2 MiB (2097152 B)",
+            "current rate:   12.5 MB/s (last 2 s)",
+            "time to empty:  0.1 s",
+            "draining:       no",
+        ] {
+            assert!(
+                text.lines().any(|l| l == expected),
+                "{expected:?} in\n{text}"
+            );
+        }
+        let text = container_reclaim_details(&off);
+        assert!(
+            text.contains("rate limit:     none: reclaim is off"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "time to empty:  never (reclaim is off: 'lacuna container reclaim cold --now')"
+            ),
+            "{text}"
+        );
+        let unlimited = container("u", ReclaimPolicy::Unlimited, None);
+        let text = container_reclaim_details(&unlimited);
+        assert!(text.contains("rate limit:     unlimited"), "{text}");
+        assert!(text.contains("time to empty:  unknown"), "{text}");
+        assert_eq!(
+            policy_summary(&off),
+            "quota 4 GiB, reclaim off, burst 256 MiB, lz4, dedup on"
+        );
+    }
+
+    #[test]
+    fn seconds_read_as_durations() {
+        assert_eq!(format_seconds(0.0), "0 s");
+        assert_eq!(format_seconds(12.5), "12.5 s");
+        assert_eq!(format_seconds(250.0), "4 min 10 s");
+        assert_eq!(format_seconds(12_000.0), "3 h 20 min");
+        assert_eq!(format_seconds(f64::NAN), "unknown");
+    }
+
+    #[test]
+    fn volume_details_show_container_and_reclaim() {
+        let mut v = volume("db", 1 << 30, 1 << 29);
+        v.container = "vms".into();
+        v.reclaim.unmap_commands = 4;
+        v.reclaim.backlog_bytes = 8 << 20;
+        let text = volume_details(&v);
+        for expected in [
+            "container:         vms",
+            "unmap commands:    4",
+            "reclaim backlog:   8 MiB",
+        ] {
+            assert!(
+                text.lines().any(|l| l == expected),
+                "{expected:?} in\n{text}"
+            );
+        }
     }
 }

@@ -1055,3 +1055,484 @@ fn host_arguments_get_clap_messages() {
         assert!(err.contains(expected), "{args:?}: {err}");
     }
 }
+
+/// A line of `key: value` output, found by its key, with its value trimmed.
+fn value_of(text: &str, key: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap_or_else(|| panic!("no '{key}:' in\n{text}"))
+        .trim()
+        .to_string()
+}
+
+/// Exit status 2 (clap refused the arguments) with `expected` in the message.
+fn assert_usage_error(args: &[&str], expected: &str) {
+    let out = lacuna(args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(expected), "{args:?}: {err}");
+}
+
+/// Every container command against `lacuna serve`: create with each option
+/// and with none, list, show, set (a quota removed with `none`), volumes and
+/// clones in a container, a thick volume past the quota refused, delete; bad
+/// arguments refused with clear messages and a non-zero exit.
+#[test]
+fn container_commands_against_the_daemon() {
+    let dir = support::temp_dir("cli-containers");
+    let daemon = support::Daemon::start(&dir);
+    let list = daemon_ok(&daemon, &["container", "list"]);
+    assert!(
+        list.lines().nth(1).unwrap().starts_with("default "),
+        "{list}"
+    );
+
+    assert_eq!(
+        daemon_ok(
+            &daemon,
+            &[
+                "container",
+                "create",
+                "cold",
+                "--quota",
+                "16M",
+                "--reclaim",
+                "off",
+                "--reclaim-burst",
+                "0",
+                "--compression",
+                "zstd",
+                "--dedup",
+                "off",
+            ],
+        ),
+        "created container cold (quota 16 MiB, reclaim off, burst 0 B, zstd, dedup off)\n"
+    );
+    let slow = json(&daemon_ok(
+        &daemon,
+        &["--json", "container", "create", "slow", "--reclaim", "low"],
+    ));
+    assert_eq!(slow["policy"]["reclaim"], "low");
+    assert_eq!(slow["reclaim"]["rate_bytes_per_s"], 25_000_000);
+    let fast = json(&daemon_ok(
+        &daemon,
+        &[
+            "--json",
+            "container",
+            "create",
+            "fast",
+            "--reclaim",
+            "200MB/s",
+        ],
+    ));
+    assert_eq!(fast["policy"]["reclaim"], "200MB/s");
+    assert_eq!(fast["reclaim"]["rate_bytes_per_s"], 200_000_000);
+    let plain = json(&daemon_ok(
+        &daemon,
+        &["--json", "container", "create", "plain"],
+    ));
+    assert_eq!(
+        plain["policy"],
+        serde_json::json!({"quota_bytes": null, "reclaim": "unlimited", "reclaim_burst_bytes": 268435456, "compression": "lz4", "dedup": true})
+    );
+
+    let list = daemon_ok(&daemon, &["container", "list"]);
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 6, "{list}");
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "VOLUMES",
+            "USED",
+            "QUOTA",
+            "RECLAIM",
+            "COMPRESSION",
+            "DEDUP",
+            "BACKLOG"
+        ]
+    );
+    let cold_row: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(
+        cold_row,
+        ["cold", "0", "0", "B", "16", "MiB", "off", "zstd", "off", "0", "B"],
+        "{list}"
+    );
+    assert!(lines[3].contains(" low "), "{list}");
+    let listed = json(&daemon_ok(&daemon, &["--json", "container", "list"]));
+    assert_eq!(listed.as_array().unwrap().len(), 5);
+
+    let show = daemon_ok(&daemon, &["container", "show", "slow"]);
+    assert_eq!(value_of(&show, "reclaim"), "low (25.0 MB/s)");
+    assert_eq!(value_of(&show, "quota"), "none");
+    assert_eq!(value_of(&show, "compression"), "lz4");
+    assert_eq!(value_of(&show, "dedup"), "on");
+    assert_eq!(value_of(&show, "reclaim burst"), "256 MiB");
+    let show = daemon_ok(&daemon, &["container", "show", "cold"]);
+    assert_eq!(value_of(&show, "quota"), "16 MiB (0.0% used)");
+
+    // Volumes and clones join containers.
+    assert_eq!(
+        daemon_ok(
+            &daemon,
+            &["volume", "create", "v", "8M", "--container", "cold"]
+        ),
+        "created volume v (8 MiB, thin) in container cold\n"
+    );
+    assert_eq!(
+        daemon_ok(&daemon, &["volume", "create", "d", "1M"]),
+        "created volume d (1 MiB, thin)\n"
+    );
+    let show = daemon_ok(&daemon, &["volume", "show", "v"]);
+    assert_eq!(value_of(&show, "container"), "cold");
+    assert_eq!(value_of(&show, "unmap commands"), "0");
+    assert_eq!(value_of(&show, "reclaim backlog"), "0 B");
+    let c1 = json(&daemon_ok(
+        &daemon,
+        &[
+            "--json",
+            "volume",
+            "clone",
+            "v",
+            "c1",
+            "--container",
+            "fast",
+        ],
+    ));
+    assert_eq!(c1["container"], "fast");
+    assert!(daemon_ok(&daemon, &["volume", "clone", "v", "c2"]).ends_with("in container cold\n"));
+    let err = daemon_err(
+        &daemon,
+        &[],
+        &[
+            "volume",
+            "create",
+            "t",
+            "32M",
+            "--type",
+            "zeroedthick",
+            "--container",
+            "cold",
+        ],
+    );
+    assert!(
+        err.starts_with("lacuna: out of space: container 'cold' quota of"),
+        "{err}"
+    );
+    assert_eq!(
+        daemon_err(
+            &daemon,
+            &[],
+            &["volume", "create", "w", "1M", "--container", "nope"]
+        ),
+        "lacuna: container 'nope' does not exist"
+    );
+
+    // set: only what is given changes; --quota none removes the quota.
+    let cold = json(&daemon_ok(
+        &daemon,
+        &[
+            "--json",
+            "container",
+            "set",
+            "cold",
+            "--quota",
+            "none",
+            "--dedup",
+            "on",
+        ],
+    ));
+    assert_eq!(cold["policy"]["quota_bytes"], serde_json::Value::Null);
+    assert_eq!(cold["policy"]["dedup"], true);
+    assert_eq!(cold["policy"]["compression"], "zstd", "kept");
+    assert_eq!(cold["policy"]["reclaim"], "off", "kept");
+    assert_eq!(
+        daemon_ok(
+            &daemon,
+            &[
+                "container",
+                "set",
+                "cold",
+                "--quota",
+                "64M",
+                "--reclaim",
+                "5MB/s",
+                "--compression",
+                "lz4"
+            ],
+        ),
+        "changed container cold (quota 64 MiB, reclaim 5MB/s, burst 0 B, lz4, dedup on)\n"
+    );
+    let err = daemon_err(&daemon, &[], &["container", "set", "cold"]);
+    assert!(err.contains("nothing to change"), "{err}");
+
+    // Refusals from the API: one line, exit 1.
+    assert_eq!(
+        daemon_err(&daemon, &[], &["container", "show", "nope"]),
+        "lacuna: container 'nope' does not exist"
+    );
+    assert_eq!(
+        daemon_err(&daemon, &[], &["container", "create", "cold"]),
+        "lacuna: container 'cold' already exists"
+    );
+    let err = daemon_err(&daemon, &[], &["container", "create", "bad name"]);
+    assert!(err.contains("invalid container name"), "{err}");
+    let err = daemon_err(&daemon, &[], &["container", "delete", "default"]);
+    assert!(err.contains("cannot be deleted"), "{err}");
+    let err = daemon_err(&daemon, &[], &["container", "delete", "cold"]);
+    assert!(err.contains("still holds"), "{err}");
+    assert_eq!(
+        daemon_err(&daemon, &[], &["container", "reclaim", "nope", "--now"]),
+        "lacuna: container 'nope' does not exist"
+    );
+    assert_eq!(
+        daemon_ok(&daemon, &["container", "delete", "plain"]),
+        "deleted container plain\n"
+    );
+    let listed = json(&daemon_ok(&daemon, &["--json", "container", "list"]));
+    assert_eq!(listed.as_array().unwrap().len(), 4);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn container_arguments_get_clap_messages() {
+    for (args, expected) in [
+        (
+            vec!["container", "create", "c", "--reclaim", "fast"],
+            "invalid reclaim policy 'fast'",
+        ),
+        (
+            vec!["container", "create", "c", "--reclaim", "0MB/s"],
+            "a rate of zero is 'off'",
+        ),
+        (
+            vec!["container", "create", "c", "--quota", "12Q"],
+            "invalid size '12Q'",
+        ),
+        (
+            vec!["container", "create", "c", "--quota", "0"],
+            "use 'none'",
+        ),
+        (
+            vec!["container", "set", "c", "--reclaim-burst", "lots"],
+            "invalid size 'lots'",
+        ),
+        (
+            vec!["container", "create", "c", "--compression", "gzip"],
+            "invalid compression 'gzip'",
+        ),
+        (
+            vec!["container", "set", "c", "--dedup", "maybe"],
+            "use on or off",
+        ),
+        (vec!["container", "reclaim", "c"], "--now"),
+        (vec!["container", "show"], "<NAME>"),
+        (
+            vec!["volume", "create", "v", "1M", "--container"],
+            "--container",
+        ),
+    ] {
+        assert_usage_error(&args, expected);
+    }
+}
+
+/// A libnbd script run with Debian's Python: `argv[1]` is the export's URI.
+fn nbd_python(uri: &str, script: &str) -> String {
+    support::tool_ok("/usr/bin/python3", &["-c", script, uri])
+}
+
+/// The `/metrics` text of a daemon, fetched with its token.
+fn daemon_metrics(daemon: &support::Daemon) -> String {
+    let token = std::fs::read_to_string(daemon.dir.join("data/api-token")).unwrap();
+    let mut response = ureq::get(&format!("http://127.0.0.1:{}/metrics", daemon.api_port))
+        .header("Authorization", &format!("Bearer {}", token.trim()))
+        .call()
+        .expect("GET /metrics");
+    response.body_mut().read_to_string().unwrap()
+}
+
+fn metric(text: &str, series: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{series} ")))
+        .map(str::to_string)
+}
+
+/// Reclaim seen from a real NBD client: writes and TRIMs through libnbd land
+/// in a container whose reclaim is `off`, so the backlog waits; `container
+/// show --reclaim`, its JSON, `volume show` and `/metrics` all give the same
+/// exact counters; `reclaim --now` drains it. A write past a quota gets ENOSPC
+/// through NBD.
+#[test]
+fn container_reclaim_and_quota_through_nbd() {
+    let dir = support::temp_dir("cli-reclaim");
+    let daemon = support::Daemon::start(&dir);
+    daemon_ok(
+        &daemon,
+        &["container", "create", "cold", "--reclaim", "off"],
+    );
+    daemon_ok(
+        &daemon,
+        &["volume", "create", "v", "8M", "--container", "cold"],
+    );
+    nbd_python(
+        &daemon.uri("v"),
+        "import nbd, os, sys\n\
+         h = nbd.NBD()\n\
+         h.connect_uri(sys.argv[1])\n\
+         h.pwrite(os.urandom(4 << 20), 0)\n\
+         h.flush()\n\
+         h.trim(3 << 20, 0)\n\
+         h.trim(1 << 20, 3 << 20)\n\
+         h.flush()\n\
+         h.shutdown()\n",
+    );
+    let info = json(&daemon_ok(
+        &daemon,
+        &["--json", "container", "show", "cold", "--reclaim"],
+    ));
+    let r = &info["reclaim"];
+    assert_eq!(r["unmap_commands"], 2, "{info}");
+    assert_eq!(r["unmapped_bytes"], 4 << 20, "{info}");
+    assert_eq!(r["backlog_bytes"], 4 << 20, "{info}");
+    assert_eq!(r["reclaimed_bytes"], 0, "off reclaims nothing: {info}");
+    assert_eq!(r["eta_s"], serde_json::Value::Null, "{info}");
+    assert_eq!(r["draining"], false);
+    let text = daemon_ok(&daemon, &["container", "show", "cold", "--reclaim"]);
+    assert_eq!(value_of(&text, "policy"), "off");
+    assert_eq!(value_of(&text, "rate limit"), "none: reclaim is off");
+    assert_eq!(value_of(&text, "unmap commands"), "2");
+    assert_eq!(value_of(&text, "unmapped"), "4 MiB (4194304 B)");
+    assert_eq!(value_of(&text, "reclaimed"), "0 B");
+    assert_eq!(value_of(&text, "backlog"), "4 MiB (4194304 B)");
+    assert!(
+        value_of(&text, "time to empty").starts_with("never"),
+        "{text}"
+    );
+    assert_eq!(value_of(&text, "draining"), "no");
+    let show = daemon_ok(&daemon, &["volume", "show", "v"]);
+    assert_eq!(value_of(&show, "unmap commands"), "2");
+    assert_eq!(value_of(&show, "unmapped"), "4 MiB");
+    assert_eq!(value_of(&show, "reclaim backlog"), "4 MiB");
+
+    let metrics = daemon_metrics(&daemon);
+    let cold = r#"{container="cold"}"#;
+    for (name, field) in [
+        ("lacuna_container_unmap_commands_total", "unmap_commands"),
+        ("lacuna_container_unmapped_bytes_total", "unmapped_bytes"),
+        ("lacuna_container_reclaimed_bytes_total", "reclaimed_bytes"),
+        ("lacuna_container_reclaim_backlog_bytes", "backlog_bytes"),
+    ] {
+        assert_eq!(
+            metric(&metrics, &format!("{name}{cold}")),
+            Some(r[field].to_string()),
+            "{name}\n{metrics}"
+        );
+    }
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("lacuna_container_reclaim_eta_seconds{cold}")
+        ),
+        None
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("lacuna_container_reclaim_rate_limit_bytes_per_second{cold}")
+        ),
+        Some("0".into())
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"lacuna_container_reclaim_policy{container="cold",policy="off"}"#
+        ),
+        Some("1".into())
+    );
+    let volume = r#"{volume="v",container="cold"}"#;
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("lacuna_volume_unmap_commands_total{volume}")
+        ),
+        Some("2".into())
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("lacuna_volume_reclaim_backlog_bytes{volume}")
+        ),
+        Some((4u64 << 20).to_string())
+    );
+
+    let said = daemon_ok(&daemon, &["container", "reclaim", "cold", "--now"]);
+    assert!(
+        said.starts_with("reclaiming container cold now, whatever its policy (off): "),
+        "{said}"
+    );
+    // The drain runs in the background: wait (bounded) for it to finish.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let info = loop {
+        let info = json(&daemon_ok(
+            &daemon,
+            &["--json", "container", "show", "cold"],
+        ));
+        if info["reclaim"]["backlog_bytes"] == 0 && info["reclaim"]["draining"] == false {
+            break info;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never drained: {info}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(info["reclaim"]["reclaimed_bytes"], 4 << 20, "{info}");
+    assert_eq!(info["policy"]["reclaim"], "off", "the policy is unchanged");
+    let metrics = daemon_metrics(&daemon);
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("lacuna_container_reclaimed_bytes_total{cold}")
+        ),
+        Some((4u64 << 20).to_string())
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("lacuna_container_reclaim_backlog_bytes{cold}")
+        ),
+        Some("0".into())
+    );
+
+    // A quota of 1 MiB: the first MiB goes in, the next write gets ENOSPC.
+    daemon_ok(&daemon, &["container", "create", "small", "--quota", "1M"]);
+    daemon_ok(
+        &daemon,
+        &["volume", "create", "q", "8M", "--container", "small"],
+    );
+    let said = nbd_python(
+        &daemon.uri("q"),
+        "import nbd, os, sys\n\
+         h = nbd.NBD()\n\
+         h.connect_uri(sys.argv[1])\n\
+         h.pwrite(os.urandom(1 << 20), 0)\n\
+         try:\n\
+         \x20   h.pwrite(os.urandom(64 << 10), 1 << 20)\n\
+         \x20   print('accepted')\n\
+         except nbd.Error as e:\n\
+         \x20   print('refused:', e)\n\
+         h.shutdown()\n",
+    );
+    // (libnbd's Python binding names the server's errno in the message only.)
+    assert!(
+        said.starts_with("refused:") && said.contains("(ENOSPC)"),
+        "{said}"
+    );
+    let small = json(&daemon_ok(
+        &daemon,
+        &["--json", "container", "show", "small"],
+    ));
+    assert_eq!(small["used_bytes"], 1 << 20);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -102,6 +102,26 @@ pub fn render(space: &SpaceReport) -> String {
         ),
         gauge("lacuna_snapshots", "Named snapshots.", space.snapshot_count),
         gauge("lacuna_segments", "Segment files.", space.segment_count),
+        counter(
+            "lacuna_cleaned_segments_total",
+            "Segments the cleaner emptied.",
+            space.cleaned_segments,
+        ),
+        counter(
+            "lacuna_relocated_bytes_total",
+            "Live bytes the cleaner relocated.",
+            space.relocated_bytes,
+        ),
+        counter(
+            "lacuna_writer_cleans_total",
+            "Cleaning passes host writes ran because background cleaning fell behind.",
+            space.writer_cleans,
+        ),
+        counter(
+            "lacuna_punched_bytes_total",
+            "Bytes of freed records punched out of segment files.",
+            space.punched_bytes,
+        ),
         gauge(
             "lacuna_soft_threshold_exceeded",
             "1 when physical use is at or above the soft threshold.",

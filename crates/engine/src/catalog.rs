@@ -476,6 +476,10 @@ impl Engine {
             },
             volume_count: volumes.len() as u64,
             segment_count,
+            cleaned_segments: self.stats.cleaned_segments.load(Ordering::Relaxed),
+            relocated_bytes: self.stats.relocated_bytes.load(Ordering::Relaxed),
+            writer_cleans: self.stats.writer_cleans.load(Ordering::Relaxed),
+            punched_bytes: self.stats.punched_bytes.load(Ordering::Relaxed),
         }
     }
 }

@@ -103,6 +103,16 @@ pub struct SpaceReport {
     pub total_reduction_ratio: f64,
     pub volume_count: u64,
     pub segment_count: u64,
+    /// Segments the cleaner emptied, and the live bytes it relocated doing so,
+    /// since the daemon started.
+    pub cleaned_segments: u64,
+    pub relocated_bytes: u64,
+    /// Cleaning passes host writers ran themselves because background cleaning
+    /// had fallen behind (each one a write that waited on cleaning).
+    pub writer_cleans: u64,
+    /// Bytes of freed records punched out of segment files (the disk below
+    /// learns of them at once) since the daemon started.
+    pub punched_bytes: u64,
 }
 
 /// The state of a run of bytes, as NBD `base:allocation` and SCSI GET LBA STATUS

@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""Seed 001, scaled to this machine: a host-side UNMAP of a whole, fully
+written volume in commands of N 1-MiB blocks, over NBD, while a 4 KiB random
+write workload runs on another volume over its own connection.
+
+For each N the volume is written in full with unique data, then unmapped from
+start to end in commands of N MiB. Reported: how long the commands took (host
+side), how long until the array's reclaim backlog was empty, the daemon's CPU
+time, and the concurrent workload's IOPS and p99 latency against the same
+workload without the unmap (target: less than 10% worse). N runs up to the
+largest one NBD allows on this volume (request lengths are 32-bit: 4095 MiB).
+
+usage: bench/unmap_impact.py [--volume-gib 4] [--blocks 200,1000,2000,4095]
+                             [--runtime 10] [--no-record]
+Needs: fio (nbd engine), nbdsh, gnuplot for the PNG, a release build.
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reclaim_rate import LACUNA, ROOT, Lacuna, fill  # noqa: E402
+
+MIB = 1 << 20
+
+
+def randwrite(uri, runtime, size_gib, result):
+    out = subprocess.run([
+        "fio", "--name=work", "--ioengine=nbd", f"--uri={uri}", "--rw=randwrite", "--bs=4k",
+        "--iodepth=16", f"--size={size_gib}G", f"--runtime={runtime}", "--time_based",
+        "--refill_buffers", "--randrepeat=0", "--output-format=json",
+    ], check=True, capture_output=True, text=True).stdout
+    job = json.loads(out[out.index("{"):])["jobs"][0]["write"]
+    result["iops"] = job["iops"]
+    result["p99_us"] = job["clat_ns"]["percentile"]["99.000000"] / 1000.0
+
+
+def unmap_whole(uri, volume_bytes, block_mib):
+    step = block_mib * MIB
+    script = ("import time\nt=time.time()\noff=0\nn=0\nwhile off < %d:\n    k=min(%d, %d-off)\n"
+              "    h.trim(k, off)\n    off+=k\n    n+=1\nprint(time.time()-t, n)\n"
+              % (volume_bytes, step, volume_bytes))
+    out = subprocess.run(["nbdsh", "-u", uri, "-c", script], check=True, capture_output=True, text=True).stdout
+    seconds, commands = out.split()
+    return float(seconds), int(commands)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--volume-gib", type=int, default=4)
+    ap.add_argument("--blocks", default="200,1000,2000,4095")
+    ap.add_argument("--runtime", type=int, default=10)
+    ap.add_argument("--work-gib", type=int, default=1)
+    ap.add_argument("--no-record", action="store_true")
+    args = ap.parse_args()
+    if not os.path.exists(LACUNA):
+        sys.exit(f"{LACUNA} missing: run cargo build --release first")
+    blocks = [int(b) for b in args.blocks.split(",")]
+    volume_bytes = args.volume_gib << 30
+    assert max(blocks) * MIB < 1 << 32, "NBD request lengths are 32-bit"
+    tmp = tempfile.mkdtemp(prefix="lacuna-unmap-", dir=os.environ.get("BENCH_DIR", "/var/tmp"))
+    lacuna = Lacuna(tmp, f"{args.volume_gib * 3 + args.work_gib * 3 + 4}G")
+    rows = []
+    try:
+        lacuna.cli("volume", "create", "big", "--size", f"{args.volume_gib}G")
+        lacuna.cli("volume", "create", "work", "--size", f"{args.work_gib}G")
+        big = f"nbd://127.0.0.1:{lacuna.nbd}/big"
+        work = f"nbd://127.0.0.1:{lacuna.nbd}/work"
+        fill(work, args.work_gib)
+        baseline = {}
+        randwrite(work, args.runtime, args.work_gib, baseline)
+        print(f"baseline 4k randwrite QD16: {baseline['iops']:.0f} IOPS, p99 {baseline['p99_us']:.0f} us", flush=True)
+        for n in blocks:
+            fill(big, args.volume_gib)
+            time.sleep(2)  # let the background flush settle
+            during = {}
+            worker = threading.Thread(target=randwrite, args=(work, args.runtime, args.work_gib, during))
+            worker.start()
+            time.sleep(1)
+            cpu0 = lacuna.cpu_s()
+            t0 = time.time()
+            unmap_s, commands = unmap_whole(big, volume_bytes, n)
+            while lacuna.get("/v1/array/space")["reclaim_backlog_bytes"] > 0:
+                time.sleep(0.02)
+            reclaim_s = time.time() - t0
+            cpu = lacuna.cpu_s() - cpu0
+            worker.join()
+            iops_ratio = during["iops"] / baseline["iops"]
+            p99_ratio = during["p99_us"] / baseline["p99_us"]
+            rows.append((n, commands, unmap_s, reclaim_s, cpu, during["iops"], during["p99_us"], iops_ratio, p99_ratio))
+            print(f"N={n:5} MiB: {commands:5} commands in {unmap_s * 1000:8.1f} ms, backlog empty after "
+                  f"{reclaim_s:6.2f} s, daemon CPU {cpu:5.2f} s; workload {during['iops']:.0f} IOPS "
+                  f"({iops_ratio:.2f}x), p99 {during['p99_us']:.0f} us ({p99_ratio:.2f}x)", flush=True)
+    finally:
+        lacuna.stop()
+    dat = os.path.join(ROOT, "bench", "unmap_impact.dat")
+    with open(dat, "w") as f:
+        f.write("# N_mib commands unmap_s reclaim_s cpu_s iops p99_us iops_ratio p99_ratio\n")
+        for row in rows:
+            f.write(" ".join(f"{x:.6g}" if isinstance(x, float) else str(x) for x in row) + "\n")
+    png = os.path.join(ROOT, "bench", "unmap_impact.png")
+    if shutil.which("gnuplot"):
+        subprocess.run(["gnuplot"], text=True, check=True, input="\n".join([
+            "set terminal png size 1000,600", f"set output '{png}'",
+            f"set title 'Lacuna: UNMAP of a fully written {args.volume_gib} GiB volume in commands of N MiB (NBD)'",
+            "set xlabel 'N (MiB per UNMAP command)'", "set ylabel 'milliseconds'", "set logscale x", "set grid",
+            "set key left top",
+            f"plot '{dat}' using 1:($3*1000) with linespoints pt 7 title 'UNMAP commands (host side)', "
+            f"'{dat}' using 1:($4*1000) with linespoints pt 5 title 'until the reclaim backlog is empty'",
+        ]))
+    if not args.no_record:
+        cmd = "bench/unmap_impact.py " + " ".join(sys.argv[1:])
+        lines = [
+            f"\n## Seed 001: UNMAP of a whole volume vs a concurrent workload ({datetime.date.today()})\n",
+            f"Command: `{cmd}` (release build; {args.volume_gib} GiB volume fully written with unique data, unmapped "
+            f"in commands of N MiB over NBD while fio 4k randwrite QD16 runs {args.runtime} s on another volume; "
+            f"baseline without unmap {baseline['iops']:.0f} IOPS, p99 {baseline['p99_us']:.0f} us).\n",
+            "| N (MiB) | commands | UNMAP time | backlog empty after | daemon CPU | workload IOPS | vs baseline | p99 | vs baseline | < 10% worse |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for n, c, u, r, cpu, iops, p99, ir, pr in rows:
+            ok = ir >= 0.9 and pr <= 1.1
+            lines.append(f"| {n} | {c} | {u * 1000:.1f} ms | {r:.2f} s | {cpu:.2f} s | {iops:.0f} | {ir:.2f} | "
+                         f"{p99:.0f} us | {pr:.2f} | {'yes' if ok else 'NO'} |")
+        if os.path.exists(png):
+            lines.append("\n![UNMAP duration against N](unmap_impact.png)\n")
+        with open(os.path.join(ROOT, "bench", "RESULTS.md"), "a") as f:
+            f.write("\n".join(lines) + "\n")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

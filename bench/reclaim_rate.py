@@ -35,6 +35,9 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LACUNA = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "lacuna")
 MB = 1_000_000
+# nbdsh is `python3 -m nbd`: run it with the system Python that has the libnbd
+# binding (python3-libnbd), whatever python3 comes first in PATH.
+NBDSH = ["/usr/bin/python3", "-m", "nbd"] if os.path.exists("/usr/bin/python3") else ["nbdsh"]
 GIB = 1 << 30
 
 
@@ -209,14 +212,14 @@ def main():
         sparse_uri = f"nbd://127.0.0.1:{lacuna.nbd}/sparse"
         script = ("for i in range(256):\n    h.pwrite(b'\\x5a' * 65536, i * ((%d << 40) // 256))\nh.flush()\n"
                   % args.sparse_tib)
-        subprocess.run(["nbdsh", "-u", sparse_uri, "-c", script], check=True)
+        subprocess.run([*NBDSH, "-u", sparse_uri, "-c", script], check=True)
         before = lacuna.get("/v1/containers/unlimited")["reclaim"]
         t0 = time.time()
         # NBD lengths are 32-bit: the unmap goes as commands of 4 GiB less a grain.
         step = (4 << 30) - 4096
         trims = ("end = %d << 40\noff = 0\nwhile off < end:\n    n = min(%d, end - off)\n    h.trim(n, off)\n"
                  "    off += n\n" % (args.sparse_tib, step))
-        subprocess.run(["nbdsh", "-u", sparse_uri, "-c", trims], check=True)
+        subprocess.run([*NBDSH, "-u", sparse_uri, "-c", trims], check=True)
         unmap_s = time.time() - t0
         while lacuna.get("/v1/containers/unlimited")["reclaim"]["backlog_bytes"] > 0:
             time.sleep(0.01)

@@ -26,7 +26,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reclaim_rate import LACUNA, ROOT, Lacuna, fill  # noqa: E402
+from reclaim_rate import LACUNA, NBDSH, ROOT, Lacuna, fill  # noqa: E402
 
 MIB = 1 << 20
 
@@ -47,7 +47,7 @@ def unmap_whole(uri, volume_bytes, block_mib):
     script = ("import time\nt=time.time()\noff=0\nn=0\nwhile off < %d:\n    k=min(%d, %d-off)\n"
               "    h.trim(k, off)\n    off+=k\n    n+=1\nprint(time.time()-t, n)\n"
               % (volume_bytes, step, volume_bytes))
-    out = subprocess.run(["nbdsh", "-u", uri, "-c", script], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([*NBDSH, "-u", uri, "-c", script], check=True, capture_output=True, text=True).stdout
     seconds, commands = out.split()
     return float(seconds), int(commands)
 

@@ -24,8 +24,12 @@ use crate::container::ContainerShared;
 use crate::meta::{self, kv_error, HistValue, MapValue, RangeKind};
 use crate::{Engine, Result, GRAIN_BYTES};
 
-/// Mappings dropped per transaction.
+/// Mappings dropped per transaction while host I/O is in flight: short
+/// transactions, so the writer mutex is never held long.
 const BATCH_MAPPINGS: usize = 256;
+/// Mappings dropped per transaction when no host I/O is in flight: commits are
+/// a large part of the cost, so idle time reclaims in bigger steps.
+const IDLE_BATCH_MAPPINGS: usize = 4096;
 /// Longest a background step waits for host I/O to pause, in yields of
 /// `FOREGROUND_YIELD`: background work slows under load but never stops.
 const MAX_FOREGROUND_YIELDS: u32 = 10;
@@ -167,15 +171,23 @@ impl Engine {
             });
         }
         let draining = container.draining.load(Ordering::SeqCst);
+        let batch_grains = if self.foreground_inflight.load(Ordering::SeqCst) == 0 {
+            IDLE_BATCH_MAPPINGS
+        } else {
+            BATCH_MAPPINGS
+        } as u64;
         let granted_grains = if draining {
-            BATCH_MAPPINGS as u64
+            batch_grains
         } else {
             let mut bucket = container.bucket.lock();
-            let granted_bytes = bucket.take(BATCH_MAPPINGS as u64 * GRAIN_BYTES, now);
+            let granted_bytes = bucket.take(batch_grains * GRAIN_BYTES, now);
             bucket.refund(granted_bytes % GRAIN_BYTES);
             let grains = granted_bytes / GRAIN_BYTES;
             if grains == 0 {
-                return Ok(match bucket.wait_for(GRAIN_BYTES, now) {
+                // Wait for a batch's worth (or the whole backlog if smaller):
+                // waking per grain at a low rate would spend a core on commits.
+                let wanted_grains = backlog_grains.min(BATCH_MAPPINGS as u64);
+                return Ok(match bucket.wait_for(wanted_grains * GRAIN_BYTES, now) {
                     Some(wait) => ContainerStep::Waiting(wait),
                     None => ContainerStep::Idle,
                 });
@@ -207,7 +219,11 @@ impl Engine {
         };
         match doomed {
             // Without tokens only what holds no dead data (history, records) goes.
-            Some((volume, 0)) => return self.reclaim_doomed_step(volume, BATCH_MAPPINGS).map(Some),
+            Some((volume, 0)) => {
+                return self
+                    .reclaim_doomed_step(volume, IDLE_BATCH_MAPPINGS)
+                    .map(Some)
+            }
             Some((volume, _)) if limit_grains > 0 => {
                 return self
                     .reclaim_doomed_step(volume, limit_grains as usize)
@@ -267,7 +283,7 @@ impl Engine {
                         }
                         shadowed.push(key.value().1);
                     }
-                    if scanned >= 16 * BATCH_MAPPINGS {
+                    if scanned >= 16 * limit.max(BATCH_MAPPINGS) {
                         more = true;
                         break;
                     }
@@ -331,7 +347,7 @@ impl Engine {
     /// Drops a batch of a deleted volume's mappings; forgets the volume when none
     /// are left.
     fn reclaim_doomed_step(&self, volume: u64, limit: usize) -> Result<u64> {
-        assert!(limit > 0 && limit <= BATCH_MAPPINGS);
+        assert!(limit > 0 && limit <= IDLE_BATCH_MAPPINGS);
         let mut ws = self.writer.lock();
         let mut released = 0;
         let finished = self.transact(&mut ws, false, |st, t, _| {

@@ -24,3 +24,8 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace -- --test-threads=2
+# Coverage-guided fuzzing, bounded (FUZZ_SECONDS per target; 0 skips it): see
+# docs/RELIABILITY.md. Its build goes to $CARGO_TARGET_DIR/fuzz.
+if [[ "${FUZZ_SECONDS:-30}" != 0 ]]; then
+    ./scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+fi

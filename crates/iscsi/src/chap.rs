@@ -79,7 +79,9 @@ pub fn decode_binary(value: &str, max_bytes: usize) -> Option<Vec<u8>> {
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() > 2 * CHALLENGE_MAX_BYTES + 1 {
+    // Checked up front: `u8::from_str_radix` alone would take a sign ("+f") as a digit
+    // pair, so "0x+f+f" decoded (found by the iscsi_text fuzz target).
+    if hex.len() > 2 * CHALLENGE_MAX_BYTES + 1 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     // An odd digit count means a leading zero was left out.
@@ -269,6 +271,16 @@ mod tests {
         assert_eq!(decode_binary("1234", 16), None);
         assert_eq!(decode_binary("0x", 16), None);
         assert_eq!(decode_binary("0x010203", 2), None);
+    }
+
+    /// Regression (fuzz/corpus/iscsi_text/regression-hex-sign): a sign is not a hex digit.
+    #[test]
+    fn hex_values_take_hex_digits_only() {
+        assert_eq!(decode_binary("0x0f0+f0f", 16), None);
+        assert_eq!(decode_binary("0x+f", 16), None);
+        assert_eq!(decode_binary("0x-1", 16), None);
+        assert_eq!(decode_binary("0x 1", 16), None);
+        assert_eq!(decode_binary("0x0f0F0f", 16), Some(vec![0x0f, 0x0f, 0x0f]));
     }
 
     #[test]

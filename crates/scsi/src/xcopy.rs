@@ -235,6 +235,35 @@ fn parse_segments(list: &[u8], list_offset: usize) -> Result<Vec<Segment>, Failu
     Ok(segments)
 }
 
+/// Consecutive segments that continue one another (same units, each starting
+/// where the previous one ended on both sides) are copied as one range: a client
+/// that splits a clone into many segments still costs one metadata-only copy per
+/// run, not per segment.
+struct Run {
+    source_index: usize,
+    destination_index: usize,
+    source_lba: u64,
+    destination_lba: u64,
+    block_count: u64,
+    segments: u16,
+}
+
+impl Run {
+    /// Whether `segment` extends the run. Within one unit, only while the
+    /// extended source and destination ranges stay apart: segment by segment, a
+    /// later segment may read what an earlier one wrote, and one copy would not.
+    fn continued_by(&self, segment: &Segment, same_unit: bool) -> bool {
+        let continues = segment.source_index == self.source_index
+            && segment.destination_index == self.destination_index
+            && segment.source_lba == self.source_lba + self.block_count
+            && segment.destination_lba == self.destination_lba + self.block_count;
+        let count = self.block_count + segment.block_count;
+        let apart = self.source_lba + count <= self.destination_lba
+            || self.destination_lba + count <= self.source_lba;
+        continues && (!same_unit || apart)
+    }
+}
+
 fn run_segments(
     request: &Request<'_>,
     targets: &[Option<Arc<dyn LogicalUnit>>],
@@ -247,6 +276,7 @@ fn run_segments(
             .and_then(Option::as_ref)
             .ok_or_else(|| copy_aborted(AdditionalSense::UNREACHABLE_COPY_TARGET))
     };
+    let mut pending: Option<Run> = None;
     for segment in segments {
         let source = resolve(segment.source_index)?;
         let destination = resolve(segment.destination_index)?;
@@ -260,31 +290,73 @@ fn run_segments(
                 .check_range(segment.destination_lba, segment.block_count)
                 .is_err()
         {
+            copy_run(request, targets, pending.take(), result)?;
             return Err(copy_aborted(AdditionalSense::NO_ADDITIONAL_SENSE));
         }
         if destination.read_only() {
+            copy_run(request, targets, pending.take(), result)?;
             return Err(Sense::new(SenseKey::DataProtect, AdditionalSense::WRITE_PROTECTED).into());
         }
-        let source_state = request.core.unit_state(source.as_ref());
-        let destination_state = request.core.unit_state(destination.as_ref());
-        check_copy_access(&source_state, request.nexus, false)?;
-        check_copy_access(&destination_state, request.nexus, true)?;
-        if segment.block_count > 0 {
-            let offset_bytes = destination_geometry.offset_bytes(segment.destination_lba);
-            let len_bytes = destination_geometry.len_bytes(segment.block_count);
-            let _range = destination_state.range_lock.lock(offset_bytes, len_bytes);
-            destination
-                .copy_from(
-                    source.as_ref(),
-                    source_geometry.offset_bytes(segment.source_lba),
-                    offset_bytes,
-                    len_bytes,
-                )
-                .map_err(|e| storage_failure(e, true))?;
+        let same_unit = Arc::ptr_eq(source, destination);
+        match pending.as_mut() {
+            Some(run) if run.continued_by(segment, same_unit) => {
+                run.block_count += segment.block_count;
+                run.segments += 1;
+            }
+            _ => {
+                copy_run(request, targets, pending.take(), result)?;
+                pending = Some(Run {
+                    source_index: segment.source_index,
+                    destination_index: segment.destination_index,
+                    source_lba: segment.source_lba,
+                    destination_lba: segment.destination_lba,
+                    block_count: segment.block_count,
+                    segments: 1,
+                });
+            }
         }
-        result.segments_processed += 1;
-        result.transferred_blocks += segment.block_count;
     }
+    copy_run(request, targets, pending.take(), result)
+}
+
+/// Copies one run of segments (access checked as for each of them) and counts
+/// its segments as processed.
+fn copy_run(
+    request: &Request<'_>,
+    targets: &[Option<Arc<dyn LogicalUnit>>],
+    run: Option<Run>,
+    result: &mut CopyResult,
+) -> Result<(), Failure> {
+    let Some(run) = run else {
+        return Ok(());
+    };
+    let unit = |index: usize| {
+        targets[index]
+            .as_ref()
+            .expect("resolved before the run began")
+    };
+    let (source, destination) = (unit(run.source_index), unit(run.destination_index));
+    let source_geometry = Geometry::of(source.as_ref());
+    let destination_geometry = Geometry::of(destination.as_ref());
+    let source_state = request.core.unit_state(source.as_ref());
+    let destination_state = request.core.unit_state(destination.as_ref());
+    check_copy_access(&source_state, request.nexus, false)?;
+    check_copy_access(&destination_state, request.nexus, true)?;
+    if run.block_count > 0 {
+        let offset_bytes = destination_geometry.offset_bytes(run.destination_lba);
+        let len_bytes = destination_geometry.len_bytes(run.block_count);
+        let _range = destination_state.range_lock.lock(offset_bytes, len_bytes);
+        destination
+            .copy_from(
+                source.as_ref(),
+                source_geometry.offset_bytes(run.source_lba),
+                offset_bytes,
+                len_bytes,
+            )
+            .map_err(|e| storage_failure(e, true))?;
+    }
+    result.segments_processed += run.segments;
+    result.transferred_blocks += run.block_count;
     Ok(())
 }
 

@@ -464,6 +464,55 @@ fn extended_copy_across_units_with_several_segments() {
         .all(|&b| b == 0));
 }
 
+/// Segments that continue one another are copied as one run; within one unit a
+/// run never swallows a segment that reads what an earlier one wrote.
+#[test]
+fn extended_copy_runs_keep_segment_by_segment_results() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    drain_attentions(&array.core, &a, 1);
+    let pattern: Vec<u8> = (0..64 * 512).map(|i| (i / 512) as u8).collect();
+    good(exec(&array.core, &a, 0, &write10(0, 64), &pattern));
+    let zero = naa_of(&array.core, &a, 0);
+    let one = naa_of(&array.core, &a, 1);
+    // Four contiguous segments to the other unit: one run, four segments counted.
+    let (cdb, list) = xcopy(
+        &[zero.clone(), one],
+        &[
+            (0, 1, 16, 0, 100),
+            (0, 1, 16, 16, 116),
+            (0, 1, 16, 32, 132),
+            (0, 1, 16, 48, 148),
+        ],
+    );
+    good(exec(&array.core, &a, 0, &cdb, &list));
+    assert_eq!(
+        good(exec(&array.core, &a, 1, &read10(100, 64), &[])),
+        pattern
+    );
+    let mut results = vec![0u8; 16];
+    results[0] = 0x84;
+    results[2] = 7;
+    results[13] = 255;
+    let status = good(exec(&array.core, &a, 0, &results, &[]));
+    assert_eq!(u16::from_be_bytes([status[5], status[6]]), 4);
+    // Within unit 0, blocks 0..8 shifted up by 8 twice: the second segment reads
+    // what the first wrote, so blocks 16..24 hold blocks 0..8's content.
+    let (cdb, list) = xcopy(&[zero], &[(0, 0, 8, 0, 8), (0, 0, 8, 8, 16)]);
+    good(exec(&array.core, &a, 0, &cdb, &list));
+    let got = good(exec(&array.core, &a, 0, &read10(0, 24), &[]));
+    for block in 0..24 {
+        let expected = (block % 8) as u8;
+        assert!(
+            got[block * 512..(block + 1) * 512]
+                .iter()
+                .all(|&b| b == expected),
+            "block {block}"
+        );
+    }
+}
+
 fn mode_select_control(d_sense: bool) -> (Vec<u8>, Vec<u8>) {
     let mut list = vec![0u8; 4];
     let mut page = vec![0x0a, 10, 0, 0x10, 0, 0, 0, 0, 0xff, 0xff, 0, 0];

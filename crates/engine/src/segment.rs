@@ -183,7 +183,7 @@ pub fn punchable(mut freed: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
         .filter_map(|(start, end)| {
             let start = start.next_multiple_of(PUNCH_ALIGN_BYTES);
             let end = end / PUNCH_ALIGN_BYTES * PUNCH_ALIGN_BYTES;
-            (end > start).then_some((start, end - start))
+            (end > start).then(|| (start, end - start))
         })
         .collect()
 }

@@ -480,6 +480,8 @@ impl Engine {
             relocated_bytes: self.stats.relocated_bytes.load(Ordering::Relaxed),
             writer_cleans: self.stats.writer_cleans.load(Ordering::Relaxed),
             punched_bytes: self.stats.punched_bytes.load(Ordering::Relaxed),
+            checksum_errors: self.stats.checksum_errors.load(Ordering::Relaxed),
+            read_errors: self.stats.read_errors.load(Ordering::Relaxed),
         }
     }
 }
@@ -778,7 +780,10 @@ fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<
             }
             Some(state) if length_bytes < state.written_bytes => {
                 return Err(EngineError::Corruption(format!(
-                    "segment {id} holds {length_bytes} bytes but the metadata references {}",
+                    "segment {id} ({}) holds {length_bytes} bytes but the metadata references {}: \
+                     the segment lost committed records (truncated or torn); restore it or the \
+                     data directory from a copy",
+                    store.path(id).display(),
                     state.written_bytes
                 )));
             }
@@ -793,7 +798,11 @@ fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<
         .collect();
     for (&id, state) in &ws.segments {
         if state.written_bytes > 0 && !present.contains(&id) {
-            return Err(EngineError::Corruption(format!("segment {id} is missing")));
+            return Err(EngineError::Corruption(format!(
+                "segment {id} ({}) is missing but the metadata references {} bytes in it",
+                store.path(id).display(),
+                state.written_bytes
+            )));
         }
     }
     Ok(())

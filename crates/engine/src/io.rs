@@ -111,9 +111,14 @@ impl Engine {
                 Content::Block(id) => {
                     reader.count_block_lookup();
                     self.read_block(&reader.blocks, id, &mut grain_buf)
-                        .inspect_err(
-                            |e| tracing::error!(volume = %label, grain, "read failed: {e}"),
-                        )?;
+                        .inspect_err(|e| {
+                            tracing::error!(
+                                volume = %label,
+                                offset_bytes = run_from,
+                                length_bytes = GRAIN_BYTES,
+                                "read failed: {e}"
+                            )
+                        })?;
                     out.copy_from_slice(&grain_buf[in_grain..in_grain + out.len()]);
                 }
             }
@@ -139,8 +144,14 @@ impl Engine {
         self.store
             .read_at(rec.segment, u64::from(rec.offset_bytes), &mut record)
             .map_err(|e| {
+                self.stats
+                    .read_errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 EngineError::io(
-                    format!("reading block {id} from segment {}", rec.segment),
+                    format!(
+                        "reading block {id} from segment {} at {}",
+                        rec.segment, rec.offset_bytes
+                    ),
                     e,
                 )
             })?;

@@ -29,6 +29,7 @@ mod clean;
 pub mod container;
 pub mod copy;
 pub mod error;
+mod fault;
 mod fsck;
 pub mod grain;
 mod io;
@@ -39,6 +40,8 @@ pub mod ranges;
 pub mod rate;
 mod reclaim;
 pub mod report;
+pub mod room;
+pub mod scrub;
 pub mod segment;
 pub mod snapshot;
 mod tx;
@@ -126,6 +129,8 @@ pub struct EngineStats {
     pub punched_bytes: AtomicU64,
     pub durable_commits: AtomicU64,
     pub checksum_errors: AtomicU64,
+    /// Segment reads the filesystem failed (EIO and the like).
+    pub read_errors: AtomicU64,
     /// Host writes committed, and the transactions that committed them (their
     /// ratio is the group-commit batch size).
     pub write_jobs: AtomicU64,
@@ -242,6 +247,7 @@ pub struct Engine {
     reclaim_wake: (Mutex<bool>, Condvar),
     shutdown: AtomicBool,
     reclaimer: Mutex<Option<JoinHandle<()>>>,
+    scrubs: scrub::Scrubs,
 }
 
 /// A handle for I/O on one volume. Cheap to clone.
@@ -259,10 +265,11 @@ impl Engine {
             .map_err(|e| EngineError::io(format!("creating {}", config.data_dir.display()), e))?;
         let store = FileSegmentStore::open(&config.data_dir.join("segments"))
             .map_err(|e| EngineError::io("opening the segment directory", e))?;
+        let db_path = config.data_dir.join("metadata.redb");
         let db = redb::Builder::new()
             .set_cache_size(256 * 1024 * 1024)
-            .create(config.data_dir.join("metadata.redb"))
-            .map_err(kv_error)?;
+            .create(&db_path)
+            .map_err(|e| EngineError::Metadata(format!("opening {}: {e}", db_path.display())))?;
         crate::catalog::ensure_tables(&db)?;
         let containers = container::load(&db, config.clock.now())?;
         let recovered = catalog::recover(&db, &store, config.capacity_bytes, &containers)?;
@@ -276,7 +283,7 @@ impl Engine {
             reclaim_token_wait: Mutex::new(None),
             config,
             db,
-            store: Arc::new(store),
+            store: fault::wrap(store),
             volumes: RwLock::new(recovered.volumes),
             destroyed: RwLock::new(recovered.destroyed),
             retained: Mutex::new(recovered.retained),
@@ -297,6 +304,7 @@ impl Engine {
             reclaim_wake: (Mutex::new(false), Condvar::new()),
             shutdown: AtomicBool::new(false),
             reclaimer: Mutex::new(None),
+            scrubs: scrub::Scrubs::default(),
         });
         {
             let ws = engine.writer.lock();
@@ -379,6 +387,7 @@ impl Engine {
             let sealed = ws.clean_segment.take().expect("dead clean segment");
             ws.pending_free.insert(sealed);
         }
+        room::check_metadata(self.store.as_ref())?;
         let freeing: Vec<_> = std::mem::take(&mut ws.pending_free).into_iter().collect();
         let punching = std::mem::take(&mut ws.pending_punch);
         let mut txn = self.db.begin_write().map_err(kv_error)?;
@@ -448,7 +457,9 @@ impl Engine {
     fn sync_segment(&self, segment: segment::SegmentId) -> Result<()> {
         match self.store.sync(segment) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => other.map_err(|e| EngineError::io(format!("syncing segment {segment}"), e)),
+            other => {
+                other.map_err(|e| room::segment_error(format!("syncing segment {segment}"), e))
+            }
         }
     }
 

@@ -113,6 +113,13 @@ pub struct SpaceReport {
     /// Bytes of freed records punched out of segment files (the disk below
     /// learns of them at once) since the daemon started.
     pub punched_bytes: u64,
+    /// Records that failed verification when read (host reads and the cleaner)
+    /// since the daemon started: the host got an error, never the bytes.
+    #[serde(default)]
+    pub checksum_errors: u64,
+    /// Segment reads the filesystem failed (EIO) since the daemon started.
+    #[serde(default)]
+    pub read_errors: u64,
 }
 
 /// The state of a run of bytes, as NBD `base:allocation` and SCSI GET LBA STATUS

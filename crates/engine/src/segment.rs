@@ -47,6 +47,11 @@ pub trait SegmentStore: Send + Sync {
     fn punch(&self, segment: SegmentId, offset_bytes: u64, length_bytes: u64) -> io::Result<()>;
     /// Every segment present, with its stored length.
     fn list(&self) -> io::Result<Vec<(SegmentId, u64)>>;
+    /// Free and total bytes of the filesystem below the store, when it has one
+    /// (the write path keeps room for metadata; see [`crate::room`]).
+    fn fs_space(&self) -> io::Result<Option<crate::room::FsSpace>> {
+        Ok(None)
+    }
 }
 
 /// One file per segment under `<data_dir>/segments/`.
@@ -64,7 +69,8 @@ impl FileSegmentStore {
         })
     }
 
-    fn path(&self, segment: SegmentId) -> PathBuf {
+    /// The file holding `segment` (named in recovery and scrub messages).
+    pub fn path(&self, segment: SegmentId) -> PathBuf {
         self.dir.join(format!("{segment:08}.seg"))
     }
 
@@ -158,6 +164,10 @@ impl SegmentStore for FileSegmentStore {
         }
         segments.sort_unstable();
         Ok(segments)
+    }
+
+    fn fs_space(&self) -> io::Result<Option<crate::room::FsSpace>> {
+        crate::room::statvfs(&self.dir).map(Some)
     }
 }
 

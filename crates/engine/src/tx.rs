@@ -792,12 +792,14 @@ pub fn run<T>(
         let mut tables = Tables::open(&txn)?;
         f(&mut st, &mut tables, ws)?
     };
-    let mut appended_bytes = 0;
+    let appended_bytes: u64 = st.appends.values().map(|(_, b)| b.len() as u64).sum();
+    if appended_bytes > 0 {
+        crate::room::check_data(store, appended_bytes)?;
+    }
     for (segment, (offset, bytes)) in &st.appends {
-        appended_bytes += bytes.len() as u64;
         store
             .write_at(*segment, *offset, bytes)
-            .map_err(|e| EngineError::io(format!("writing segment {segment}"), e))?;
+            .map_err(|e| crate::room::segment_error(format!("writing segment {segment}"), e))?;
     }
     txn.commit().map_err(kv_error)?;
     let records_written = st.records_written;

@@ -2,6 +2,7 @@
 //! [`Engine`]; tests of routing, auth and error mapping pass a double that can also
 //! produce failures a real engine rarely does (out of space, I/O errors).
 
+use lacuna_engine::scrub::{ScrubReport, ScrubStart, ScrubStatus};
 use lacuna_engine::snapshot::split_full_name;
 use lacuna_engine::{
     ContainerInfo, ContainerPolicy, ContainerUpdate, CopyReport, Engine, EngineError,
@@ -90,6 +91,24 @@ pub trait ControlPlane: Send + Sync + 'static {
     /// Works the container's reclaim backlog off now, whatever its policy;
     /// answers at once, with `reclaim.draining` set until the backlog is empty.
     fn reclaim_container_now(&self, name: &str) -> Result<ContainerInfo, EngineError>;
+    /// Begins a scrub pass at a rate (unlimited when `None`), or answers the
+    /// pass running already. The API then runs a begun pass with
+    /// [`ControlPlane::run_scrub`] on a thread of its own.
+    fn begin_scrub(&self, _rate_bytes_per_s: Option<u64>) -> Result<ScrubStart, EngineError> {
+        Err(no_scrub())
+    }
+    /// Runs a begun pass to its end (blocks for the whole pass).
+    fn run_scrub(&self, _pass: u64) -> Result<ScrubReport, EngineError> {
+        Err(no_scrub())
+    }
+    /// The running pass, the last finished one, and the background schedule.
+    fn scrub_status(&self) -> Result<ScrubStatus, EngineError> {
+        Err(no_scrub())
+    }
+}
+
+fn no_scrub() -> EngineError {
+    EngineError::InvalidArgument("this array cannot scrub".into())
 }
 
 impl ControlPlane for Engine {
@@ -239,5 +258,17 @@ impl ControlPlane for Engine {
 
     fn reclaim_container_now(&self, name: &str) -> Result<ContainerInfo, EngineError> {
         Engine::reclaim_container_now(self, name)
+    }
+
+    fn begin_scrub(&self, rate_bytes_per_s: Option<u64>) -> Result<ScrubStart, EngineError> {
+        Engine::begin_scrub(self, rate_bytes_per_s)
+    }
+
+    fn run_scrub(&self, pass: u64) -> Result<ScrubReport, EngineError> {
+        Engine::run_scrub(self, pass)
+    }
+
+    fn scrub_status(&self) -> Result<ScrubStatus, EngineError> {
+        Ok(Engine::scrub_status(self))
     }
 }

@@ -36,6 +36,8 @@
 //! | POST   | `/v1/containers/{container}/reclaim` | work the reclaim backlog off now, whatever the policy |
 //! | GET    | `/v1/array/space`                 | array-wide space report               |
 //! | GET    | `/metrics`                        | Prometheus text: array, per-container and per-volume figures |
+//! | POST   | `/v1/array/scrub`                 | start a scrub pass `{rate_bytes_per_s?}` (or join the running one) |
+//! | GET    | `/v1/array/scrub`                 | the running and the last scrub pass   |
 //! | GET    | `/v1/hosts`                       | list hosts (never their CHAP secrets) |
 //! | POST   | `/v1/hosts`                       | create `{name, iqns, chap_user?, chap_secret?, mutual_chap_user?, mutual_chap_secret?}` |
 //! | GET    | `/v1/hosts/{host}`                | one host, with its LUNs               |
@@ -77,6 +79,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use lacuna_engine::scrub::{ScrubStart, ScrubStatus};
 use lacuna_engine::{
     ContainerInfo, CopyReport, EngineError, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport,
     VolumeInfo,
@@ -91,7 +94,7 @@ pub use hosts::{
 };
 pub use requests::{
     CopyRangeRequest, CreateContainerRequest, CreateSnapshotsRequest, CreateVolumeRequest,
-    ListSnapshotsQuery, ListVolumesQuery, ResizeVolumeRequest, RestoreVolumeRequest,
+    ListSnapshotsQuery, ListVolumesQuery, ResizeVolumeRequest, RestoreVolumeRequest, ScrubRequest,
     UpdateContainerRequest,
 };
 pub use token::{load_or_create_token, tokens_match, TOKEN_FILE_NAME};
@@ -173,6 +176,7 @@ pub fn router(state: ApiState) -> Router {
             post(reclaim_container),
         )
         .route("/v1/array/space", get(array_space))
+        .route("/v1/array/scrub", get(scrub_status).post(start_scrub))
         .route("/metrics", get(prometheus_metrics))
         .route("/v1/hosts", get(list_hosts).post(create_host))
         .route("/v1/hosts/{host}", get(show_host).delete(delete_host))
@@ -514,6 +518,29 @@ async fn reclaim_container(
 
 async fn array_space(State(state): State<ApiState>) -> Result<Json<SpaceReport>, ApiError> {
     Ok(Json(blocking(&state, |c| c.space()).await?))
+}
+
+/// Begins a scrub pass and runs it on the blocking pool (it outlives the
+/// request); answers the pass begun, or the one running already.
+async fn start_scrub(
+    State(state): State<ApiState>,
+    JsonBody(body): JsonBody<ScrubRequest>,
+) -> Result<(StatusCode, Json<ScrubStart>), ApiError> {
+    let start = blocking(&state, move |c| c.begin_scrub(body.rate_bytes_per_s)).await?;
+    if start.started {
+        let control = state.control.clone();
+        let pass = start.report.pass;
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = control.run_scrub(pass) {
+                tracing::error!(pass, "scrub pass failed: {e}");
+            }
+        });
+    }
+    Ok((StatusCode::ACCEPTED, Json(start)))
+}
+
+async fn scrub_status(State(state): State<ApiState>) -> Result<Json<ScrubStatus>, ApiError> {
+    Ok(Json(blocking(&state, |c| c.scrub_status()).await?))
 }
 
 async fn list_hosts(State(state): State<ApiState>) -> Result<Json<Vec<HostInfo>>, ApiError> {

@@ -157,6 +157,16 @@ pub fn render(space: &SpaceReport) -> String {
             "Logical bytes whose old mappings the reclaimer dropped.",
             space.reclaimed_bytes,
         ),
+        counter(
+            "lacuna_checksum_errors_total",
+            "Records that failed verification when read (the host got an error, never the bytes).",
+            space.checksum_errors,
+        ),
+        counter(
+            "lacuna_read_errors_total",
+            "Segment reads the filesystem failed (EIO).",
+            space.read_errors,
+        ),
     ];
     let mut out = String::new();
     for m in metrics {

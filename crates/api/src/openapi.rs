@@ -294,6 +294,23 @@ pub fn document() -> Value {
                     }), &["401", "500"])
                 }
             },
+            "/v1/array/scrub": {
+                "get": {
+                    "operationId": "getScrub",
+                    "summary": "The running scrub pass (progress), the last finished one (its findings) and the background schedule",
+                    "responses": with_errors(json!({
+                        "200": json_response("Scrub status", "ScrubStatus")
+                    }), &["400", "401", "500"])
+                },
+                "post": {
+                    "operationId": "startScrub",
+                    "summary": "Start a scrub pass: read back and verify every stored record, at a rate if given; answers the pass running already if there is one",
+                    "requestBody": json_request("ScrubRequest"),
+                    "responses": with_errors(json!({
+                        "202": json_response("The pass begun (started: true) or the one running already (started: false)", "ScrubStart")
+                    }), &["400", "401", "413", "415", "500"])
+                }
+            },
             "/metrics": {
                 "get": {
                     "operationId": "getMetrics",
@@ -769,7 +786,53 @@ fn schemas() -> Value {
             "write_amplification": ratio("media_written / host_written (below 1 when data reduction saves more than cleaning costs); 0 before any host write"),
             "unmap_commands": count("Unmap requests received since the daemon started (UNMAP, TRIM, WRITE SAME or WRITE ZEROES allowed to unmap)"),
             "unmapped_bytes": bytes("Logical bytes those requests covered"),
-            "reclaimed_bytes": bytes("Logical bytes whose old mappings the background reclaimer has dropped since the daemon started")
+            "reclaimed_bytes": bytes("Logical bytes whose old mappings the background reclaimer has dropped since the daemon started"),
+            "checksum_errors": count("Records that failed verification when read since the daemon started (the host got an error, never the bytes)"),
+            "read_errors": count("Segment reads the filesystem failed (EIO) since the daemon started")
+        })),
+        "ScrubRequest": closed(json!({
+            "type": "object",
+            "properties": {
+                "rate_bytes_per_s": {"type": "integer", "format": "int64", "minimum": 1, "description": "Most bytes of records read per second; unlimited when absent"}
+            }
+        })),
+        "ScrubStart": object(json!({
+            "report": {"$ref": "#/components/schemas/ScrubReport"},
+            "started": {"type": "boolean", "description": "false: a pass was running already and this is it"}
+        })),
+        "ScrubStatus": object(json!({
+            "current": nullable(json!({"allOf": [{"$ref": "#/components/schemas/ScrubReport"}], "description": "The running pass; null when none runs"})),
+            "last": nullable(json!({"allOf": [{"$ref": "#/components/schemas/ScrubReport"}], "description": "The last finished pass; null before the first"})),
+            "background_rate_bytes_per_s": nullable(json!({"type": "integer", "format": "int64", "minimum": 1, "description": "Rate of the background scrub; null when none is scheduled"}))
+        })),
+        "ScrubReport": object(json!({
+            "pass": count("Pass number since the daemon started, from 1"),
+            "background": {"type": "boolean", "description": "Started by the background scrub"},
+            "running": {"type": "boolean"},
+            "rate_bytes_per_s": nullable(json!({"type": "integer", "format": "int64", "minimum": 1, "description": "The pass's rate limit; null when unlimited"})),
+            "started_unix_s": count("When the pass started"),
+            "finished_unix_s": nullable(count("When the pass finished; null while running")),
+            "records_total": count("Records stored when the pass started"),
+            "bytes_total": bytes("Bytes of those records"),
+            "records_checked": count("Records read back and verified so far"),
+            "bytes_checked": bytes("Bytes of those records"),
+            "bad_records": count("Records that failed (checksum, decoding, fingerprint or read error)"),
+            "bad": {"type": "array", "items": {"$ref": "#/components/schemas/BadRecord"}, "description": "The first 100 bad records"},
+            "affected": {"type": "array", "items": {"$ref": "#/components/schemas/AffectedRange"}, "description": "What reads the bad records (at most 1000 ranges); complete once the pass finished"},
+            "error": nullable(json!({"type": "string", "description": "Why the pass stopped early; null if it did not"}))
+        })),
+        "BadRecord": object(json!({
+            "block_id": count("The stored block"),
+            "segment": count("Segment file number"),
+            "offset_bytes": bytes("Where the record starts in the segment"),
+            "reason": {"type": "string"}
+        })),
+        "AffectedRange": object(json!({
+            "volume": {"type": "string"},
+            "live": {"type": "boolean", "description": "The volume itself reads the range (false: only its snapshots do)"},
+            "snapshots": {"type": "array", "items": {"type": "string"}, "description": "Snapshots (VOL@NAME) that read the range"},
+            "offset_bytes": bytes("Start of the range in the volume"),
+            "length_bytes": bytes("Length of the range")
         }))
     })
 }

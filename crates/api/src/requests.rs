@@ -24,6 +24,15 @@ pub struct CreateVolumeRequest {
     pub container: Option<String>,
 }
 
+/// Body of `POST /v1/array/scrub`: the pass's rate limit in bytes per second
+/// (unlimited when absent).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScrubRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bytes_per_s: Option<u64>,
+}
+
 /// Body of `PATCH /v1/volumes/{name}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

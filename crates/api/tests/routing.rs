@@ -13,6 +13,7 @@ use lacuna_api::{
     router, ApiState, ControlPlane, HostControl, HostControlError, HostInfo, LunInfo, NewHost,
     NewLun, MAX_BODY_BYTES,
 };
+use lacuna_engine::scrub::{AffectedRange, BadRecord, ScrubReport, ScrubStart, ScrubStatus};
 use lacuna_engine::{
     Compression, ContainerInfo, ContainerPolicy, ContainerReclaim, ContainerUpdate, CopyReport,
     EngineError, GroupSnapshot, Provisioning, ReclaimPolicy, ReclaimStats, SnapshotInfo,
@@ -478,6 +479,59 @@ impl ControlPlane for FakeArray {
         c.reclaim.draining = true;
         Ok(c)
     }
+
+    fn begin_scrub(&self, rate_bytes_per_s: Option<u64>) -> Result<ScrubStart, EngineError> {
+        self.check(format!("begin_scrub {rate_bytes_per_s:?}"))?;
+        Ok(ScrubStart {
+            report: scrub_report(rate_bytes_per_s),
+            started: true,
+        })
+    }
+
+    /// Not logged: it runs on the blocking pool after the answer.
+    fn run_scrub(&self, _pass: u64) -> Result<ScrubReport, EngineError> {
+        Ok(scrub_report(None))
+    }
+
+    fn scrub_status(&self) -> Result<ScrubStatus, EngineError> {
+        self.check("scrub_status".to_string())?;
+        Ok(ScrubStatus {
+            current: None,
+            last: Some(scrub_report(None)),
+            background_rate_bytes_per_s: None,
+        })
+    }
+}
+
+/// A finished pass that found one bad record read by one range.
+pub fn scrub_report(rate_bytes_per_s: Option<u64>) -> ScrubReport {
+    ScrubReport {
+        pass: 1,
+        background: false,
+        running: false,
+        rate_bytes_per_s,
+        started_unix_s: 1,
+        finished_unix_s: Some(2),
+        records_total: 3,
+        bytes_total: 300,
+        records_checked: 3,
+        bytes_checked: 300,
+        bad_records: 1,
+        bad: vec![BadRecord {
+            block_id: 7,
+            segment: 1,
+            offset_bytes: 100,
+            reason: "checksum mismatch".into(),
+        }],
+        affected: vec![AffectedRange {
+            volume: "v".into(),
+            live: true,
+            snapshots: vec!["v@s".into()],
+            offset_bytes: 4096,
+            length_bytes: 4096,
+        }],
+        error: None,
+    }
 }
 
 /// How the fake logs an optional container argument.
@@ -639,6 +693,8 @@ pub fn space_report() -> SpaceReport {
         relocated_bytes: 0,
         writer_cleans: 0,
         punched_bytes: 0,
+        checksum_errors: 0,
+        read_errors: 0,
         volume_unique_bytes: 0,
         snapshot_bytes: 0,
         shared_bytes: 0,
@@ -786,6 +842,12 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
     ("POST", "/v1/containers/{container}/reclaim", None),
     ("DELETE", "/v1/containers/{container}", None),
     ("GET", "/v1/array/space", None),
+    ("GET", "/v1/array/scrub", None),
+    (
+        "POST",
+        "/v1/array/scrub",
+        Some(r#"{"rate_bytes_per_s":1000000}"#),
+    ),
     ("GET", "/v1/hosts", None),
     (
         "POST",
@@ -1716,6 +1778,35 @@ async fn openapi_document_matches_router_and_types() {
         ("VolumeInfo", serde_json::to_value(info("v", 512)).unwrap()),
         ("SpaceReport", serde_json::to_value(space_report()).unwrap()),
         (
+            "ScrubReport",
+            serde_json::to_value(scrub_report(Some(5))).unwrap(),
+        ),
+        (
+            "ScrubStart",
+            serde_json::to_value(ScrubStart {
+                report: scrub_report(None),
+                started: true,
+            })
+            .unwrap(),
+        ),
+        (
+            "ScrubStatus",
+            serde_json::to_value(ScrubStatus {
+                current: None,
+                last: None,
+                background_rate_bytes_per_s: Some(1),
+            })
+            .unwrap(),
+        ),
+        (
+            "BadRecord",
+            serde_json::to_value(&scrub_report(None).bad[0]).unwrap(),
+        ),
+        (
+            "AffectedRange",
+            serde_json::to_value(&scrub_report(None).affected[0]).unwrap(),
+        ),
+        (
             "SnapshotInfo",
             serde_json::to_value(snapshot("v", "s", Some("g"))).unwrap(),
         ),
@@ -2383,4 +2474,40 @@ async fn metrics_have_labelled_container_and_volume_series() {
         let first = text.find(&format!("\n{family}{{")).unwrap();
         assert!(typed < first, "{family}");
     }
+}
+
+/// `POST /v1/array/scrub` passes its rate to the array and answers 202 with the
+/// pass; a misspelt field is refused; `GET` answers the status.
+#[tokio::test]
+async fn scrub_starts_at_its_rate_and_reports() {
+    let (app, fake) = app();
+    let r = send(
+        &app,
+        "POST",
+        "/v1/array/scrub",
+        bearer(),
+        Some(r#"{"rate_bytes_per_s":5000000}"#),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.body);
+    assert_eq!(r.body["started"], true);
+    assert_eq!(r.body["report"]["rate_bytes_per_s"], 5_000_000);
+    assert_eq!(fake.calls(), vec!["begin_scrub Some(5000000)"]);
+    let r = send(&app, "POST", "/v1/array/scrub", bearer(), Some("{}")).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    assert_eq!(fake.calls(), vec!["begin_scrub None"]);
+    let r = send(
+        &app,
+        "POST",
+        "/v1/array/scrub",
+        bearer(),
+        Some(r#"{"rate":5}"#),
+    )
+    .await;
+    assert!(error_message(&r, StatusCode::BAD_REQUEST).contains("unknown field `rate`"));
+    let r = send(&app, "GET", "/v1/array/scrub", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["last"]["bad_records"], 1);
+    assert_eq!(r.body["last"]["affected"][0]["volume"], "v");
+    assert!(r.body["current"].is_null());
 }

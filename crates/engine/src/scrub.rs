@@ -100,6 +100,14 @@ pub struct ScrubStatus {
     pub background_rate_bytes_per_s: Option<u64>,
 }
 
+/// A pass begun, or the one that was running already.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScrubStart {
+    pub report: ScrubReport,
+    /// False when the report is of a pass that was running already.
+    pub started: bool,
+}
+
 /// The engine's scrub state.
 #[derive(Default)]
 pub(crate) struct Scrubs {
@@ -135,30 +143,52 @@ impl Engine {
     /// while another pass runs.
     pub fn scrub_now(&self, rate_bytes_per_s: Option<u64>) -> Result<ScrubReport> {
         let rate = rate_of(rate_bytes_per_s)?;
-        let pass = self.begin_pass(rate_bytes_per_s, false)?.pass;
+        let start = self.begin_pass(rate_bytes_per_s, false)?;
+        if !start.started {
+            return Err(EngineError::InvalidArgument(format!(
+                "scrub pass {} is running already",
+                start.report.pass
+            )));
+        }
+        Ok(self.run_pass(start.report.pass, rate))
+    }
+
+    /// Begins a pass, or answers the one running (`started` false): the caller
+    /// then runs a begun pass with [`Engine::run_scrub`], on a thread of its own.
+    pub fn begin_scrub(&self, rate_bytes_per_s: Option<u64>) -> Result<ScrubStart> {
+        rate_of(rate_bytes_per_s)?;
+        self.begin_pass(rate_bytes_per_s, false)
+    }
+
+    /// Runs pass `pass`, begun by [`Engine::begin_scrub`], to its end.
+    pub fn run_scrub(&self, pass: u64) -> Result<ScrubReport> {
+        let rate = {
+            let inner = self.scrubs.inner.lock();
+            match &inner.current {
+                Some(current) if current.pass == pass => rate_of(current.rate_bytes_per_s)?,
+                _ => {
+                    return Err(EngineError::InvalidArgument(format!(
+                        "scrub pass {pass} is not the one begun"
+                    )))
+                }
+            }
+        };
         Ok(self.run_pass(pass, rate))
     }
 
-    /// Starts a pass on its own thread, or joins the one running; returns it.
+    /// Begins a pass and runs it on a thread of its own (or answers the one
+    /// running).
     pub fn start_scrub(self: &Arc<Self>, rate_bytes_per_s: Option<u64>) -> Result<ScrubReport> {
-        let rate = rate_of(rate_bytes_per_s)?;
-        if let Some(current) = self.scrubs.inner.lock().current.clone() {
-            return Ok(current);
+        let start = self.begin_scrub(rate_bytes_per_s)?;
+        if start.started {
+            let engine = self.clone();
+            let pass = start.report.pass;
+            std::thread::Builder::new()
+                .name("lacuna-scrub".into())
+                .spawn(move || engine.run_scrub(pass))
+                .map_err(|e| EngineError::io("starting the scrub thread", e))?;
         }
-        let report = match self.begin_pass(rate_bytes_per_s, false) {
-            Ok(report) => report,
-            // Lost a race with another start: follow that pass.
-            Err(_) => return self.scrub_status().current.ok_or_else(no_pass),
-        };
-        let engine = self.clone();
-        let pass = report.pass;
-        std::thread::Builder::new()
-            .name("lacuna-scrub".into())
-            .spawn(move || {
-                engine.run_pass(pass, rate);
-            })
-            .map_err(|e| EngineError::io("starting the scrub thread", e))?;
-        Ok(report)
+        Ok(start.report)
     }
 
     /// The running pass, the last finished one, and the background schedule.
@@ -186,14 +216,15 @@ impl Engine {
             .map_err(|e| EngineError::io("starting the background scrub", e))
     }
 
-    fn begin_pass(&self, rate_bytes_per_s: Option<u64>, background: bool) -> Result<ScrubReport> {
+    /// Files a new running pass, unless one runs already (then answers that one).
+    fn begin_pass(&self, rate_bytes_per_s: Option<u64>, background: bool) -> Result<ScrubStart> {
         let (records_total, bytes_total) = self.stored_totals()?;
         let mut inner = self.scrubs.inner.lock();
         if let Some(current) = &inner.current {
-            return Err(EngineError::InvalidArgument(format!(
-                "scrub pass {} is running already",
-                current.pass
-            )));
+            return Ok(ScrubStart {
+                report: current.clone(),
+                started: false,
+            });
         }
         inner.passes += 1;
         let report = ScrubReport {
@@ -213,7 +244,10 @@ impl Engine {
             error: None,
         };
         inner.current = Some(report.clone());
-        Ok(report)
+        Ok(ScrubStart {
+            report,
+            started: true,
+        })
     }
 
     /// Runs pass `pass` (already begun) to its end and files its report.
@@ -453,10 +487,6 @@ impl Engine {
     }
 }
 
-fn no_pass() -> EngineError {
-    EngineError::InvalidArgument("no scrub pass is running".into())
-}
-
 /// Consecutive runs `[start, end)` of a set of grains.
 fn runs(grains: &BTreeSet<u64>) -> Vec<(u64, u64)> {
     let mut out: Vec<(u64, u64)> = Vec::new();
@@ -477,8 +507,12 @@ fn background_loop(engine: Weak<Engine>, rate_bytes_per_s: u64, rate: Rate) {
         if strong.shutdown.load(Ordering::SeqCst) {
             return;
         }
-        if let Ok(report) = strong.begin_pass(Some(rate_bytes_per_s), true) {
-            strong.run_pass(report.pass, rate);
+        match strong.begin_pass(Some(rate_bytes_per_s), true) {
+            Ok(start) if start.started => {
+                strong.run_pass(start.report.pass, rate);
+            }
+            Ok(_) => {} // a requested pass is running: wait for it
+            Err(e) => tracing::warn!("background scrub could not start a pass: {e}"),
         }
         drop(strong);
         std::thread::sleep(BACKGROUND_PAUSE);

@@ -6,6 +6,7 @@ mod client;
 mod duration;
 mod hosts;
 mod nbd_export;
+mod scrub;
 mod scsi_backend;
 mod serve;
 mod size;
@@ -74,6 +75,17 @@ enum Command {
     /// disconnect volumes.
     #[command(subcommand)]
     Host(cli::HostCommand),
+    /// Read back and verify every stored record on the running daemon, with
+    /// progress and a summary of bad records and the volume ranges they affect;
+    /// fails when any record is bad.
+    Scrub(ScrubArgs),
+}
+
+#[derive(Args)]
+pub struct ScrubArgs {
+    /// Most MB (10^6 bytes) of records read per second; unlimited by default.
+    #[arg(long)]
+    rate: Option<f64>,
 }
 
 #[derive(Args)]
@@ -105,6 +117,10 @@ pub struct ServeArgs {
     /// How long deleted volumes and snapshots stay recoverable (e.g. 24h, 30m, 0s).
     #[arg(long, default_value = "24h", value_parser = duration::parse_duration_s)]
     destroy_retention: u64,
+    /// Scrub continuously in the background at this many MB/s (10^6 bytes):
+    /// every stored record is read back and verified, pass after pass.
+    #[arg(long)]
+    scrub_rate: Option<f64>,
     /// Log filter (e.g. info, debug, lacuna_nbd=debug).
     #[arg(long, env = "LACUNA_LOG", default_value = "info")]
     log: String,
@@ -115,16 +131,24 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => {
             init_logging(&args.log);
-            serve::run(serve::ServeConfig {
-                data_dir: cli.data_dir,
-                capacity_bytes: args.capacity,
-                nbd_listen: args.nbd_listen,
-                api_listen: args.api_listen,
-                iscsi_listen: args.iscsi_listen,
-                iscsi_target_name: args.iscsi_target_name,
-                iscsi_open_access: args.iscsi_open_access,
-                soft_threshold_percent: args.soft_threshold_percent,
-                destroy_retention_s: args.destroy_retention,
+            let scrub_rate = args
+                .scrub_rate
+                .map(scrub::rate_bytes_per_s)
+                .transpose()
+                .map_err(|e| e.context("--scrub-rate"));
+            scrub_rate.and_then(|scrub_rate| {
+                serve::run(serve::ServeConfig {
+                    data_dir: cli.data_dir,
+                    capacity_bytes: args.capacity,
+                    nbd_listen: args.nbd_listen,
+                    api_listen: args.api_listen,
+                    iscsi_listen: args.iscsi_listen,
+                    iscsi_target_name: args.iscsi_target_name,
+                    iscsi_open_access: args.iscsi_open_access,
+                    soft_threshold_percent: args.soft_threshold_percent,
+                    destroy_retention_s: args.destroy_retention,
+                    scrub_rate_bytes_per_s: scrub_rate,
+                })
             })
         }
         Command::Volume(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
@@ -137,6 +161,8 @@ fn main() -> ExitCode {
             .and_then(|c| cli::run_array(&c, command, cli.json)),
         Command::Host(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
             .and_then(|c| cli::run_host(&c, command, cli.json)),
+        Command::Scrub(args) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+            .and_then(|c| scrub::run(&c, args.rate, cli.json)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -27,6 +27,8 @@ pub struct ServeConfig {
     pub iscsi_open_access: bool,
     pub soft_threshold_percent: u8,
     pub destroy_retention_s: u64,
+    /// Rate of the background scrub; none without one.
+    pub scrub_rate_bytes_per_s: Option<u64>,
 }
 
 fn free_bytes_of(dir: &std::path::Path) -> Option<u64> {
@@ -57,6 +59,12 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
         ..EngineConfig::new(config.data_dir.clone(), capacity_bytes)
     })
     .with_context(|| format!("opening the array in {}", config.data_dir.display()))?;
+    if let Some(rate) = config.scrub_rate_bytes_per_s {
+        engine
+            .start_background_scrub(rate)
+            .context("starting the background scrub")?;
+        tracing::info!(rate_bytes_per_s = rate, "background scrub on");
+    }
     let token =
         lacuna_api::load_or_create_token(&config.data_dir).context("creating the API token")?;
     let hosts = Arc::new(

@@ -529,6 +529,13 @@ pub fn space_details(s: &SpaceReport) -> String {
             ),
         ),
         ("snapshots", s.snapshot_count.to_string()),
+        (
+            "read errors",
+            format!(
+                "{} checksum, {} I/O (since start)",
+                s.checksum_errors, s.read_errors
+            ),
+        ),
     ])
 }
 
@@ -788,6 +795,8 @@ mod tests {
             relocated_bytes: 0,
             writer_cleans: 0,
             punched_bytes: 0,
+            checksum_errors: 0,
+            read_errors: 0,
             volume_unique_bytes: 1 << 30,
             snapshot_bytes: 512 << 20,
             shared_bytes: 512 << 20,

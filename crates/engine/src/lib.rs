@@ -35,6 +35,7 @@ pub mod grain;
 mod io;
 mod lifecycle;
 pub mod meta;
+mod metafile;
 pub mod provision;
 pub mod ranges;
 pub mod rate;
@@ -265,11 +266,7 @@ impl Engine {
             .map_err(|e| EngineError::io(format!("creating {}", config.data_dir.display()), e))?;
         let store = FileSegmentStore::open(&config.data_dir.join("segments"))
             .map_err(|e| EngineError::io("opening the segment directory", e))?;
-        let db_path = config.data_dir.join("metadata.redb");
-        let db = redb::Builder::new()
-            .set_cache_size(256 * 1024 * 1024)
-            .create(&db_path)
-            .map_err(|e| EngineError::Metadata(format!("opening {}: {e}", db_path.display())))?;
+        let db = metafile::open(&config.data_dir.join("metadata.redb"))?;
         crate::catalog::ensure_tables(&db)?;
         let containers = container::load(&db, config.clock.now())?;
         let recovered = catalog::recover(&db, &store, config.capacity_bytes, &containers)?;

@@ -53,9 +53,19 @@ impl Daemon {
     /// bound by the daemon, so another process can take one in between: a start
     /// that fails only because an address is in use is retried on fresh ports.
     pub fn start_with_args(dir: &Path, capacity: &str, extra: &[&str]) -> Daemon {
+        Self::start_with_env(dir, capacity, extra, &[])
+    }
+
+    /// Starts with extra `serve` arguments and environment variables.
+    pub fn start_with_env(
+        dir: &Path,
+        capacity: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         const ATTEMPTS: u32 = 5;
         for attempt in 1..=ATTEMPTS {
-            match Self::try_start(dir, capacity, extra) {
+            match Self::try_start(dir, capacity, extra, env) {
                 Ok(daemon) => return daemon,
                 Err(log) if log.contains("Address already in use") && attempt < ATTEMPTS => {
                     eprintln!("daemon start: a port was taken, retrying ({attempt})");
@@ -66,7 +76,52 @@ impl Daemon {
         unreachable!("the last attempt panics or returns")
     }
 
-    fn try_start(dir: &Path, capacity: &str, extra: &[&str]) -> Result<Daemon, String> {
+    /// Runs `lacuna serve` on `dir` expecting it to refuse to start (within 60 s;
+    /// a daemon that starts instead is killed and the test fails); answers its
+    /// exit status and everything it printed.
+    pub fn start_refused(dir: &Path, capacity: &str) -> (std::process::ExitStatus, String) {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--capacity", capacity])
+            .args(["--nbd-listen", "127.0.0.1:0"])
+            .args(["--api-listen", "127.0.0.1:0"])
+            .args(["--iscsi-listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run lacuna serve");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().expect("poll lacuna serve").is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("reap lacuna serve");
+                panic!(
+                    "lacuna serve started although it should have refused:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child
+            .wait_with_output()
+            .expect("collect lacuna serve output");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status, text)
+    }
+
+    fn try_start(
+        dir: &Path,
+        capacity: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Daemon, String> {
         let nbd_port = free_port();
         let api_port = free_port();
         let iscsi_ports = [free_port(), free_port()];
@@ -87,6 +142,7 @@ impl Daemon {
             .args(["--iscsi-listen", &format!("127.0.0.1:{}", iscsi_ports[0])])
             .args(["--iscsi-listen", &format!("127.0.0.1:{}", iscsi_ports[1])])
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -1,0 +1,68 @@
+//! Opening the metadata file (redb), so that a damaged one stops the array with
+//! a message naming the file instead of a panic or an anonymous error.
+//!
+//! redb checks its file at open and repairs what a crash can leave behind, but
+//! some damage a crash cannot cause (a file cut short by hand or by a failing
+//! disk) trips an assertion inside it. That panic is caught here and reported as
+//! what it is: the metadata file is damaged and the array will not start on it.
+
+use std::panic::{catch_unwind, AssertUnwindSafe, PanicHookInfo};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::{EngineError, Result};
+
+/// redb's page cache: large enough that a working set of mappings stays in memory.
+const CACHE_BYTES: usize = 256 * 1024 * 1024;
+
+/// Opens (or creates) the metadata database at `path`.
+pub(crate) fn open(path: &Path) -> Result<redb::Database> {
+    let opened = quietly(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            redb::Builder::new()
+                .set_cache_size(CACHE_BYTES)
+                .create(path)
+        }))
+    });
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(e)) => Err(EngineError::Metadata(format!(
+            "opening {}: {e}",
+            path.display()
+        ))),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown".into());
+            Err(EngineError::Metadata(format!(
+                "the metadata file {} is damaged (truncated or overwritten: {why}); the array \
+                 will not start on it — restore the data directory from a copy",
+                path.display()
+            )))
+        }
+    }
+}
+
+type Hook = Box<dyn Fn(&PanicHookInfo<'_>) + Sync + Send + 'static>;
+
+/// Runs `f` with the panic message of this thread suppressed (the caught panic
+/// is reported as an error instead); other threads' panics print as before.
+fn quietly<T>(f: impl FnOnce() -> T) -> T {
+    let me = std::thread::current().id();
+    let previous: Arc<Hook> = Arc::new(std::panic::take_hook());
+    let others = previous.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().id() != me {
+            others(info);
+        }
+    }));
+    let value = f();
+    drop(std::panic::take_hook()); // ours, with its clone of `previous`
+                                   // Fails only if another hook was installed meanwhile: that one stays.
+    if let Ok(hook) = Arc::try_unwrap(previous) {
+        std::panic::set_hook(hook);
+    }
+    value
+}

@@ -99,19 +99,20 @@ fn start(dir: &Path, env: &[(&str, &str)]) -> Daemon {
     Daemon::start_with_env(dir, "1G", &["--iscsi-open-access"], env)
 }
 
-/// An authenticated GET of the API, as JSON or text.
+/// An authenticated GET of the API, as JSON or text (Python's urllib: no
+/// client beyond those the README installs).
 fn api_get(daemon: &Daemon, path: &str) -> String {
     let token = std::fs::read_to_string(daemon.dir.join("data/api-token")).unwrap();
-    let out = tool(
-        "curl",
-        &[
-            "-sf",
-            "-H",
-            &format!("Authorization: Bearer {}", token.trim()),
-            &format!("http://127.0.0.1:{}{path}", daemon.api_port),
-        ],
+    let script = "import sys, urllib.request\n\
+        r = urllib.request.Request(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]})\n\
+        sys.stdout.write(urllib.request.urlopen(r).read().decode())";
+    let url = format!("http://127.0.0.1:{}{path}", daemon.api_port);
+    let out = tool("/usr/bin/python3", &["-c", script, &url, token.trim()]);
+    assert!(
+        out.status.success(),
+        "GET {path} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "GET {path} failed");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

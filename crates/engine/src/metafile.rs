@@ -26,6 +26,7 @@ pub(crate) fn open(path: &Path) -> Result<redb::Database> {
     });
     match opened {
         Ok(Ok(db)) => Ok(db),
+        Ok(Err(e)) if is_damage(&e) => Err(damaged(path, &e.to_string())),
         Ok(Err(e)) => Err(EngineError::Metadata(format!(
             "opening {}: {e}",
             path.display()
@@ -36,13 +37,29 @@ pub(crate) fn open(path: &Path) -> Result<redb::Database> {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown".into());
-            Err(EngineError::Metadata(format!(
-                "the metadata file {} is damaged (truncated or overwritten: {why}); the array \
-                 will not start on it — restore the data directory from a copy",
-                path.display()
-            )))
+            Err(damaged(path, &why))
         }
     }
+}
+
+/// Whether redb refused the file for what is in it (as opposed to, say, a lock
+/// held by another process): corrupt structures, or a read past its end.
+fn is_damage(error: &redb::DatabaseError) -> bool {
+    match error {
+        redb::DatabaseError::Storage(redb::StorageError::Corrupted(_)) => true,
+        redb::DatabaseError::Storage(redb::StorageError::Io(e)) => {
+            e.kind() == std::io::ErrorKind::UnexpectedEof
+        }
+        _ => false,
+    }
+}
+
+fn damaged(path: &Path, why: &str) -> EngineError {
+    EngineError::Metadata(format!(
+        "the metadata file {} is damaged (truncated or overwritten: {why}); the array will \
+         not start on it — restore the data directory from a copy",
+        path.display()
+    ))
 }
 
 type Hook = Box<dyn Fn(&PanicHookInfo<'_>) + Sync + Send + 'static>;

@@ -214,6 +214,9 @@ pub struct Engine {
     clock: Arc<dyn rate::Clock>,
     /// Host I/O requests in progress: background work yields while there are any.
     foreground_inflight: AtomicU64,
+    /// Host I/O requests begun since start: background work backs off while it
+    /// moves.
+    foreground_ops: AtomicU64,
     /// Physical bytes free as of the last commit: lets writers skip the writer
     /// mutex when there is plenty of room (see `make_room`).
     free_bytes_hint: AtomicU64,
@@ -275,6 +278,7 @@ impl Engine {
             containers: RwLock::new(containers),
             container_admin: Mutex::new(()),
             foreground_inflight: AtomicU64::new(0),
+            foreground_ops: AtomicU64::new(0),
             free_bytes_hint: AtomicU64::new(0),
             reclaim_cursor: AtomicU64::new(0),
             reclaim_token_wait: Mutex::new(None),
@@ -403,7 +407,10 @@ impl Engine {
         self.stats.durable_commits.fetch_add(1, Ordering::Relaxed);
         self.durable_count.store(upto, Ordering::SeqCst);
         *self.last_durable.lock() = std::time::Instant::now();
+        // Writers need not wait for the files: what is freed is durable now.
+        drop(ws);
         if !freeing.is_empty() || !punching.is_empty() {
+            let holes = Self::plan_punches(punching, &freeing);
             // Exclusive: no reader may be between looking up a freed record and
             // reading it.
             let _io = self.io_lock.write();
@@ -413,19 +420,17 @@ impl Engine {
                     .map_err(|e| EngineError::io(format!("removing segment {id}"), e))?;
                 self.stats.freed_segments.fetch_add(1, Ordering::Relaxed);
             }
-            self.punch_freed(punching, &freeing);
+            self.punch(holes);
         }
         Ok(())
     }
 
-    /// Punches the pages of freed records out of their segment files (segments
-    /// removed whole are skipped). A failure only costs disk space, so it is
-    /// logged, not returned.
-    fn punch_freed(
-        &self,
+    /// The page ranges to punch for freed records (segments removed whole are
+    /// skipped): worked out before the exclusive I/O lock is taken.
+    fn plan_punches(
         punching: Vec<(segment::SegmentId, u64, u64)>,
         removed: &[segment::SegmentId],
-    ) {
+    ) -> Vec<(segment::SegmentId, u64, u64)> {
         let mut by_segment: BTreeMap<segment::SegmentId, Vec<(u64, u64)>> = BTreeMap::new();
         for (segment, offset, length) in punching {
             if !removed.contains(&segment) {
@@ -435,17 +440,28 @@ impl Engine {
                     .push((offset, length));
             }
         }
-        for (segment, freed) in by_segment {
-            for (offset, length) in segment::punchable(freed) {
-                match self.store.punch(segment, offset, length) {
-                    Ok(()) => {
-                        self.stats
-                            .punched_bytes
-                            .fetch_add(length, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        tracing::warn!(segment, offset, length, "punching freed space failed: {e}")
-                    }
+        by_segment
+            .into_iter()
+            .flat_map(|(segment, freed)| {
+                segment::punchable(freed)
+                    .into_iter()
+                    .map(move |(offset, length)| (segment, offset, length))
+            })
+            .collect()
+    }
+
+    /// Punches freed page ranges out of their segment files. A failure only
+    /// costs disk space, so it is logged, not returned.
+    fn punch(&self, holes: Vec<(segment::SegmentId, u64, u64)>) {
+        for (segment, offset, length) in holes {
+            match self.store.punch(segment, offset, length) {
+                Ok(()) => {
+                    self.stats
+                        .punched_bytes
+                        .fetch_add(length, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::warn!(segment, offset, length, "punching freed space failed: {e}")
                 }
             }
         }
@@ -472,6 +488,7 @@ impl Engine {
     /// Marks host I/O in progress until the guard drops.
     fn foreground(&self) -> ForegroundGuard<'_> {
         self.foreground_inflight.fetch_add(1, Ordering::SeqCst);
+        self.foreground_ops.fetch_add(1, Ordering::Relaxed);
         ForegroundGuard { engine: self }
     }
 

@@ -25,8 +25,9 @@ use crate::meta::{self, kv_error, HistValue, MapValue, RangeKind};
 use crate::{Engine, Result, GRAIN_BYTES};
 
 /// Mappings dropped per transaction while host I/O is in flight: short
-/// transactions, so the writer mutex is never held long.
-const BATCH_MAPPINGS: usize = 256;
+/// transactions (a fraction of a millisecond), so host writes never queue long
+/// behind the writer mutex.
+const BATCH_MAPPINGS: usize = 64;
 /// Mappings dropped per transaction when no host I/O is in flight: commits are
 /// a large part of the cost, so idle time reclaims in bigger steps.
 const IDLE_BATCH_MAPPINGS: usize = 4096;
@@ -34,6 +35,11 @@ const IDLE_BATCH_MAPPINGS: usize = 4096;
 /// `FOREGROUND_YIELD`: background work slows under load but never stops.
 const MAX_FOREGROUND_YIELDS: u32 = 10;
 const FOREGROUND_YIELD: Duration = Duration::from_micros(100);
+/// While hosts are doing I/O, background work pauses this many times as long as
+/// each step took: it gets at most a fifth of a core, the hosts the rest.
+const BUSY_BACKOFF_FACTOR: u32 = 4;
+/// Longest such pause.
+const MAX_BUSY_PAUSE: Duration = Duration::from_millis(50);
 
 /// What one container's reclaim step did.
 enum ContainerStep {
@@ -65,8 +71,13 @@ fn run(weak: Weak<Engine>) {
             return;
         }
         engine.yield_to_foreground();
+        let host_ops_before = engine.foreground_ops.load(Ordering::Relaxed);
+        let started = std::time::Instant::now();
         match engine.background_step() {
-            Ok(true) => continue,
+            Ok(true) => {
+                engine.back_off_if_busy(started.elapsed(), host_ops_before);
+                continue;
+            }
             Ok(false) => {
                 if engine.writer.lock().has_space_to_free() {
                     if let Err(e) = engine.flush() {
@@ -119,6 +130,19 @@ impl Engine {
                 return;
             }
             std::thread::sleep(FOREGROUND_YIELD);
+        }
+    }
+
+    /// After a step of `took`: if hosts did I/O meanwhile (and space is not
+    /// short), pause in proportion, so background work cannot take the CPU and
+    /// the writer mutex from them however much of it there is.
+    fn back_off_if_busy(&self, took: Duration, host_ops_before: u64) {
+        let reserve = crate::provision::cleaning_reserve_bytes(self.config.capacity_bytes);
+        let space_short = self.free_bytes_hint.load(Ordering::Relaxed) < 2 * reserve;
+        let busy = self.foreground_ops.load(Ordering::Relaxed) != host_ops_before
+            || self.foreground_inflight.load(Ordering::SeqCst) > 0;
+        if busy && !space_short {
+            std::thread::sleep((took * BUSY_BACKOFF_FACTOR).min(MAX_BUSY_PAUSE));
         }
     }
 

@@ -3,15 +3,21 @@
 //!
 //! Why a token bucket: a reclaim policy is "N MB/s, plus a burst spent first that
 //! refills while idle" (seed 000). Tokens accrue at the rate up to the burst plus
-//! one second's worth (so a worker that polls now and then never loses what
-//! accrued between polls); work takes tokens before it runs and waits when there
-//! are none. Over an interval T the work done is at most rate × (T + 1 s) + burst,
-//! and — when there is always work — no less than rate × T + burst less one step.
+//! a tenth of a second's worth (so a worker that polls every few milliseconds
+//! never loses what accrued between polls, and a burst of zero still lets work
+//! through); work takes tokens before it runs and waits when there are none.
+//! Over an interval T the work done is at most rate × (T + 0.1 s) + burst (plus
+//! 4 KiB at very slow rates), and —
+//! when there is always work — no less than rate × T + burst less one step.
+//! (The slack is kept small on purpose: an idle bucket must not hand out much
+//! more than the configured burst.)
 
 use std::time::Duration;
 
 /// Bytes per MB as the seeds count reclaim rates (decimal megabytes, like ESXi).
 pub const BYTES_PER_MB: u64 = 1_000_000;
+/// Least slack above the burst: one 4 KiB grain.
+const SLACK_MIN_BYTES: u64 = 4096;
 /// `low` in seed 000: 25 MB/s.
 pub const LOW_RATE_BYTES_PER_S: u64 = 25 * BYTES_PER_MB;
 
@@ -114,10 +120,13 @@ impl TokenBucket {
         self.tokens_bytes = self.tokens_bytes.min(self.capacity_bytes());
     }
 
-    /// Most tokens the bucket holds: the burst plus one second at the rate.
+    /// Most tokens the bucket holds: the burst plus a tenth of a second at the
+    /// rate (at least a grain, so a slow rate with no burst still fits a step).
     fn capacity_bytes(&self) -> u64 {
         match self.rate {
-            Rate::BytesPerSecond(rate) => self.burst_bytes.saturating_add(rate),
+            Rate::BytesPerSecond(rate) => self
+                .burst_bytes
+                .saturating_add((rate / 10).max(SLACK_MIN_BYTES)),
             _ => self.burst_bytes,
         }
     }
@@ -266,9 +275,10 @@ mod tests {
         // Then the rate: one second gives 10 MB.
         now += Duration::from_secs(1);
         assert_eq!(bucket.take(u64::MAX, now), rate);
-        // Idle for a minute: refilled up to the burst plus one second, no more.
+        // Idle for a minute: refilled up to the burst plus a tenth of a second,
+        // no more.
         now += Duration::from_secs(60);
-        assert_eq!(bucket.take(u64::MAX, now), burst + rate);
+        assert_eq!(bucket.take(u64::MAX, now), burst + rate / 10);
         // The wait for the next 5 MB is half a second.
         assert_eq!(
             bucket.wait_for(5 * BYTES_PER_MB, now),

@@ -3,11 +3,13 @@
 //! policy's backlog and `reclaim --now`, quotas, the data-reduction policies, and
 //! the counters.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{temp_dir, unique_bytes};
 use lacuna_engine::rate::ManualClock;
 use lacuna_engine::{
     Compression, ContainerPolicy, ContainerUpdate, Engine, EngineConfig, EngineError, Provisioning,
@@ -16,14 +18,6 @@ use lacuna_engine::{
 
 const MIB: u64 = 1 << 20;
 const MB: u64 = 1_000_000;
-
-fn temp_dir(tag: &str) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("lacuna-ctr-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
 
 /// An engine whose background work is stepped by the test on a manual clock.
 fn open_stepped(dir: &Path, clock: Arc<ManualClock>) -> Arc<Engine> {
@@ -35,19 +29,6 @@ fn open_stepped(dir: &Path, clock: Arc<ManualClock>) -> Arc<Engine> {
 
 fn open(dir: &Path) -> Arc<Engine> {
     Engine::open(EngineConfig::new(dir, 8 << 30)).expect("open engine")
-}
-
-/// Unique (incompressible, undedupable) data.
-fn unique_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn policy(reclaim: ReclaimPolicy, burst_bytes: u64) -> ContainerPolicy {
@@ -122,7 +103,7 @@ fn reclaim_follows_rate_times_time_plus_burst() {
         (ReclaimPolicy::Fixed { bytes_per_s: MB }, 24 * MIB, 3),
     ];
     for (i, (reclaim, burst, seconds)) in cases.into_iter().enumerate() {
-        let dir = temp_dir("rate");
+        let dir = temp_dir("ctr", "rate");
         let clock = Arc::new(ManualClock::default());
         let engine = open_stepped(&dir, clock.clone());
         let name = format!("c{i}");
@@ -154,7 +135,7 @@ fn reclaim_follows_rate_times_time_plus_burst() {
 
 #[test]
 fn off_accrues_a_backlog_that_reclaim_now_and_a_new_policy_work_off() {
-    let dir = temp_dir("off");
+    let dir = temp_dir("ctr", "off");
     let clock = Arc::new(ManualClock::default());
     let engine = open_stepped(&dir, clock.clone());
     engine
@@ -211,7 +192,7 @@ fn off_accrues_a_backlog_that_reclaim_now_and_a_new_policy_work_off() {
 
 #[test]
 fn eradicated_volumes_are_reclaimed_at_their_containers_rate() {
-    let dir = temp_dir("eradicate");
+    let dir = temp_dir("ctr", "eradicate");
     let clock = Arc::new(ManualClock::default());
     let engine = open_stepped(&dir, clock.clone());
     let rate = 4 * MB;
@@ -240,7 +221,7 @@ fn eradicated_volumes_are_reclaimed_at_their_containers_rate() {
 
 #[test]
 fn quotas_refuse_new_data_but_not_overwrites() {
-    let dir = temp_dir("quota");
+    let dir = temp_dir("ctr", "quota");
     let engine = open(&dir);
     let quota = ContainerPolicy {
         quota_bytes: Some(8 * MIB),
@@ -282,7 +263,7 @@ fn quotas_refuse_new_data_but_not_overwrites() {
 
 #[test]
 fn data_reduction_follows_the_container_policy() {
-    let dir = temp_dir("reduction");
+    let dir = temp_dir("ctr", "reduction");
     let engine = open(&dir);
     let text: Vec<u8> = (0..MIB)
         .map(|i| b"lacuna storage containers "[(i % 26) as usize] ^ ((i / 4096) as u8 & 7))
@@ -337,7 +318,7 @@ fn data_reduction_follows_the_container_policy() {
 
 #[test]
 fn zstd_and_dedup_off_store_what_they_say() {
-    let dir = temp_dir("codecs");
+    let dir = temp_dir("ctr", "codecs");
     let engine = open(&dir);
     let text: Vec<u8> = (0..MIB)
         .map(|i| b"zstandard squeezes more than lz4 "[(i % 33) as usize] ^ ((i / 977) as u8))
@@ -368,7 +349,7 @@ fn zstd_and_dedup_off_store_what_they_say() {
 
 #[test]
 fn containers_are_persistent_and_only_empty_ones_can_go() {
-    let dir = temp_dir("catalog");
+    let dir = temp_dir("ctr", "catalog");
     let engine = open(&dir);
     let p = policy(
         ReclaimPolicy::Fixed {

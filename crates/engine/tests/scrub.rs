@@ -2,34 +2,19 @@
 //! mapped to every volume, snapshot and byte range that reads it; host reads of
 //! the damaged range fail (never return the flipped bytes) and are counted.
 
+mod common;
+
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use common::{temp_dir, unique_bytes};
 use lacuna_engine::segment::{read_header, RECORD_HEADER_BYTES};
 use lacuna_engine::{grain, Engine, EngineConfig, EngineError, GRAIN_BYTES};
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lacuna-scrub-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
 fn open(dir: &Path) -> Arc<Engine> {
     Engine::open(EngineConfig::new(dir, 1 << 30)).expect("open engine")
-}
-
-fn unique_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Finds the record whose grain decodes to `content` in the segment files and
@@ -60,7 +45,7 @@ fn flip_bit_in_record_of(dir: &Path, content: &[u8]) -> (PathBuf, u64) {
 
 #[test]
 fn scrub_of_a_clean_array_finds_nothing() {
-    let dir = temp_dir("clean");
+    let dir = temp_dir("scrub", "clean");
     let engine = open(&dir);
     engine.create_volume("a", 8 << 20).unwrap();
     let volume = engine.open_volume("a").unwrap();
@@ -80,7 +65,7 @@ fn scrub_of_a_clean_array_finds_nothing() {
 
 #[test]
 fn a_flipped_bit_is_found_and_mapped_to_every_reader() {
-    let dir = temp_dir("flip");
+    let dir = temp_dir("scrub", "flip");
     let damaged = unique_bytes(GRAIN_BYTES as usize, 99);
     {
         let engine = open(&dir);
@@ -163,7 +148,7 @@ fn a_flipped_bit_is_found_and_mapped_to_every_reader() {
 
 #[test]
 fn background_scrub_runs_passes_at_its_rate_until_close() {
-    let dir = temp_dir("bg");
+    let dir = temp_dir("scrub", "bg");
     let engine = open(&dir);
     engine.create_volume("a", 8 << 20).unwrap();
     let volume = engine.open_volume("a").unwrap();

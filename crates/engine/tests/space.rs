@@ -4,24 +4,19 @@
 //! return wrong data, and after everything is unmapped the data directory
 //! shrinks back to metadata.
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use common::temp_dir;
 use lacuna_engine::{Engine, EngineConfig, EngineError};
 use parking_lot::Mutex;
 
 const MIB: u64 = 1 << 20;
 const GRAIN: u64 = 4096;
-
-fn temp_dir(tag: &str) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("lacuna-space-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
 
 fn open(dir: &Path, capacity_bytes: u64) -> Arc<Engine> {
     Engine::open(EngineConfig::new(dir, capacity_bytes)).expect("open engine")
@@ -72,7 +67,7 @@ impl Rng {
 
 #[test]
 fn writes_stop_before_the_reserve_and_overwrites_near_full_keep_working() {
-    let dir = temp_dir("full");
+    let dir = temp_dir("space", "full");
     let capacity = 768 * MIB;
     let engine = open(&dir, capacity);
     engine.create_volume("v", 2048 * MIB).unwrap();
@@ -142,7 +137,7 @@ fn writes_stop_before_the_reserve_and_overwrites_near_full_keep_working() {
 
 #[test]
 fn concurrent_writes_and_unmaps_of_one_volume_never_read_wrong_data() {
-    let dir = temp_dir("race");
+    let dir = temp_dir("space", "race");
     let engine = open(&dir, 1024 * MIB);
     let grains = 4096u64; // 16 MiB
     engine.create_volume("v", grains * GRAIN).unwrap();
@@ -211,7 +206,7 @@ fn concurrent_writes_and_unmaps_of_one_volume_never_read_wrong_data() {
 
 #[test]
 fn unmapping_everything_returns_the_data_directory_to_metadata_only() {
-    let dir = temp_dir("du");
+    let dir = temp_dir("space", "du");
     let engine = open(&dir, 2048 * MIB);
     let empty_bytes = allocated_bytes(&dir);
     engine.create_volume("a", 256 * MIB).unwrap();
@@ -262,7 +257,7 @@ fn unmapping_everything_returns_the_data_directory_to_metadata_only() {
 
 #[test]
 fn freed_records_are_punched_out_of_their_segments_at_once() {
-    let dir = temp_dir("punch");
+    let dir = temp_dir("space", "punch");
     let engine = open(&dir, 2048 * MIB);
     engine.create_volume("v", 128 * MIB).unwrap();
     let vol = engine.open_volume("v").unwrap();

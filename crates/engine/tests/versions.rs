@@ -3,19 +3,14 @@
 //! snapshot depth, consistency of group snapshots under concurrent writers, and
 //! out-of-space behaviour by provisioning type.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use common::{temp_dir, unique_bytes};
 use lacuna_engine::{Engine, EngineConfig, EngineError, Provisioning};
-
-fn temp_dir(tag: &str) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("lacuna-ver-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
 
 fn open(dir: &Path, capacity_bytes: u64) -> Arc<Engine> {
     Engine::open(EngineConfig::new(dir, capacity_bytes)).expect("open engine")
@@ -28,22 +23,9 @@ fn records(engine: &Engine) -> u64 {
         .load(Ordering::SeqCst)
 }
 
-/// Unique (incompressible, undedupable) data for a volume.
-fn unique_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 #[test]
 fn snapshot_clone_copy_and_eager_zeroing_write_constant_records() {
-    let dir = temp_dir("records");
+    let dir = temp_dir("ver", "records");
     let engine = open(&dir, 4 << 30);
     let mut costs = Vec::new();
     for (i, mib) in [1u64, 16, 64].into_iter().enumerate() {
@@ -100,7 +82,7 @@ fn snapshot_clone_copy_and_eager_zeroing_write_constant_records() {
 
 #[test]
 fn live_reads_cost_the_same_kv_operations_at_any_snapshot_depth() {
-    let dir = temp_dir("depth");
+    let dir = temp_dir("ver", "depth");
     let engine = open(&dir, 1 << 30);
     let mut ops_per_depth = Vec::new();
     for depth in [0u64, 64] {
@@ -143,7 +125,7 @@ fn live_reads_cost_the_same_kv_operations_at_any_snapshot_depth() {
 #[test]
 fn group_snapshot_of_sixteen_volumes_under_writers_is_consistent() {
     const VOLUMES: usize = 16;
-    let dir = temp_dir("group");
+    let dir = temp_dir("ver", "group");
     let engine = open(&dir, 1 << 30);
     let names: Vec<String> = (0..VOLUMES).map(|i| format!("m{i:02}")).collect();
     for name in &names {
@@ -209,7 +191,7 @@ fn group_snapshot_of_sixteen_volumes_under_writers_is_consistent() {
 
 #[test]
 fn out_of_space_fails_thin_writes_only_and_recovers_after_freeing() {
-    let dir = temp_dir("oos");
+    let dir = temp_dir("ver", "oos");
     let capacity: u64 = 64 << 20;
     // Thin data stops short of the thick reservations, the thick headroom and
     // the cleaner's reserve (a quarter of so small an array): about 53% live.
@@ -291,7 +273,7 @@ fn out_of_space_fails_thin_writes_only_and_recovers_after_freeing() {
 
 #[test]
 fn destroyed_volumes_and_snapshots_are_eradicated_when_the_retention_passes() {
-    let dir = temp_dir("retention");
+    let dir = temp_dir("ver", "retention");
     let engine = Engine::open(EngineConfig {
         destroy_retention_s: 0,
         ..EngineConfig::new(&dir, 1 << 30)
@@ -334,7 +316,7 @@ fn destroyed_volumes_and_snapshots_are_eradicated_when_the_retention_passes() {
 
 #[test]
 fn cleaner_relocates_live_records_and_frees_mostly_dead_segments() {
-    let dir = temp_dir("cleaner");
+    let dir = temp_dir("ver", "cleaner");
     let engine = open(&dir, 1 << 30);
     engine.create_volume("v", 64 << 20).unwrap();
     let vol = engine.open_volume("v").unwrap();
@@ -393,7 +375,7 @@ fn cleaner_relocates_live_records_and_frees_mostly_dead_segments() {
 
 #[test]
 fn unmap_and_reclaim_counters_are_exact() {
-    let dir = temp_dir("counters");
+    let dir = temp_dir("ver", "counters");
     let engine = open(&dir, 1 << 30);
     engine.create_volume("v", 8 << 20).unwrap();
     let vol = engine.open_volume("v").unwrap();
@@ -425,7 +407,7 @@ fn unmap_and_reclaim_counters_are_exact() {
 /// must stay cheap (this once doubled with each segment).
 #[test]
 fn many_copies_within_one_volume_stay_cheap() {
-    let dir = temp_dir("xcopy-chain");
+    let dir = temp_dir("ver", "xcopy-chain");
     let engine = open(&dir, 1 << 30);
     engine.create_volume("v", 64 << 20).unwrap();
     let vol = engine.open_volume("v").unwrap();

@@ -43,14 +43,7 @@ impl Engine {
 
     /// At open: every reference record's bits were rebuilt as "data"; queue them.
     pub(crate) fn queue_reference_bits(&self) {
-        let volumes: Vec<_> = self
-            .volumes
-            .read()
-            .values()
-            .chain(self.destroyed.read().values())
-            .cloned()
-            .collect();
-        for volume in volumes {
+        for volume in self.named_volumes() {
             let view = volume.view.read();
             let grains = view.size_bytes.div_ceil(crate::GRAIN_BYTES);
             for (start, rec) in view.ranges.iter() {

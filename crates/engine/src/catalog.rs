@@ -361,8 +361,18 @@ impl Engine {
 
     /// Dead grains of a volume the reclaimer has not released yet.
     pub(crate) fn volume_backlog_grains(&self, shared: &VolumeShared) -> u64 {
-        let ws = self.writer.lock();
-        ws.mapping_count(shared.id) - shared.live_mapped.lock().count()
+        shared.backlog_grains(&self.writer.lock())
+    }
+
+    /// Live and destroyed (recoverable) volumes: every volume that still has a
+    /// name, a view and data bits.
+    pub(crate) fn named_volumes(&self) -> Vec<Arc<VolumeShared>> {
+        self.volumes
+            .read()
+            .values()
+            .chain(self.destroyed.read().values())
+            .cloned()
+            .collect()
     }
 
     /// (unique, shared) physical bytes of a volume's references: a block referenced
@@ -419,11 +429,12 @@ impl Engine {
         let volumes: Vec<_> = self.volumes.read().values().cloned().collect();
         let mut provisioned = 0;
         let mut logical = 0;
-        let container_ids: Vec<u64> = self.containers.read().keys().copied().collect();
-        let backlog_grains: u64 = container_ids
-            .into_iter()
-            .map(|id| self.container_backlog_grains(id))
-            .sum();
+        let backlog_grains: u64 = {
+            let named = self.named_volumes();
+            let ws = self.writer.lock();
+            let doomed: u64 = ws.doomed.keys().map(|id| ws.mapping_count(*id)).sum();
+            doomed + named.iter().map(|v| v.backlog_grains(&ws)).sum::<u64>()
+        };
         for v in &volumes {
             let view = v.view.read();
             provisioned += view.size_bytes;
@@ -542,6 +553,12 @@ impl VolumeShared {
         };
         let before = self.counted_grains.swap(counted, Ordering::SeqCst);
         self.container.add_used_grains(counted, before);
+    }
+
+    /// Dead grains not yet reclaimed: its mapping records less those still
+    /// current (both changed only under the writer mutex, held by the caller).
+    pub(crate) fn backlog_grains(&self, ws: &WriterState) -> u64 {
+        ws.mapping_count(self.id) - self.live_mapped.lock().count()
     }
 
     /// Takes the volume out of its container's usage (eradicated).

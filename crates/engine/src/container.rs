@@ -630,13 +630,7 @@ impl Engine {
                 "the default container cannot be deleted".into(),
             ));
         }
-        let volumes = self.volumes.read();
-        let destroyed = self.destroyed.read();
-        let members = volumes
-            .values()
-            .chain(destroyed.values())
-            .filter(|v| v.container.id == shared.id)
-            .count();
+        let members = self.container_members(shared.id).len();
         let doomed = self
             .writer
             .lock()
@@ -644,7 +638,6 @@ impl Engine {
             .values()
             .filter(|&&c| c == shared.id)
             .count();
-        drop((volumes, destroyed));
         if members + doomed > 0 {
             return Err(EngineError::InvalidArgument(format!(
                 "container '{name}' still holds {members} volume(s) and {doomed} being reclaimed: delete and eradicate them first"
@@ -679,17 +672,10 @@ impl Engine {
     fn container_info_of(&self, shared: &ContainerShared) -> ContainerInfo {
         let policy = *shared.policy.read();
         let now = self.clock.now();
-        let members: Vec<_> = self
-            .volumes
-            .read()
-            .values()
-            .chain(self.destroyed.read().values())
-            .filter(|v| v.container.id == shared.id)
-            .cloned()
-            .collect();
+        let members = self.container_members(shared.id);
         let provisioned_bytes = members.iter().map(|v| v.view.read().size_bytes).sum();
         let used_bytes = shared.used_bytes();
-        let backlog_bytes = self.container_backlog_grains(shared.id) * crate::GRAIN_BYTES;
+        let backlog_bytes = self.container_backlog_grains(shared.id, &members) * crate::GRAIN_BYTES;
         let current_bytes_per_s = shared.window.lock().bytes_per_s(now);
         let draining = shared.draining.load(Ordering::SeqCst);
         let eta_s = if backlog_bytes == 0 {
@@ -722,16 +708,20 @@ impl Engine {
         }
     }
 
-    /// Dead grains of a container not yet reclaimed.
-    pub(crate) fn container_backlog_grains(&self, container: u64) -> u64 {
-        let live: Vec<_> = self
-            .volumes
-            .read()
-            .values()
-            .chain(self.destroyed.read().values())
-            .filter(|v| v.container.id == container)
-            .cloned()
-            .collect();
+    /// The named volumes of a container.
+    pub(crate) fn container_members(&self, container: u64) -> Vec<Arc<crate::VolumeShared>> {
+        let mut members = self.named_volumes();
+        members.retain(|v| v.container.id == container);
+        members
+    }
+
+    /// Dead grains of a container (its `members` and its doomed volumes) not
+    /// yet reclaimed.
+    pub(crate) fn container_backlog_grains(
+        &self,
+        container: u64,
+        members: &[Arc<crate::VolumeShared>],
+    ) -> u64 {
         let ws = self.writer.lock();
         let doomed: u64 = ws
             .doomed_containers
@@ -739,11 +729,6 @@ impl Engine {
             .filter(|(_, &c)| c == container)
             .map(|(id, _)| ws.mapping_count(*id))
             .sum();
-        drop(ws);
-        doomed
-            + live
-                .iter()
-                .map(|v| self.volume_backlog_grains(v))
-                .sum::<u64>()
+        doomed + members.iter().map(|v| v.backlog_grains(&ws)).sum::<u64>()
     }
 }

@@ -21,13 +21,7 @@ impl Engine {
     /// Checks the metadata invariants; returns a description of the first
     /// violations found.
     pub fn check_consistency(&self) -> Result<()> {
-        let volumes: Vec<_> = self
-            .volumes
-            .read()
-            .values()
-            .chain(self.destroyed.read().values())
-            .cloned()
-            .collect();
+        let volumes = self.named_volumes();
         let views: Vec<_> = volumes
             .iter()
             .map(|v| {
@@ -165,7 +159,7 @@ impl Engine {
                     shadowed += 1;
                 }
             }
-            let backlog = ws.mapping_count(vol.id) - vol.live_mapped.lock().count();
+            let backlog = vol.backlog_grains(ws);
             if backlog != shadowed {
                 problems.push(format!(
                     "volume {}: backlog {backlog} grains but {shadowed} mappings are shadowed",

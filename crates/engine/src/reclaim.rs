@@ -121,8 +121,7 @@ impl Engine {
     /// Waits (boundedly) while host I/O is in progress — unless physical space
     /// is short, when cleaning is what host writes need most.
     fn yield_to_foreground(&self) {
-        let reserve = crate::provision::cleaning_reserve_bytes(self.config.capacity_bytes);
-        if self.free_bytes_hint.load(Ordering::Relaxed) < 2 * reserve {
+        if self.space_short() {
             return;
         }
         for _ in 0..MAX_FOREGROUND_YIELDS {
@@ -133,15 +132,20 @@ impl Engine {
         }
     }
 
+    /// Physical free space below twice the cleaner's reserve (as of the last
+    /// commit): cleaning is then what host writes need most.
+    fn space_short(&self) -> bool {
+        let reserve = crate::provision::cleaning_reserve_bytes(self.config.capacity_bytes);
+        self.free_bytes_hint.load(Ordering::Relaxed) < 2 * reserve
+    }
+
     /// After a step of `took`: if hosts did I/O meanwhile (and space is not
     /// short), pause in proportion, so background work cannot take the CPU and
     /// the writer mutex from them however much of it there is.
     fn back_off_if_busy(&self, took: Duration, host_ops_before: u64) {
-        let reserve = crate::provision::cleaning_reserve_bytes(self.config.capacity_bytes);
-        let space_short = self.free_bytes_hint.load(Ordering::Relaxed) < 2 * reserve;
         let busy = self.foreground_ops.load(Ordering::Relaxed) != host_ops_before
             || self.foreground_inflight.load(Ordering::SeqCst) > 0;
-        if busy && !space_short {
+        if busy && !self.space_short() {
             std::thread::sleep((took * BUSY_BACKOFF_FACTOR).min(MAX_BUSY_PAUSE));
         }
     }
@@ -183,11 +187,12 @@ impl Engine {
         container: &ContainerShared,
         now: Duration,
     ) -> Result<ContainerStep> {
-        let backlog_grains = self.container_backlog_grains(container.id);
+        let members = self.container_members(container.id);
+        let backlog_grains = self.container_backlog_grains(container.id, &members);
         if backlog_grains == 0 {
             container.draining.store(false, Ordering::SeqCst);
             // Ranges over nothing dead finish without tokens, whatever the policy.
-            let worked = self.reclaim_work(container, 0)?.is_some();
+            let worked = self.reclaim_work(container, &members, 0)?.is_some();
             return Ok(if worked {
                 ContainerStep::Worked
             } else {
@@ -218,7 +223,9 @@ impl Engine {
             }
             grains
         };
-        let released_grains = self.reclaim_work(container, granted_grains)?.unwrap_or(0);
+        let released_grains = self
+            .reclaim_work(container, &members, granted_grains)?
+            .unwrap_or(0);
         assert!(released_grains <= granted_grains);
         if !draining {
             container
@@ -233,7 +240,12 @@ impl Engine {
     /// One batch of at most `limit_grains` dead mappings of the container: a
     /// doomed volume's first, then shadowed ones of its volumes. `None` when
     /// there was nothing to do; else the grains released.
-    fn reclaim_work(&self, container: &ContainerShared, limit_grains: u64) -> Result<Option<u64>> {
+    fn reclaim_work(
+        &self,
+        container: &ContainerShared,
+        members: &[std::sync::Arc<crate::VolumeShared>],
+        limit_grains: u64,
+    ) -> Result<Option<u64>> {
         let doomed = {
             let ws = self.writer.lock();
             ws.doomed_containers
@@ -255,20 +267,12 @@ impl Engine {
             }
             _ => {}
         }
-        let volumes: Vec<_> = self
-            .volumes
-            .read()
-            .values()
-            .chain(self.destroyed.read().values())
-            .filter(|v| v.container.id == container.id)
-            .cloned()
-            .collect();
-        for vol in volumes {
+        for vol in members {
             let pending = vol.view.read().ranges.first_unreclaimed();
             let Some((start, range)) = pending else {
                 continue;
             };
-            let released = self.reclaim_range_step(&vol, start, range, limit_grains as usize)?;
+            let released = self.reclaim_range_step(vol, start, range, limit_grains as usize)?;
             vol.reclaim
                 .reclaimed_bytes
                 .fetch_add(released * GRAIN_BYTES, Ordering::Relaxed);

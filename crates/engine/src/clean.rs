@@ -209,16 +209,14 @@ impl Engine {
             })?;
         }
         let mut found = Vec::new();
+        // Headers whose record does not check out: damage if live, else a dead
+        // record whose later pages were punched out.
+        let mut suspect = Vec::new();
         let mut at = 0usize;
         while at + RECORD_HEADER_BYTES <= data.len() {
             let Some((record, end)) = record_at(&data, at) else {
-                if segment::read_header(&data[at..]).is_some() {
-                    tracing::error!(
-                        segment = victim,
-                        offset = at,
-                        "corrupt record not relocated"
-                    );
-                    self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                if let Some((header, _)) = segment::read_header(&data[at..]) {
+                    suspect.push((header.block_id, at as u64));
                 }
                 // Pages of dead records are punched out (zeroes): find the next
                 // record whose header and checksum hold.
@@ -237,7 +235,35 @@ impl Engine {
             });
             at = end;
         }
+        self.report_damaged(victim, &suspect)?;
         Ok(found)
+    }
+
+    /// Logs and counts the records among `suspects` (block id, offset) that the
+    /// block table still places there: those are damage. The others are dead
+    /// records cut short by punching, which is expected.
+    fn report_damaged(&self, victim: SegmentId, suspects: &[(u64, u64)]) -> Result<()> {
+        if suspects.is_empty() {
+            return Ok(());
+        }
+        let txn = self.begin_read()?;
+        let blocks = txn.open_table(crate::meta::BLOCKS).map_err(kv_error)?;
+        for &(block_id, offset_bytes) in suspects {
+            let Some(value) = blocks.get(block_id).map_err(kv_error)? else {
+                continue;
+            };
+            let rec = BlockRec::decode(value.value())?;
+            if rec.segment == victim && u64::from(rec.offset_bytes) == offset_bytes {
+                tracing::error!(
+                    segment = victim,
+                    offset = offset_bytes,
+                    block = block_id,
+                    "corrupt record not relocated"
+                );
+                self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
     }
 }
 

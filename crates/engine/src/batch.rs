@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::grain::GrainContent;
 use crate::io::is_data;
@@ -89,14 +89,17 @@ impl Engine {
         }
     }
 
-    /// Commits queued writes until the queue is empty.
-    fn lead(&self, ws: &mut WriterState) {
+    /// Commits queued writes until the queue is empty, letting anyone blocked on
+    /// the writer mutex (a FLUSH, background work) in between batches: under
+    /// sustained writes the queue never empties, and a flush must not wait for it.
+    fn lead(&self, ws: &mut MutexGuard<'_, WriterState>) {
         loop {
             let batch = self.take_batch();
             if batch.is_empty() {
                 return;
             }
             self.commit_batch(ws, &batch);
+            MutexGuard::bump(ws);
         }
     }
 

@@ -224,6 +224,9 @@ pub struct Engine {
     reclaim_cursor: AtomicU64,
     /// How long until some container with a backlog has tokens again.
     reclaim_token_wait: Mutex<Option<std::time::Duration>>,
+    /// Host ops count when background work last saw it change, and when: big
+    /// background steps wait until hosts have been quiet for a while.
+    foreground_seen: Mutex<(u64, std::time::Instant)>,
     /// Destroyed volumes, recoverable until eradicated.
     destroyed: RwLock<HashMap<String, Arc<VolumeShared>>>,
     /// Eradicated volumes whose data snapshots (pins) still need: id → record.
@@ -282,6 +285,7 @@ impl Engine {
             free_bytes_hint: AtomicU64::new(0),
             reclaim_cursor: AtomicU64::new(0),
             reclaim_token_wait: Mutex::new(None),
+            foreground_seen: Mutex::new((0, std::time::Instant::now())),
             config,
             db,
             store: fault::wrap(store),

@@ -31,6 +31,10 @@ const BATCH_MAPPINGS: usize = 64;
 /// Mappings dropped per transaction when no host I/O is in flight: commits are
 /// a large part of the cost, so idle time reclaims in bigger steps.
 const IDLE_BATCH_MAPPINGS: usize = 4096;
+/// Hosts count as idle (and background work takes big steps) only after no host
+/// I/O began for this long: a gap between two requests of a busy host is not
+/// idleness, and a big step then would hold the writer mutex for tens of ms.
+const HOSTS_QUIET: Duration = Duration::from_millis(100);
 /// Longest a background step waits for host I/O to pause, in yields of
 /// `FOREGROUND_YIELD`: background work slows under load but never stops.
 const MAX_FOREGROUND_YIELDS: u32 = 10;
@@ -132,6 +136,19 @@ impl Engine {
         }
     }
 
+    /// No host I/O in flight, and none begun for `HOSTS_QUIET` (real time: it
+    /// is about the hosts' latency, not about rates).
+    fn hosts_idle(&self) -> bool {
+        let ops = self.foreground_ops.load(Ordering::Relaxed);
+        let mut seen = self.foreground_seen.lock();
+        let now = std::time::Instant::now();
+        if seen.0 != ops {
+            *seen = (ops, now);
+        }
+        self.foreground_inflight.load(Ordering::SeqCst) == 0
+            && now.duration_since(seen.1) >= HOSTS_QUIET
+    }
+
     /// Physical free space below twice the cleaner's reserve (as of the last
     /// commit): cleaning is then what host writes need most.
     fn space_short(&self) -> bool {
@@ -200,7 +217,7 @@ impl Engine {
             });
         }
         let draining = container.draining.load(Ordering::SeqCst);
-        let batch_grains = if self.foreground_inflight.load(Ordering::SeqCst) == 0 {
+        let batch_grains = if self.hosts_idle() {
             IDLE_BATCH_MAPPINGS
         } else {
             BATCH_MAPPINGS

@@ -28,7 +28,16 @@ fn fill(engine: &std::sync::Arc<Engine>, name: &str, mib: u64, salt: u64) {
     engine.flush().unwrap();
 }
 
+/// With `PERF_CTL` set to a `perf record --control fifo:` path, only the
+/// draining is profiled.
+fn perf_control(command: &str) {
+    if let Ok(path) = std::env::var("PERF_CTL") {
+        std::fs::write(path, format!("{command}\n")).unwrap();
+    }
+}
+
 fn drain(engine: &Engine, what: &str, mib: u64) {
+    perf_control("enable");
     let started = Instant::now();
     let mut steps = 0u64;
     while engine.background_step().unwrap() {
@@ -36,6 +45,7 @@ fn drain(engine: &Engine, what: &str, mib: u64) {
     }
     engine.flush().unwrap();
     let seconds = started.elapsed().as_secs_f64();
+    perf_control("disable");
     let grains = mib * MIB / 4096;
     println!(
         "{what}: {mib} MiB in {seconds:.3} s = {:.0} MB/s, {:.2} us/grain, {steps} steps",

@@ -22,6 +22,7 @@ use redb::ReadableTable;
 
 use crate::container::ContainerShared;
 use crate::meta::{self, kv_error, HistValue, MapValue, RangeKind};
+use crate::tx::Death;
 use crate::{Engine, Result, GRAIN_BYTES};
 
 /// Mappings dropped per transaction while host I/O is in flight: short
@@ -311,9 +312,11 @@ impl Engine {
             let mut ws = self.writer.lock();
             let snapshot_seqs = vol.snapshot_seqs.lock().clone();
             self.transact(&mut ws, false, |st, t, _| {
-                let mut shadowed = Vec::new();
+                // Where this batch ends: after `limit` shadowed mappings, or
+                // after scanning a bounded number of newer ones.
+                let mut shadowed = 0;
                 let mut scanned = 0;
-                let mut more = false;
+                let mut batch_end = range.end_grain;
                 for item in t
                     .maps
                     .range((vol.id, start)..(vol.id, range.end_grain))
@@ -322,24 +325,33 @@ impl Engine {
                     let (key, value) = item.map_err(kv_error)?;
                     scanned += 1;
                     if MapValue::decode(value.value())?.seq < range.seq {
-                        if shadowed.len() >= limit {
-                            more = true;
+                        if shadowed >= limit {
+                            batch_end = key.value().1;
                             break;
                         }
-                        shadowed.push(key.value().1);
+                        shadowed += 1;
                     }
                     if scanned >= 16 * limit.max(BATCH_MAPPINGS) {
-                        more = true;
+                        batch_end = key.value().1 + 1;
                         break;
                     }
                 }
-                for grain in &shadowed {
-                    st.remove_mapping(t, vol.id, *grain, range.seq, &snapshot_seqs)?;
-                }
+                let removed = st.remove_mappings_in(
+                    t,
+                    vol.id,
+                    (start, batch_end),
+                    limit,
+                    Death {
+                        seq: range.seq,
+                        snapshot_seqs: &snapshot_seqs,
+                    },
+                    |value| value.seq < range.seq,
+                )?;
+                assert_eq!(removed.len(), shadowed);
                 self.stats
                     .reclaimed_mappings
-                    .fetch_add(shadowed.len() as u64, Ordering::Relaxed);
-                Ok((!more, shadowed.len() as u64))
+                    .fetch_add(shadowed as u64, Ordering::Relaxed);
+                Ok((batch_end == range.end_grain, shadowed as u64))
             })?
         };
         if done {
@@ -396,21 +408,12 @@ impl Engine {
         let mut ws = self.writer.lock();
         let mut released = 0;
         let finished = self.transact(&mut ws, false, |st, t, _| {
-            let mut grains = Vec::new();
-            for item in t
-                .maps
-                .range((volume, 0)..=(volume, u64::MAX))
-                .map_err(kv_error)?
-            {
-                let (key, _) = item.map_err(kv_error)?;
-                grains.push(key.value().1);
-                if grains.len() >= limit {
-                    break;
-                }
-            }
-            for grain in &grains {
-                st.remove_mapping(t, volume, *grain, u64::MAX, &[])?;
-            }
+            let everything = Death {
+                seq: u64::MAX,
+                snapshot_seqs: &[],
+            };
+            let grains =
+                st.remove_mappings_in(t, volume, (0, u64::MAX), limit, everything, |_| true)?;
             released = grains.len() as u64;
             self.stats
                 .reclaimed_mappings

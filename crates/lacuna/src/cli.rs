@@ -314,6 +314,9 @@ pub enum ContainerCommand {
         /// Required: reclaim now (the backlog otherwise goes at the policy's rate).
         #[arg(long, required = true)]
         now: bool,
+        /// Wait until the backlog is empty, showing progress.
+        #[arg(long)]
+        wait: bool,
     },
     /// Delete an empty container (not `default`).
     Delete { name: String },
@@ -781,15 +784,25 @@ pub fn run_container(
                 )
             })
         }
-        ContainerCommand::Reclaim { name, now } => {
+        ContainerCommand::Reclaim { name, now, wait } => {
             // clap requires --now; the flag exists so the command says what it does.
             assert!(now, "clap requires --now");
             let path = format!("{}/reclaim", container_path(&name));
             let answer = client.call(Method::Post, &path, None)?;
+            if wait {
+                let done = wait_for_reclaim(client, &name)?;
+                return print(as_json, &done, |c: ContainerInfo| {
+                    format!(
+                        "container {}: backlog empty; {} reclaimed in all",
+                        c.name,
+                        format_size(c.reclaim.stats.reclaimed_bytes)
+                    )
+                });
+            }
             print(as_json, &answer, |c: ContainerInfo| {
                 // The drain runs in the background (it may be done already).
                 format!(
-                    "reclaiming container {} now, whatever its policy ({}): {} backlog left; follow it with 'lacuna container show {} --reclaim'",
+                    "reclaiming container {} now, whatever its policy ({}): {} backlog left; follow it with 'lacuna container show {} --reclaim' (or pass --wait)",
                     c.name,
                     c.reclaim.policy,
                     format_size(c.reclaim.stats.backlog_bytes),
@@ -803,6 +816,39 @@ pub fn run_container(
                 format!("deleted container {name}")
             })
         }
+    }
+}
+
+/// Polls a container until its reclaim backlog is empty, with a progress bar
+/// (bytes reclaimed of the backlog there was) on a terminal. Returns the last
+/// answer.
+fn wait_for_reclaim(client: &Client, name: &str) -> anyhow::Result<Value> {
+    const POLL: std::time::Duration = std::time::Duration::from_millis(200);
+    let first = client.call(Method::Get, &container_path(name), None)?;
+    let info: ContainerInfo = serde_json::from_value(first.clone())?;
+    let start_reclaimed = info.reclaim.stats.reclaimed_bytes;
+    let bar = indicatif::ProgressBar::new(info.reclaim.stats.backlog_bytes.max(1));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} reclaimed, {msg}")
+            .expect("a valid template"),
+    );
+    let mut answer = first;
+    loop {
+        let info: ContainerInfo = serde_json::from_value(answer.clone())?;
+        let stats = &info.reclaim.stats;
+        let reclaimed = stats.reclaimed_bytes.saturating_sub(start_reclaimed);
+        bar.set_length((reclaimed + stats.backlog_bytes).max(1));
+        bar.set_position(reclaimed);
+        bar.set_message(format!(
+            "{}/s",
+            format_size(info.reclaim.current_bytes_per_s as u64)
+        ));
+        if stats.backlog_bytes == 0 {
+            bar.finish_and_clear();
+            return Ok(answer);
+        }
+        std::thread::sleep(POLL);
+        answer = client.call(Method::Get, &container_path(name), None)?;
     }
 }
 

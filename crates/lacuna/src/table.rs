@@ -104,6 +104,7 @@ pub fn volume_table(volumes: &[VolumeInfo], destroyed: bool) -> String {
                 v.name.clone(),
                 format_size(v.size_bytes),
                 v.provisioning.to_string(),
+                v.container.clone(),
                 format_size(v.written_bytes),
                 format_percent(v.thin_provisioning_percent),
                 format_size(v.unique_physical_bytes + v.shared_physical_bytes),
@@ -121,6 +122,7 @@ pub fn volume_table(volumes: &[VolumeInfo], destroyed: bool) -> String {
         ("NAME", Align::Left),
         ("SIZE", Align::Right),
         ("TYPE", Align::Left),
+        ("CONTAINER", Align::Left),
         ("WRITTEN", Align::Right),
         ("THIN", Align::Right),
         ("PHYSICAL", Align::Right),
@@ -607,6 +609,10 @@ mod tests {
         assert_eq!(lines[0].len(), lines[1].len(), "{t}");
         assert_eq!(lines[1].len(), lines[2].len(), "{t}");
         assert!(lines[1].contains(" thin "), "{t}");
+        assert!(
+            lines[0].contains("CONTAINER") && lines[1].contains(" default "),
+            "{t}"
+        );
         assert!(volume_table(&[], false).starts_with("no volumes"));
         assert_eq!(volume_table(&[], true), "no destroyed volumes");
     }

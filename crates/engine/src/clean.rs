@@ -94,7 +94,7 @@ impl Engine {
         self.clean_segment(victim)?;
         // Free the victim now (at a durable commit), not when work runs out:
         // under steady overwrites that would be never.
-        self.flush()?;
+        self.flush_freeing()?;
         Ok(true)
     }
 
@@ -124,7 +124,7 @@ impl Engine {
             self.stats.writer_cleans.fetch_add(1, Ordering::Relaxed);
             self.clean_segment(victim)?;
             // A cleaned victim is freed by the next durable commit.
-            self.flush()?;
+            self.flush_freeing()?;
         }
         Ok(())
     }
@@ -159,7 +159,7 @@ impl Engine {
             self.clean_segment(victim)?;
             cleaned += 1;
         }
-        self.flush()?;
+        self.flush_freeing()?;
         Ok(cleaned)
     }
 

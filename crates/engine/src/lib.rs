@@ -333,7 +333,7 @@ impl Engine {
         if let Some(handle) = self.reclaimer.lock().take() {
             let _ = handle.join();
         }
-        self.flush()
+        self.flush_freeing()
     }
 
     pub fn capacity_bytes(&self) -> u64 {
@@ -363,10 +363,24 @@ impl Engine {
     /// Makes every write completed so far, on every volume, durable. Concurrent
     /// flushes share one sync and one durable commit (group commit).
     pub fn flush(&self) -> Result<()> {
+        self.durable_commit(false)
+    }
+
+    /// A durable commit even when every write is durable already, if some space
+    /// waits for one to be freed: what the background work calls when it runs
+    /// out of work. Host flushes do not wait for that (see `durable_commit`).
+    pub(crate) fn flush_freeing(&self) -> Result<()> {
+        self.durable_commit(true)
+    }
+
+    /// A host FLUSH returns as soon as a durable commit covers every commit
+    /// made before it began: a queue of flushes shares one, even while freed
+    /// space is pending (freeing it is background work, not theirs).
+    fn durable_commit(&self, to_free: bool) -> Result<()> {
         let target = self.commit_count.load(Ordering::SeqCst);
         let _flush = self.flush_lock.lock();
         if self.durable_count.load(Ordering::SeqCst) >= target
-            && !self.writer.lock().has_space_to_free()
+            && !(to_free && self.writer.lock().has_space_to_free())
         {
             return Ok(());
         }

@@ -85,7 +85,7 @@ fn run(weak: Weak<Engine>) {
             }
             Ok(false) => {
                 if engine.writer.lock().has_space_to_free() {
-                    if let Err(e) = engine.flush() {
+                    if let Err(e) = engine.flush_freeing() {
                         tracing::error!("reclaimer flush failed: {e}");
                     }
                 }

@@ -983,7 +983,7 @@ class Lacuna:
         self.log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen([
             LACUNA, "serve", "--data-dir", self.data, "--capacity", capacity,
-            "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api}",
+            "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api}", "--nbd-open-access",
             "--iscsi-listen", f"127.0.0.1:{self.iscsi}", "--iscsi-open-access",
         ], stdout=subprocess.DEVNULL, stderr=self.log_file)
         self.pid = self.proc.pid

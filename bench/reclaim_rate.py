@@ -64,7 +64,7 @@ class Lacuna:
         self.nbd, self.api = free_port(), free_port()
         self.proc = subprocess.Popen([
             LACUNA, "serve", "--data-dir", self.data, "--capacity", capacity,
-            "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api}",
+            "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api}", "--nbd-open-access",
             "--iscsi-listen", f"127.0.0.1:{free_port()}", "--destroy-retention", "1d",
         ], stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "lacuna.log"), "w"))
         wait_port(self.nbd)

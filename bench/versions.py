@@ -113,7 +113,7 @@ class Daemon:
         self.log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen([
             LACUNA, "serve", "--data-dir", self.data, "--capacity", capacity,
-            "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api_port}",
+            "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api_port}", "--nbd-open-access",
             "--iscsi-listen", f"127.0.0.1:{self.iscsi}",
         ], stdout=subprocess.DEVNULL, stderr=self.log_file)
         wait_port(self.nbd, self.proc)

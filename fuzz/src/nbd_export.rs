@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use lacuna_nbd::{BlockExport, ExportError, ExportProvider, ExportSummary, ExtentKind};
+use lacuna_nbd::{
+    BlockExport, Client, ExportError, ExportProvider, ExportSummary, ExtentKind, OpenError,
+};
 
 /// Allocation granularity of the export's extent map.
 const GRAIN_BYTES: u64 = 4096;
@@ -149,7 +151,7 @@ impl MemoryProvider {
 }
 
 impl ExportProvider for MemoryProvider {
-    fn list(&self) -> Vec<ExportSummary> {
+    fn list(&self, _client: &Client) -> Vec<ExportSummary> {
         let mut names: Vec<&String> = self.exports.keys().collect();
         names.sort();
         names
@@ -161,9 +163,10 @@ impl ExportProvider for MemoryProvider {
             .collect()
     }
 
-    fn open(&self, name: &str) -> Option<Arc<dyn BlockExport>> {
+    fn open(&self, _client: &Client, name: &str) -> Result<Arc<dyn BlockExport>, OpenError> {
         self.exports
             .get(name)
             .map(|export| Arc::clone(export) as Arc<dyn BlockExport>)
+            .ok_or(OpenError::Unknown)
     }
 }

@@ -2,8 +2,9 @@
 //! CHAP users, the volumes it sees at which LUN), the requests that change it,
 //! and the [`HostControl`] trait the daemon implements over its host registry.
 //!
-//! CHAP secrets travel one way only: in a create request. No answer, error
-//! message or `Debug` rendering of these types contains one.
+//! CHAP secrets and NBD pre-shared keys travel one way only: in a create (or
+//! set-key) request. No answer, error message or `Debug` rendering of these types
+//! contains one.
 
 use lacuna_engine::EngineError;
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,9 @@ pub struct HostInfo {
     pub chap_user: Option<String>,
     /// Mutual CHAP: the user the target authenticates to the initiator as.
     pub mutual_chap_user: Option<String>,
+    /// The host has an NBD TLS pre-shared key (its PSK identity is its name).
+    #[serde(default)]
+    pub nbd_psk: bool,
     /// What the host sees, by ascending LUN.
     pub luns: Vec<LunInfo>,
 }
@@ -69,13 +73,31 @@ impl std::fmt::Debug for ChapCredentials {
     }
 }
 
-/// A host to create, as checked by the API (each CHAP user comes with its secret).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A host to create, as checked by the API (each CHAP user comes with its
+/// secret). `Debug` hides the NBD key.
+#[derive(Clone, PartialEq, Eq)]
 pub struct NewHost {
     pub name: String,
     pub iqns: Vec<String>,
     pub chap: Option<ChapCredentials>,
     pub mutual_chap: Option<ChapCredentials>,
+    /// The NBD TLS pre-shared key in hex (checked by the host registry).
+    pub nbd_psk_key: Option<String>,
+}
+
+impl std::fmt::Debug for NewHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewHost")
+            .field("name", &self.name)
+            .field("iqns", &self.iqns)
+            .field("chap", &self.chap)
+            .field("mutual_chap", &self.mutual_chap)
+            .field(
+                "nbd_psk_key",
+                &self.nbd_psk_key.as_ref().map(|_| "<hidden>"),
+            )
+            .finish()
+    }
 }
 
 /// A volume (or snapshot) to connect to a host.
@@ -95,6 +117,8 @@ pub struct NewLun {
 #[serde(deny_unknown_fields)]
 pub struct CreateHostRequest {
     pub name: String,
+    /// Empty for an NBD-only host (then `nbd_psk_key` is needed).
+    #[serde(default)]
     pub iqns: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chap_user: Option<String>,
@@ -104,6 +128,9 @@ pub struct CreateHostRequest {
     pub mutual_chap_user: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mutual_chap_secret: Option<String>,
+    /// NBD TLS pre-shared key, hex (16 to 64 bytes); the PSK identity is `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbd_psk_key: Option<String>,
 }
 
 impl std::fmt::Debug for CreateHostRequest {
@@ -116,6 +143,7 @@ impl std::fmt::Debug for CreateHostRequest {
             .field("chap_secret", &hidden(&self.chap_secret))
             .field("mutual_chap_user", &self.mutual_chap_user)
             .field("mutual_chap_secret", &hidden(&self.mutual_chap_secret))
+            .field("nbd_psk_key", &hidden(&self.nbd_psk_key))
             .finish()
     }
 }
@@ -148,7 +176,22 @@ impl CreateHostRequest {
             )?,
             name: self.name,
             iqns: self.iqns,
+            nbd_psk_key: self.nbd_psk_key,
         })
+    }
+}
+
+/// Body of `PUT /v1/hosts/{host}/nbd-psk`. `Debug` hides the key.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetNbdPskRequest {
+    /// Hex, 16 to 64 bytes (as psktool writes it after `identity:`).
+    pub key: String,
+}
+
+impl std::fmt::Debug for SetNbdPskRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SetNbdPskRequest { key: <hidden> }")
     }
 }
 
@@ -233,6 +276,9 @@ pub trait HostControl: Send + Sync + 'static {
     fn connect(&self, host: &str, lun: NewLun) -> Result<LunInfo, HostControlError>;
     /// Takes a volume away from a host.
     fn disconnect(&self, host: &str, volume: &str) -> Result<(), HostControlError>;
+    /// Sets (`Some`, hex) or removes (`None`) a host's NBD pre-shared key; NBD
+    /// connections already open keep running.
+    fn set_nbd_psk(&self, host: &str, key: Option<String>) -> Result<HostInfo, HostControlError>;
 }
 
 #[cfg(test)]
@@ -248,12 +294,18 @@ mod tests {
             chap_secret: Some("top-secret-value".into()),
             mutual_chap_user: Some("t".into()),
             mutual_chap_secret: Some("other-secret-value".into()),
+            nbd_psk_key: Some("00112233445566778899aabbccddeeff".into()),
         };
         let text = format!("{request:?}");
         assert!(!text.contains("secret-value"), "{text}");
         let host = request.clone().into_new_host().unwrap();
         let text = format!("{host:?}");
         assert!(!text.contains("secret-value"), "{text}");
+        assert!(!text.contains("aabbccdd"), "{text}");
+        let set = SetNbdPskRequest {
+            key: "00112233445566778899aabbccddeeff".into(),
+        };
+        assert!(!format!("{set:?}").contains("aabbccdd"));
         assert_eq!(host.chap.unwrap().secret, "top-secret-value");
         let lone_user = CreateHostRequest {
             chap_secret: None,

@@ -39,11 +39,13 @@
 //! | POST   | `/v1/array/scrub`                 | start a scrub pass `{rate_bytes_per_s?}` (or join the running one) |
 //! | GET    | `/v1/array/scrub`                 | the running and the last scrub pass   |
 //! | GET    | `/v1/hosts`                       | list hosts (never their CHAP secrets) |
-//! | POST   | `/v1/hosts`                       | create `{name, iqns, chap_user?, chap_secret?, mutual_chap_user?, mutual_chap_secret?}` |
+//! | POST   | `/v1/hosts`                       | create `{name, iqns, chap_user?, chap_secret?, mutual_chap_user?, mutual_chap_secret?, nbd_psk_key?}` |
 //! | GET    | `/v1/hosts/{host}`                | one host, with its LUNs               |
 //! | DELETE | `/v1/hosts/{host}`                | delete (its initiators lose every LUN)|
 //! | POST   | `/v1/hosts/{host}/connect`        | map `{volume, lun?, block_size_bytes?, removable?}`, answers the LUN |
 //! | POST   | `/v1/hosts/{host}/disconnect`     | unmap `{volume}`                      |
+//! | PUT    | `/v1/hosts/{host}/nbd-psk`        | set the NBD TLS key `{key}` (hex)     |
+//! | DELETE | `/v1/hosts/{host}/nbd-psk`        | remove the NBD TLS key                |
 //! | GET    | `/v1/openapi.json`                | this API's OpenAPI 3.0 document       |
 //!
 //! Errors are `{"error": "message"}` with 400 (invalid argument, body or query),
@@ -90,7 +92,8 @@ pub use control::ControlPlane;
 pub use error::{ApiError, ErrorBody};
 pub use hosts::{
     ChapCredentials, ConnectVolumeRequest, CreateHostRequest, DisconnectVolumeRequest, HostControl,
-    HostControlError, HostInfo, LunInfo, NewHost, NewLun, BLOCK_SIZES, DEFAULT_BLOCK_SIZE_BYTES,
+    HostControlError, HostInfo, LunInfo, NewHost, NewLun, SetNbdPskRequest, BLOCK_SIZES,
+    DEFAULT_BLOCK_SIZE_BYTES,
 };
 pub use requests::{
     CopyRangeRequest, CreateContainerRequest, CreateSnapshotsRequest, CreateVolumeRequest,
@@ -182,6 +185,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/hosts/{host}", get(show_host).delete(delete_host))
         .route("/v1/hosts/{host}/connect", post(connect_volume))
         .route("/v1/hosts/{host}/disconnect", post(disconnect_volume))
+        .route(
+            "/v1/hosts/{host}/nbd-psk",
+            axum::routing::put(set_nbd_psk).delete(remove_nbd_psk),
+        )
         .route("/v1/openapi.json", get(openapi_document))
         .method_not_allowed_fallback(method_not_allowed)
         // Unknown paths also need the token, so probing reveals nothing.
@@ -592,6 +599,25 @@ async fn disconnect_volume(
 ) -> Result<StatusCode, ApiError> {
     hosts_blocking(&state, move |h| h.disconnect(&host, &body.volume)).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_nbd_psk(
+    State(state): State<ApiState>,
+    PathParam(host): PathParam,
+    JsonBody(body): JsonBody<SetNbdPskRequest>,
+) -> Result<Json<HostInfo>, ApiError> {
+    Ok(Json(
+        hosts_blocking(&state, move |h| h.set_nbd_psk(&host, Some(body.key))).await?,
+    ))
+}
+
+async fn remove_nbd_psk(
+    State(state): State<ApiState>,
+    PathParam(host): PathParam,
+) -> Result<Json<HostInfo>, ApiError> {
+    Ok(Json(
+        hosts_blocking(&state, move |h| h.set_nbd_psk(&host, None)).await?,
+    ))
 }
 
 /// The space report, then every container's and volume's figures, in

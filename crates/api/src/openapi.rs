@@ -340,7 +340,7 @@ pub fn document() -> Value {
                 },
                 "post": {
                     "operationId": "createHost",
-                    "summary": "Create a host: initiator names that share access, optionally with CHAP",
+                    "summary": "Create a host: initiator names that share access, optionally with CHAP, and/or an NBD TLS pre-shared key",
                     "description": "Each initiator name belongs to at most one host (else 400). CHAP secrets are 12 to 255 characters; a user needs its secret and a secret its user; mutual CHAP needs one-way CHAP. Secrets are stored by the daemon (mode 0600) and never returned. The host sees nothing until volumes are connected to it.",
                     "requestBody": json_request("CreateHostRequest"),
                     "responses": with_errors(json!({
@@ -375,6 +375,25 @@ pub fn document() -> Value {
                     "responses": with_errors(json!({
                         "200": json_response("The LUN made", "LunInfo")
                     }), &["400", "401", "404", "413", "415", "500", "501"])
+                }
+            },
+            "/v1/hosts/{host}/nbd-psk": {
+                "parameters": [host_param.clone()],
+                "put": {
+                    "operationId": "setHostNbdPsk",
+                    "summary": "Set (or replace) the host's NBD TLS pre-shared key; its PSK identity is the host's name",
+                    "description": "NBD clients that start TLS with this identity and key may list and open the volumes and snapshots connected to the host. Open NBD connections keep running; new ones need the new key. 400 for a key that is not 16 to 64 bytes of hex.",
+                    "requestBody": json_request("SetNbdPskRequest"),
+                    "responses": with_errors(json!({
+                        "200": json_response("The host", "HostInfo")
+                    }), &["400", "401", "404", "413", "415", "500", "501"])
+                },
+                "delete": {
+                    "operationId": "removeHostNbdPsk",
+                    "summary": "Remove the host's NBD TLS key (400 if the host has no initiator either: it would have no way in)",
+                    "responses": with_errors(json!({
+                        "200": json_response("The host", "HostInfo")
+                    }), &["400", "401", "404", "500", "501"])
                 }
             },
             "/v1/hosts/{host}/disconnect": {
@@ -711,16 +730,16 @@ fn schemas() -> Value {
             "backlog_bytes": bytes("Dead bytes not yet reclaimed")
         })),
         "CreateHostRequest": closed(object_with_optional(json!({
-            "name": {"type": "string", "description": "1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')"},
+            "name": {"type": "string", "description": "1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.'); also the host's NBD TLS-PSK identity"}
+        }), json!({
             "iqns": {
                 "type": "array",
-                "minItems": 1,
                 "maxItems": 64,
                 "uniqueItems": true,
                 "items": {"type": "string", "maxLength": 223, "description": "iqn.…, eui.… or naa.…"},
-                "description": "iSCSI initiator names that log in as this host, none of them another host's"
-            }
-        }), json!({
+                "description": "iSCSI initiator names that log in as this host, none of them another host's; may be empty (or absent) only with nbd_psk_key"
+            },
+            "nbd_psk_key": {"type": "string", "pattern": "^([0-9a-fA-F]{2}){16,64}$", "writeOnly": true, "description": "NBD TLS pre-shared key in hex (16 to 64 bytes); NBD clients that prove it with the host's name as PSK identity open the volumes connected to the host. Never returned"},
             "chap_user": {"type": "string", "minLength": 1, "maxLength": 255, "description": "One-way CHAP: the user the initiator authenticates as (needs chap_secret)"},
             "chap_secret": {"type": "string", "minLength": 12, "maxLength": 255, "writeOnly": true, "description": "One-way CHAP secret; never returned"},
             "mutual_chap_user": {"type": "string", "minLength": 1, "maxLength": 255, "description": "Mutual CHAP: the user the target authenticates to the initiator as (needs one-way CHAP and mutual_chap_secret)"},
@@ -732,6 +751,9 @@ fn schemas() -> Value {
             "lun": {"type": "integer", "format": "int64", "minimum": 0, "maximum": 16383, "description": "The LUN (default: the lowest free one)"},
             "block_size_bytes": {"type": "integer", "enum": [512, 4096], "default": 512, "description": "Logical block size presented: 512 (512e) or 4096 (4Kn)"},
             "removable": {"type": "boolean", "default": false, "description": "Present as removable medium (eject and load with START STOP UNIT)"}
+        }))),
+        "SetNbdPskRequest": closed(object(json!({
+            "key": {"type": "string", "pattern": "^([0-9a-fA-F]{2}){16,64}$", "writeOnly": true, "description": "NBD TLS pre-shared key in hex (16 to 64 bytes)"}
         }))),
         "DisconnectVolumeRequest": closed(object(json!({
             "volume": {"type": "string", "description": "The volume or VOL@SNAP to take away, whatever its LUN"}
@@ -748,6 +770,7 @@ fn schemas() -> Value {
             "iqns": {"type": "array", "items": {"type": "string"}, "description": "Initiator names that log in as this host"},
             "chap_user": nullable(json!({"type": "string", "description": "One-way CHAP user; null without CHAP"})),
             "mutual_chap_user": nullable(json!({"type": "string", "description": "Mutual CHAP user; null without mutual CHAP"})),
+            "nbd_psk": {"type": "boolean", "description": "The host has an NBD TLS pre-shared key (never shown)"},
             "luns": {
                 "type": "array",
                 "items": {"$ref": "#/components/schemas/LunInfo"},

@@ -215,6 +215,7 @@ async fn openapi_document_lists_every_route() {
         ("/v1/hosts/{host}", vec!["get", "delete"]),
         ("/v1/hosts/{host}/connect", vec!["post"]),
         ("/v1/hosts/{host}/disconnect", vec!["post"]),
+        ("/v1/hosts/{host}/nbd-psk", vec!["put", "delete"]),
         ("/v1/openapi.json", vec!["get"]),
     ] {
         for method in methods {

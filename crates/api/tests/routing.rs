@@ -599,6 +599,7 @@ impl HostControl for FakeHosts {
             iqns: host.iqns.clone(),
             chap_user: host.chap.as_ref().map(|c| c.user.clone()),
             mutual_chap_user: host.mutual_chap.as_ref().map(|c| c.user.clone()),
+            nbd_psk: host.nbd_psk_key.is_some(),
             luns: Vec::new(),
         };
         let secrets = host
@@ -606,6 +607,7 @@ impl HostControl for FakeHosts {
             .iter()
             .chain(host.mutual_chap.iter())
             .map(|c| c.secret.clone())
+            .chain(host.nbd_psk_key.clone())
             .collect();
         self.secrets
             .lock()
@@ -672,6 +674,24 @@ impl HostControl for FakeHosts {
             )));
         }
         Ok(())
+    }
+
+    fn set_nbd_psk(&self, host: &str, key: Option<String>) -> Result<HostInfo, HostControlError> {
+        self.check(format!("set_nbd_psk {host} {}", key.is_some()))?;
+        let mut hosts = self.hosts.lock().unwrap();
+        let info = hosts
+            .get_mut(host)
+            .ok_or_else(|| HostControlError::HostNotFound(host.into()))?;
+        info.nbd_psk = key.is_some();
+        if let Some(key) = key {
+            self.secrets
+                .lock()
+                .unwrap()
+                .entry(host.into())
+                .or_default()
+                .push(key);
+        }
+        Ok(info.clone())
     }
 }
 
@@ -866,6 +886,12 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
         "/v1/hosts/{host}/disconnect",
         Some(r#"{"volume":"v"}"#),
     ),
+    (
+        "PUT",
+        "/v1/hosts/{host}/nbd-psk",
+        Some(r#"{"key":"00112233445566778899aabbccddeeff"}"#),
+    ),
+    ("DELETE", "/v1/hosts/{host}/nbd-psk", None),
     ("GET", "/v1/openapi.json", None),
 ];
 
@@ -1372,6 +1398,7 @@ async fn host_lifecycle_statuses() {
             "iqns": ["iqn.1998-01.com.vmware:esx1"],
             "chap_user": "esx1",
             "mutual_chap_user": "array",
+            "nbd_psk": false,
             "luns": []
         })
     );
@@ -1381,6 +1408,29 @@ async fn host_lifecycle_statuses() {
     );
     let calls = hosts.calls().join("\n");
     assert!(!calls.contains("0123456789abcdef"), "{calls}");
+    // The NBD key: set (it reaches the registry, never an answer), then removed.
+    let key = r#"{"key":"00112233445566778899aabbccddeeff"}"#;
+    let r = send(&app, "PUT", "/v1/hosts/esx1/nbd-psk", bearer(), Some(key)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["nbd_psk"], true);
+    assert!(!r.body.to_string().contains("aabbccdd"), "{}", r.body);
+    assert_eq!(
+        hosts.secrets.lock().unwrap()["esx1"][2],
+        "00112233445566778899aabbccddeeff"
+    );
+    let r = send(&app, "DELETE", "/v1/hosts/esx1/nbd-psk", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["nbd_psk"], false);
+    let r = send(&app, "PUT", "/v1/hosts/nobody/nbd-psk", bearer(), Some(key)).await;
+    error_message(&r, StatusCode::NOT_FOUND);
+    assert_eq!(
+        hosts.calls(),
+        [
+            "set_nbd_psk esx1 true",
+            "set_nbd_psk esx1 false",
+            "set_nbd_psk nobody true"
+        ]
+    );
     let r = send(&app, "POST", "/v1/hosts", bearer(), Some(create)).await;
     assert_eq!(
         error_message(&r, StatusCode::CONFLICT),
@@ -1622,7 +1672,12 @@ async fn without_host_management_host_routes_answer_501() {
 async fn malformed_host_bodies_get_json_errors() {
     let (app, _, hosts) = app_with_hosts();
     for (uri, body, expected) in [
-        ("/v1/hosts", r#"{"name":"h"}"#, "missing field `iqns`"),
+        ("/v1/hosts", r#"{"iqns":[]}"#, "missing field `name`"),
+        (
+            "/v1/hosts",
+            r#"{"name":"h","nbd_psk_key":5}"#,
+            "invalid type",
+        ),
         (
             "/v1/hosts",
             r#"{"name":"h","iqns":"iqn.x:y"}"#,
@@ -1658,6 +1713,14 @@ async fn malformed_host_bodies_get_json_errors() {
         let r = send(&app, "POST", uri, bearer(), Some(body)).await;
         let message = error_message(&r, StatusCode::BAD_REQUEST);
         assert!(message.contains(expected), "{uri} {body}: {message}");
+    }
+    for (body, expected) in [
+        ("{}", "missing field `key`"),
+        (r#"{"key":"00","psk":1}"#, "unknown field `psk`"),
+    ] {
+        let r = send(&app, "PUT", "/v1/hosts/h/nbd-psk", bearer(), Some(body)).await;
+        let message = error_message(&r, StatusCode::BAD_REQUEST);
+        assert!(message.contains(expected), "{body}: {message}");
     }
     let r = send(&app, "GET", "/v1/hosts/%FF", bearer(), None).await;
     error_message(&r, StatusCode::BAD_REQUEST);
@@ -1942,10 +2005,18 @@ async fn openapi_document_matches_router_and_types() {
             iqns: vec!["iqn.2024-01.org.example:h".into()],
             chap_user: Some("u".into()),
             mutual_chap_user: None,
+            nbd_psk: true,
             luns: vec![lun],
         })
         .unwrap(),
-        &["name", "iqns", "chap_user", "mutual_chap_user", "luns"],
+        &[
+            "name",
+            "iqns",
+            "chap_user",
+            "mutual_chap_user",
+            "nbd_psk",
+            "luns",
+        ],
     );
     check(
         "CreateHostRequest",
@@ -1956,9 +2027,18 @@ async fn openapi_document_matches_router_and_types() {
             chap_secret: Some("s".repeat(12)),
             mutual_chap_user: Some("t".into()),
             mutual_chap_secret: Some("m".repeat(12)),
+            nbd_psk_key: Some("00".repeat(16)),
         })
         .unwrap(),
-        &["name", "iqns"],
+        &["name"],
+    );
+    check(
+        "SetNbdPskRequest",
+        serde_json::to_value(lacuna_api::SetNbdPskRequest {
+            key: "00".repeat(16),
+        })
+        .unwrap(),
+        &["key"],
     );
     check(
         "ConnectVolumeRequest",

@@ -7,7 +7,7 @@ use clap::{Subcommand, ValueEnum};
 use lacuna_api::{
     ConnectVolumeRequest, CopyRangeRequest, CreateContainerRequest, CreateHostRequest,
     CreateSnapshotsRequest, CreateVolumeRequest, DisconnectVolumeRequest, HostInfo, LunInfo,
-    ResizeVolumeRequest, RestoreVolumeRequest, UpdateContainerRequest,
+    ResizeVolumeRequest, RestoreVolumeRequest, SetNbdPskRequest, UpdateContainerRequest,
 };
 use lacuna_engine::{
     Compression, ContainerInfo, CopyReport, GroupSnapshot, Provisioning, ReclaimPolicy,
@@ -168,16 +168,19 @@ pub enum SnapshotCommand {
 #[derive(Subcommand)]
 pub enum HostCommand {
     /// Create a host: the initiators (IQNs) that share its LUNs, optionally with
-    /// CHAP. A CHAP secret (12 to 255 characters) is best given in the
+    /// CHAP, and/or an NBD TLS pre-shared key (its PSK identity is the host
+    /// name). A CHAP secret (12 to 255 characters) is best given in the
     /// environment, LACUNA_CHAP_SECRET and LACUNA_MUTUAL_CHAP_SECRET, rather than
-    /// on the command line; the flag wins when both are given. Secrets are never
-    /// shown again.
+    /// on the command line; the flag wins when both are given. Secrets and keys
+    /// are never shown again.
     Create {
-        /// Host name (1 to 64 of A-Z a-z 0-9 . _ -).
+        /// Host name (1 to 64 of A-Z a-z 0-9 . _ -); also its NBD PSK identity.
         name: String,
         /// iSCSI initiator name (iqn.…, eui.… or naa.…); repeat for several.
-        #[arg(long = "iqn", value_name = "IQN", required = true)]
+        #[arg(long = "iqn", value_name = "IQN", required_unless_present_any = ["nbd_psk_key", "nbd_psk_file"])]
         iqns: Vec<String>,
+        #[command(flatten)]
+        nbd_psk: NbdPskArgs,
         /// One-way CHAP: the user the initiator authenticates as.
         #[arg(long)]
         chap_user: Option<String>,
@@ -215,6 +218,51 @@ pub enum HostCommand {
     },
     /// Take a volume (or snapshot) away from a host.
     Disconnect { host: String, volume: String },
+    /// Set or remove a host's NBD TLS pre-shared key (open NBD connections keep
+    /// running).
+    Set {
+        name: String,
+        #[command(flatten)]
+        nbd_psk: NbdPskArgs,
+        /// Remove the NBD key.
+        #[arg(long, conflicts_with_all = ["nbd_psk_key", "nbd_psk_file"])]
+        no_nbd_psk: bool,
+    },
+}
+
+/// Where a host's NBD key comes from.
+#[derive(clap::Args)]
+pub struct NbdPskArgs {
+    /// NBD TLS pre-shared key in hex, 16 to 64 bytes (e.g. `openssl rand -hex 32`).
+    #[arg(long, value_name = "HEX", conflicts_with = "nbd_psk_file")]
+    nbd_psk_key: Option<String>,
+    /// Read the key from a psktool-format file (lines `identity:hex`): the line
+    /// whose identity is the host name. Keeps the key off the command line.
+    #[arg(long, value_name = "FILE")]
+    nbd_psk_file: Option<std::path::PathBuf>,
+}
+
+impl NbdPskArgs {
+    /// The key in hex, if one was given.
+    fn key(self, host: &str) -> anyhow::Result<Option<String>> {
+        if let Some(key) = self.nbd_psk_key {
+            return Ok(Some(key));
+        }
+        let Some(path) = self.nbd_psk_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let key = text
+            .lines()
+            .filter_map(|line| line.trim().split_once(':'))
+            .find(|(identity, _)| *identity == host)
+            .map(|(_, key)| key.trim().to_string());
+        match key {
+            Some(key) => Ok(Some(key)),
+            None => anyhow::bail!("{} has no line for identity '{host}'", path.display()),
+        }
+    }
 }
 
 fn parse_block_size(text: &str) -> Result<u32, String> {
@@ -620,6 +668,7 @@ pub fn run_host(client: &Client, command: HostCommand, as_json: bool) -> anyhow:
         HostCommand::Create {
             name,
             iqns,
+            nbd_psk,
             chap_user,
             chap_secret,
             mutual_chap_user,
@@ -632,6 +681,7 @@ pub fn run_host(client: &Client, command: HostCommand, as_json: bool) -> anyhow:
                 MUTUAL_CHAP_SECRET_ENV,
                 "--mutual-chap-user",
             )?;
+            let nbd_psk_key = nbd_psk.key(&name)?;
             let body = serde_json::to_value(CreateHostRequest {
                 name,
                 iqns,
@@ -639,16 +689,39 @@ pub fn run_host(client: &Client, command: HostCommand, as_json: bool) -> anyhow:
                 chap_secret,
                 mutual_chap_user,
                 mutual_chap_secret,
+                nbd_psk_key,
             })?;
             let answer = client.call(Method::Post, "/v1/hosts", Some(&body))?;
             print(as_json, &answer, |h: HostInfo| {
                 format!(
-                    "created host {} ({} initiator{}, {})",
+                    "created host {} ({} initiator{}, {}{})",
                     h.name,
                     h.iqns.len(),
                     if h.iqns.len() == 1 { "" } else { "s" },
-                    crate::table::chap_mode(&h)
+                    crate::table::chap_mode(&h),
+                    if h.nbd_psk { ", nbd-psk set" } else { "" }
                 )
+            })
+        }
+        HostCommand::Set {
+            name,
+            nbd_psk,
+            no_nbd_psk,
+        } => {
+            let path = format!("{}/nbd-psk", host_path(&name));
+            let answer = match nbd_psk.key(&name)? {
+                Some(key) => {
+                    let body = serde_json::to_value(SetNbdPskRequest { key })?;
+                    client.call(Method::Put, &path, Some(&body))?
+                }
+                None if no_nbd_psk => client.call(Method::Delete, &path, None)?,
+                None => anyhow::bail!(
+                    "nothing to set: give --nbd-psk-key, --nbd-psk-file or --no-nbd-psk"
+                ),
+            };
+            print(as_json, &answer, |h: HostInfo| {
+                let state = if h.nbd_psk { "set" } else { "removed" };
+                format!("host {}: nbd-psk {state}", h.name)
             })
         }
         HostCommand::List => {

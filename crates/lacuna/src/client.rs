@@ -26,6 +26,7 @@ pub enum Method {
     Get,
     Post,
     Patch,
+    Put,
     Delete,
 }
 
@@ -76,6 +77,11 @@ impl Client {
             (Method::Patch, body) => self
                 .agent
                 .patch(&url)
+                .header("Authorization", &authorization)
+                .send_json(body.unwrap_or(&Value::Null)),
+            (Method::Put, body) => self
+                .agent
+                .put(&url)
                 .header("Authorization", &authorization)
                 .send_json(body.unwrap_or(&Value::Null)),
         };

@@ -1,9 +1,12 @@
 //! Hosts and LUN masking: which initiators may log in, with which CHAP secrets,
-//! and which volumes each sees at which LUN.
+//! and which volumes each sees at which LUN. A host may also have an NBD
+//! pre-shared key: an NBD client that proves it over TLS, with the host's name as
+//! its PSK identity, may open the volumes connected to the host (see
+//! `nbd_export`).
 //!
 //! Kept by the daemon (not the engine, which knows nothing of initiators) in
 //! `<data_dir>/hosts.json`, written atomically (temporary file, fsync, rename) with
-//! mode 0600 because it holds CHAP secrets. Every change bumps a generation that
+//! mode 0600 because it holds CHAP secrets and NBD keys. Every change bumps a generation that
 //! the SCSI layer watches to raise REPORTED LUNS DATA HAS CHANGED on live sessions.
 //!
 //! The API and CLI (`lacuna host …`) reach the registry through [`RegistryHosts`],
@@ -32,6 +35,10 @@ pub const MAX_HOSTS: usize = 1024;
 pub const MAX_LUNS_PER_HOST: usize = 1024;
 /// Most initiator names per host (a cluster's nodes, each with a few HBAs).
 pub const MAX_IQNS_PER_HOST: usize = 64;
+/// NBD pre-shared key sizes: at least 128 bits, at most 512 (`psktool -s 64`).
+/// The NBD server accepts the same range (checked where the two meet).
+pub const NBD_PSK_MIN_BYTES: usize = 16;
+pub const NBD_PSK_MAX_BYTES: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -62,6 +69,49 @@ impl std::fmt::Debug for Chap {
             .field("user", &self.user)
             .field("secret", &"<hidden>")
             .finish()
+    }
+}
+
+/// An NBD TLS pre-shared key, kept as the hex text psktool writes (`name:hex`).
+/// `Debug` hides it.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct NbdPsk(String);
+
+impl std::fmt::Debug for NbdPsk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NbdPsk(<hidden>)")
+    }
+}
+
+impl NbdPsk {
+    /// Checks a hex key: an even number of hex digits making
+    /// `MIN_PSK_KEY_BYTES..=MAX_PSK_KEY_BYTES` bytes (the message never quotes it).
+    pub fn parse(hex: &str) -> Result<NbdPsk, HostError> {
+        let (min, max) = (NBD_PSK_MIN_BYTES, NBD_PSK_MAX_BYTES);
+        let hex = hex.trim();
+        let digits = hex.len();
+        if !hex.bytes().all(|b| b.is_ascii_hexdigit()) || !digits.is_multiple_of(2) {
+            return Err(HostError::Invalid(
+                "the NBD PSK must be hexadecimal digits, two per byte (as psktool writes it)"
+                    .into(),
+            ));
+        }
+        if digits < 2 * min || digits > 2 * max {
+            return Err(HostError::Invalid(format!(
+                "the NBD PSK must be {min} to {max} bytes ({} to {} hex digits), not {digits} digits",
+                2 * min,
+                2 * max
+            )));
+        }
+        Ok(NbdPsk(hex.to_ascii_lowercase()))
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        (0..self.0.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&self.0[i..i + 2], 16).expect("checked by parse"))
+            .collect()
     }
 }
 
@@ -102,6 +152,9 @@ pub struct Host {
     pub chap: Option<Chap>,
     /// The target authenticates to the initiator with these (mutual CHAP).
     pub mutual_chap: Option<Chap>,
+    /// The NBD TLS key of the host's name (its PSK identity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbd_psk: Option<NbdPsk>,
     pub luns: BTreeMap<u64, LunSpec>,
 }
 
@@ -112,6 +165,7 @@ fn host_info(h: &Host) -> HostInfo {
         iqns: h.iqns.clone(),
         chap_user: h.chap.as_ref().map(|c| c.user.clone()),
         mutual_chap_user: h.mutual_chap.as_ref().map(|c| c.user.clone()),
+        nbd_psk: h.nbd_psk.is_some(),
         luns: h
             .luns
             .iter()
@@ -194,6 +248,36 @@ impl HostRegistry {
             .values()
             .find(|h| h.iqns.iter().any(|i| i == iqn))
             .cloned()
+    }
+
+    /// The NBD key of the host named `identity`, if it has one.
+    pub fn nbd_key(&self, identity: &str) -> Option<Vec<u8>> {
+        self.lock()
+            .get(identity)?
+            .nbd_psk
+            .as_ref()
+            .map(NbdPsk::bytes)
+    }
+
+    /// What the NBD client proven to be host `identity` may open: the volumes
+    /// and snapshots connected to it (at any LUN). `None` if the host has gone
+    /// or lost its key since the client connected.
+    pub fn nbd_exports(&self, identity: &str) -> Option<Vec<String>> {
+        let hosts = self.lock();
+        let host = hosts.get(identity).filter(|h| h.nbd_psk.is_some())?;
+        Some(host.luns.values().map(|l| l.volume.clone()).collect())
+    }
+
+    /// Sets (or with `None` removes) a host's NBD key.
+    pub fn set_nbd_psk(&self, name: &str, key: Option<NbdPsk>) -> Result<HostInfo, HostError> {
+        self.update(|hosts| {
+            let host = hosts
+                .get_mut(name)
+                .ok_or_else(|| HostError::NotFound(name.to_string()))?;
+            host.nbd_psk = key;
+            validate_host(host)?;
+            Ok(host_info(host))
+        })
     }
 
     pub fn create(&self, host: Host) -> Result<HostInfo, HostError> {
@@ -336,9 +420,9 @@ fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
 fn validate_host(host: &Host) -> Result<(), HostError> {
     lacuna_engine::catalog::validate_name(&host.name)
         .map_err(|e| HostError::Invalid(format!("host name: {e}")))?;
-    if host.iqns.is_empty() {
+    if host.iqns.is_empty() && host.nbd_psk.is_none() {
         return Err(HostError::Invalid(
-            "a host needs at least one initiator name (--iqn)".into(),
+            "a host needs at least one initiator name (--iqn) or an NBD key (--nbd-psk-key)".into(),
         ));
     }
     if host.iqns.len() > MAX_IQNS_PER_HOST {
@@ -438,8 +522,14 @@ impl HostControl for RegistryHosts {
             iqns: host.iqns,
             chap: host.chap.map(chap),
             mutual_chap: host.mutual_chap.map(chap),
+            nbd_psk: host.nbd_psk_key.as_deref().map(NbdPsk::parse).transpose()?,
             luns: BTreeMap::new(),
         })?)
+    }
+
+    fn set_nbd_psk(&self, name: &str, key: Option<String>) -> Result<HostInfo, HostControlError> {
+        let key = key.as_deref().map(NbdPsk::parse).transpose()?;
+        Ok(self.registry.set_nbd_psk(name, key)?)
     }
 
     fn delete_host(&self, name: &str) -> Result<(), HostControlError> {
@@ -474,6 +564,7 @@ mod tests {
             iqns: vec![iqn.into()],
             chap: None,
             mutual_chap: None,
+            nbd_psk: None,
             luns: BTreeMap::new(),
         }
     }
@@ -549,6 +640,46 @@ mod tests {
         assert!(!text.contains("long-enough"), "{text}");
     }
 
+    #[test]
+    fn nbd_keys_are_checked_hidden_and_give_the_connected_volumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = HostRegistry::open(dir.path(), false).unwrap();
+        let key = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF";
+        for bad in ["xyz", "0011", "001", &"ab".repeat(65)] {
+            assert!(NbdPsk::parse(bad).is_err(), "{bad}");
+        }
+        let mut nbd_only = host("alice", "unused");
+        nbd_only.iqns.clear();
+        assert!(reg.create(nbd_only.clone()).is_err(), "neither IQN nor key");
+        nbd_only.nbd_psk = Some(NbdPsk::parse(key).unwrap());
+        let info = reg.create(nbd_only).unwrap();
+        assert!(info.nbd_psk);
+        let text = format!("{:?} {:?}", reg.get("alice").unwrap(), reg.lock()["alice"]);
+        assert!(!text.to_ascii_lowercase().contains("aabbccdd"), "{text}");
+        assert_eq!(reg.nbd_key("alice").unwrap()[..2], [0x00, 0x11]);
+        assert_eq!(reg.nbd_key("alice").unwrap().len(), 32);
+        assert_eq!(reg.nbd_exports("alice").unwrap(), Vec::<String>::new());
+        reg.connect("alice", LunSpec::plain("vol-a"), None).unwrap();
+        reg.connect("alice", LunSpec::plain("vol-a@s1"), None)
+            .unwrap();
+        assert_eq!(reg.nbd_exports("alice").unwrap(), ["vol-a", "vol-a@s1"]);
+        assert!(reg.nbd_exports("nobody").is_none());
+        // An iSCSI-only host gets a key later, then loses it; an NBD-only host
+        // cannot lose its only way in.
+        reg.create(host("esx1", "iqn.1998-01.com.vmware:esx1"))
+            .unwrap();
+        assert!(reg.nbd_key("esx1").is_none() && reg.nbd_exports("esx1").is_none());
+        let info = reg
+            .set_nbd_psk("esx1", Some(NbdPsk::parse(key).unwrap()))
+            .unwrap();
+        assert!(info.nbd_psk);
+        assert!(!reg.set_nbd_psk("esx1", None).unwrap().nbd_psk);
+        assert!(reg.set_nbd_psk("alice", None).is_err());
+        assert!(reg.set_nbd_psk("nobody", None).is_err());
+        let again = HostRegistry::open(dir.path(), false).unwrap();
+        assert_eq!(again.nbd_key("alice"), reg.nbd_key("alice"));
+    }
+
     /// The API's view: volumes and snapshots are checked against the engine,
     /// registry errors keep their kind, answers carry no secret.
     #[test]
@@ -576,6 +707,7 @@ mod tests {
                 secret: "a-long-enough-secret".into(),
             }),
             mutual_chap: None,
+            nbd_psk_key: None,
         };
         let info = hosts.create_host(new_host.clone()).unwrap();
         assert_eq!(info.chap_user.as_deref(), Some("esx1"));

@@ -71,8 +71,8 @@ enum Command {
     /// Array-wide reports.
     #[command(subcommand)]
     Array(cli::ArrayCommand),
-    /// Hosts and LUN masking for iSCSI: create, list, show, delete, connect and
-    /// disconnect volumes.
+    /// Hosts and LUN masking for iSCSI and NBD: create, list, show, delete, set
+    /// the NBD key, connect and disconnect volumes.
     #[command(subcommand)]
     Host(cli::HostCommand),
     /// Read back and verify every stored record on the running daemon, with
@@ -110,6 +110,16 @@ pub struct ServeArgs {
     /// CHAP. Off by default: unknown initiators see nothing.
     #[arg(long)]
     iscsi_open_access: bool,
+    /// Quick start: NBD clients without TLS (anonymous) list and open every
+    /// volume and snapshot. Off by default: they see nothing, and only hosts
+    /// with an NBD key (TLS-PSK) open the volumes connected to them.
+    #[arg(long)]
+    nbd_open_access: bool,
+    /// NBD TLS (pre-shared keys of hosts, identity = host name): off, on
+    /// (STARTTLS offered, plain clients anonymous) or require (nothing but
+    /// STARTTLS before TLS).
+    #[arg(long, value_enum, default_value = "on")]
+    nbd_tls: serve::NbdTls,
     /// Physical use, in percent of capacity, at which the array raises its
     /// soft-threshold event (SCSI: UNIT ATTENTION 38h/07h).
     #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u8).range(1..=100))]
@@ -145,6 +155,8 @@ fn main() -> ExitCode {
                     iscsi_listen: args.iscsi_listen,
                     iscsi_target_name: args.iscsi_target_name,
                     iscsi_open_access: args.iscsi_open_access,
+                    nbd_open_access: args.nbd_open_access,
+                    nbd_tls: args.nbd_tls,
                     soft_threshold_percent: args.soft_threshold_percent,
                     destroy_retention_s: args.destroy_retention,
                     scrub_rate_bytes_per_s: scrub_rate,

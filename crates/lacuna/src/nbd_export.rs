@@ -1,19 +1,71 @@
-//! Adapts engine volumes to the NBD server's export traits: this is the only
-//! place that knows both sides.
+//! Adapts engine volumes to the NBD server's export traits, and the host
+//! registry to its access policy: this is the only place that knows both sides.
+//!
+//! Who sees what (docs/SECURITY.md):
+//! - a client that proved a host's NBD key over TLS (PSK identity = host name)
+//!   lists and opens exactly the volumes and snapshots connected to that host;
+//!   anything else is "no such export" (`NBD_REP_ERR_UNKNOWN`), so a host cannot
+//!   learn what else exists;
+//! - an anonymous client (no TLS) lists and opens everything with
+//!   `--nbd-open-access`; without it, it lists nothing and every open is
+//!   refused by policy (`NBD_REP_ERR_POLICY`) with a message saying how to get
+//!   access — the same answer whether or not the export exists.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use lacuna_engine::{Engine, EngineError, Extent, ExtentState, Snapshot, Volume};
-use lacuna_nbd::{BlockExport, ExportError, ExportProvider, ExportSummary, ExtentKind};
+use lacuna_nbd::{
+    BlockExport, Client, ExportError, ExportProvider, ExportSummary, ExtentKind, OpenError, PskKeys,
+};
+
+use crate::hosts::{HostRegistry, NBD_PSK_MAX_BYTES, NBD_PSK_MIN_BYTES};
+
+// Every key the registry accepts is one the NBD server accepts.
+const _: () = assert!(NBD_PSK_MIN_BYTES >= lacuna_nbd::MIN_PSK_KEY_BYTES);
+const _: () = assert!(NBD_PSK_MAX_BYTES <= lacuna_nbd::MAX_PSK_KEY_BYTES);
+
+/// What an anonymous client on a closed array is told when it opens anything.
+pub const ANONYMOUS_REFUSED: &str = "anonymous NBD clients may not open exports on this array: \
+connect with TLS-PSK as a host the volume is connected to (lacuna host create NAME \
+--nbd-psk-key HEX; lacuna host connect NAME VOLUME; PSK identity NAME), or start the daemon \
+with --nbd-open-access";
 
 /// Every volume is an export under its name, and every snapshot a read-only one
-/// under `VOL@SNAP`.
+/// under `VOL@SNAP`; the host registry says which a client may see.
 pub struct VolumeExports {
     pub engine: Arc<Engine>,
+    pub hosts: Arc<HostRegistry>,
+    /// Anonymous clients see every export (`serve --nbd-open-access`).
+    pub open_access: bool,
 }
 
-impl ExportProvider for VolumeExports {
-    fn list(&self) -> Vec<ExportSummary> {
+/// Which exports a client may use.
+enum Allowed {
+    Everything,
+    Only(BTreeSet<String>),
+    /// Anonymous on a closed array.
+    Refused,
+}
+
+impl VolumeExports {
+    fn allowed(&self, client: &Client) -> Allowed {
+        match &client.identity {
+            // A host deleted (or whose key was removed) since the handshake sees
+            // nothing more.
+            Some(host) => Allowed::Only(
+                self.hosts
+                    .nbd_exports(host)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect(),
+            ),
+            None if self.open_access => Allowed::Everything,
+            None => Allowed::Refused,
+        }
+    }
+
+    fn all_exports(&self) -> Vec<ExportSummary> {
         let volumes = self
             .engine
             .list_volumes()
@@ -34,13 +86,54 @@ impl ExportProvider for VolumeExports {
         volumes.chain(snapshots).collect()
     }
 
-    fn open(&self, name: &str) -> Option<Arc<dyn BlockExport>> {
+    fn open_export(&self, name: &str) -> Result<Arc<dyn BlockExport>, OpenError> {
         if name.contains('@') {
-            let snapshot = self.engine.open_snapshot(name).ok()?;
-            return Some(Arc::new(SnapshotExport { snapshot }));
+            let snapshot = self
+                .engine
+                .open_snapshot(name)
+                .map_err(|_| OpenError::Unknown)?;
+            return Ok(Arc::new(SnapshotExport { snapshot }));
         }
-        let volume = self.engine.open_volume(name).ok()?;
-        Some(Arc::new(VolumeExport { volume }))
+        let volume = self
+            .engine
+            .open_volume(name)
+            .map_err(|_| OpenError::Unknown)?;
+        Ok(Arc::new(VolumeExport { volume }))
+    }
+}
+
+impl ExportProvider for VolumeExports {
+    fn list(&self, client: &Client) -> Vec<ExportSummary> {
+        match self.allowed(client) {
+            Allowed::Everything => self.all_exports(),
+            Allowed::Only(names) if names.is_empty() => Vec::new(),
+            Allowed::Only(names) => self
+                .all_exports()
+                .into_iter()
+                .filter(|e| names.contains(&e.name))
+                .collect(),
+            Allowed::Refused => Vec::new(),
+        }
+    }
+
+    fn open(&self, client: &Client, name: &str) -> Result<Arc<dyn BlockExport>, OpenError> {
+        match self.allowed(client) {
+            Allowed::Everything => self.open_export(name),
+            Allowed::Only(names) if names.contains(name) => self.open_export(name),
+            Allowed::Only(_) => Err(OpenError::Unknown),
+            Allowed::Refused => Err(OpenError::Denied(ANONYMOUS_REFUSED.to_string())),
+        }
+    }
+}
+
+/// The NBD server's PSK lookup: a host's name is its identity.
+pub struct HostKeys {
+    pub hosts: Arc<HostRegistry>,
+}
+
+impl PskKeys for HostKeys {
+    fn key(&self, identity: &str) -> Option<Vec<u8>> {
+        self.hosts.nbd_key(identity)
     }
 }
 

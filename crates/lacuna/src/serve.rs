@@ -9,7 +9,7 @@ use anyhow::Context;
 use lacuna_engine::{Engine, EngineConfig};
 
 use crate::hosts::{HostRegistry, RegistryHosts};
-use crate::nbd_export::VolumeExports;
+use crate::nbd_export::{HostKeys, VolumeExports};
 use crate::scsi_backend::{self, EngineBackend, HostAccess};
 
 /// Capacity used when none is given: 16 GiB, or half the free space of the data
@@ -25,10 +25,25 @@ pub struct ServeConfig {
     pub iscsi_listen: Vec<SocketAddr>,
     pub iscsi_target_name: Option<String>,
     pub iscsi_open_access: bool,
+    /// Anonymous (non-TLS) NBD clients see every volume.
+    pub nbd_open_access: bool,
+    pub nbd_tls: NbdTls,
     pub soft_threshold_percent: u8,
     pub destroy_retention_s: u64,
     /// Rate of the background scrub; none without one.
     pub scrub_rate_bytes_per_s: Option<u64>,
+}
+
+/// Whether the NBD server offers TLS (`serve --nbd-tls`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NbdTls {
+    /// No TLS: every client is anonymous.
+    Off,
+    /// STARTTLS offered: hosts authenticate with their pre-shared key; plain
+    /// clients are anonymous.
+    On,
+    /// Only STARTTLS (and abort) before TLS: plain clients get nothing.
+    Require,
 }
 
 fn free_bytes_of(dir: &std::path::Path) -> Option<u64> {
@@ -94,6 +109,41 @@ struct Iscsi {
     array_id: [u8; 16],
 }
 
+/// The NBD server: TLS as configured, keys and access from the host registry.
+fn nbd_server(
+    engine: Arc<Engine>,
+    hosts: Arc<HostRegistry>,
+    config: &ServeConfig,
+) -> anyhow::Result<lacuna_nbd::Server> {
+    let provider = Arc::new(VolumeExports {
+        engine,
+        hosts: hosts.clone(),
+        open_access: config.nbd_open_access,
+    });
+    let server_config = lacuna_nbd::ServerConfig::default();
+    let mode = match config.nbd_tls {
+        NbdTls::Off => return Ok(lacuna_nbd::Server::new(provider, server_config)),
+        NbdTls::On => lacuna_nbd::TlsMode::Offered,
+        NbdTls::Require => lacuna_nbd::TlsMode::Required,
+    };
+    let keys = Arc::new(HostKeys { hosts });
+    lacuna_nbd::Server::with_tls(provider, server_config, mode, keys)
+        .context("setting up NBD TLS (OpenSSL)")
+}
+
+/// One phrase for the start-up banner: who may use NBD.
+fn nbd_access_summary(config: &ServeConfig) -> &'static str {
+    match (config.nbd_tls, config.nbd_open_access) {
+        (NbdTls::Off, true) => "no TLS, open access",
+        (NbdTls::Off, false) => {
+            "no TLS and no open access: no NBD client can open anything (see --nbd-tls, --nbd-open-access)"
+        }
+        (NbdTls::On, true) => "TLS-PSK for hosts, open access for anonymous clients",
+        (NbdTls::On, false) => "TLS-PSK: hosts see their connected volumes",
+        (NbdTls::Require, _) => "TLS-PSK required: hosts see their connected volumes",
+    }
+}
+
 async fn serve_all(
     engine: Arc<Engine>,
     config: &ServeConfig,
@@ -126,12 +176,13 @@ async fn serve_all(
         .await
         .with_context(|| format!("binding the API to {}", config.api_listen))?;
     println!(
-        "lacuna: data directory {}, capacity {} bytes ({:.1} GiB)\nlacuna: NBD on {} (nbd://{}/VOLUME)\nlacuna: API on http://{} (token in {})",
+        "lacuna: data directory {}, capacity {} bytes ({:.1} GiB)\nlacuna: NBD on {} (nbd://{}/VOLUME, {})\nlacuna: API on http://{} (token in {})",
         config.data_dir.display(),
         capacity_bytes,
         capacity_bytes as f64 / (1u64 << 30) as f64,
         nbd_listener.local_addr()?,
         nbd_listener.local_addr()?,
+        nbd_access_summary(config),
         api_listener.local_addr()?,
         config.data_dir.join("api-token").display()
     );
@@ -160,10 +211,8 @@ async fn serve_all(
             let _ = iscsi_stopped.await;
         },
     ));
-    let provider = Arc::new(VolumeExports {
-        engine: engine.clone(),
-    });
-    let nbd = lacuna_nbd::serve(nbd_listener, provider, lacuna_nbd::ServerConfig::default());
+    let nbd = nbd_server(engine.clone(), iscsi.hosts.clone(), config)?;
+    let nbd = nbd.serve_tcp(nbd_listener);
     let host_control = Arc::new(RegistryHosts {
         registry: iscsi.hosts.clone(),
         engine: engine.clone(),

@@ -410,7 +410,7 @@ fn chap_column(h: &HostInfo) -> &'static str {
 /// Hosts with their initiators (comma-separated), CHAP mode and LUN count.
 pub fn host_table(hosts: &[HostInfo]) -> String {
     if hosts.is_empty() {
-        return "no hosts (create one with 'lacuna host create NAME --iqn IQN')".to_string();
+        return "no hosts (create one with 'lacuna host create NAME --iqn IQN' or '--nbd-psk-key HEX')".to_string();
     }
     let rows: Vec<Vec<String>> = hosts
         .iter()
@@ -418,6 +418,7 @@ pub fn host_table(hosts: &[HostInfo]) -> String {
             vec![
                 h.name.clone(),
                 chap_column(h).to_string(),
+                if h.nbd_psk { "set" } else { "-" }.to_string(),
                 h.luns.len().to_string(),
                 h.iqns.join(","),
             ]
@@ -427,6 +428,7 @@ pub fn host_table(hosts: &[HostInfo]) -> String {
         &[
             ("NAME", Align::Left),
             ("CHAP", Align::Left),
+            ("NBD-PSK", Align::Left),
             ("LUNS", Align::Right),
             ("INITIATORS", Align::Left),
         ],
@@ -441,6 +443,8 @@ pub fn host_details(h: &HostInfo) -> String {
         pairs.push(("initiator", iqn.clone()));
     }
     pairs.push(("chap", chap_mode(h)));
+    let nbd_psk = if h.nbd_psk { "set" } else { "none" };
+    pairs.push(("nbd-psk", nbd_psk.to_string()));
     let mut text = key_values(&pairs);
     text.push_str("\n\n");
     if h.luns.is_empty() {
@@ -745,6 +749,7 @@ mod tests {
             iqns: vec!["iqn.a:1".into(), "iqn.a:2".into()],
             chap_user: Some("esx1".into()),
             mutual_chap_user: None,
+            nbd_psk: true,
             luns: vec![
                 lacuna_api::LunInfo::new(0, "vm1", 512, false),
                 lacuna_api::LunInfo::new(12, "vm1@s1", 4096, true),
@@ -753,7 +758,7 @@ mod tests {
         let t = host_table(std::slice::from_ref(&host));
         assert_eq!(
             t,
-            "NAME  CHAP     LUNS  INITIATORS\nesx1  one-way     2  iqn.a:1,iqn.a:2"
+            "NAME  CHAP     NBD-PSK  LUNS  INITIATORS\nesx1  one-way  set         2  iqn.a:1,iqn.a:2"
         );
         assert!(host_table(&[]).starts_with("no hosts"));
         let text = host_details(&host);
@@ -765,6 +770,7 @@ mod tests {
                 "initiator: iqn.a:1",
                 "initiator: iqn.a:2",
                 "chap:      CHAP (user esx1)",
+                "nbd-psk:   set",
                 "",
                 "LUN  VOLUME  BLOCK  ACCESS      REMOVABLE",
                 "  0  vm1       512  read-write  no",
@@ -775,11 +781,13 @@ mod tests {
         let bare = HostInfo {
             luns: vec![],
             chap_user: None,
+            nbd_psk: false,
             ..host
         };
         assert!(host_details(&bare)
             .ends_with("no LUNs (connect a volume with 'lacuna host connect esx1 VOLUME')"));
         assert!(host_details(&bare).contains("chap:      no CHAP"));
+        assert!(host_details(&bare).contains("nbd-psk:   none"));
     }
 
     #[test]

@@ -833,14 +833,17 @@ fn host_commands_against_the_daemon() {
 
     let list = daemon_ok(&daemon, &["host", "list"]);
     let lines: Vec<&str> = list.lines().collect();
-    assert_eq!(lines[0], "NAME   CHAP    LUNS  INITIATORS", "{list}");
     assert_eq!(
-        lines[1],
-        format!("esx1   mutual     3  {ESX1},{ESX1B}"),
+        lines[0], "NAME   CHAP    NBD-PSK  LUNS  INITIATORS",
         "{list}"
     );
     assert_eq!(
-        lines[2], "plain  none       0  iqn.2024-01.org.example:plain",
+        lines[1],
+        format!("esx1   mutual  -           3  {ESX1},{ESX1B}"),
+        "{list}"
+    );
+    assert_eq!(
+        lines[2], "plain  none    -           0  iqn.2024-01.org.example:plain",
         "{list}"
     );
     let show = daemon_ok(&daemon, &["host", "show", "esx1"]);

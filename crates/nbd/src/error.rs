@@ -27,4 +27,8 @@ pub enum ConnectionError {
     Export(#[from] ExportError),
     #[error("a blocking export call panicked or was cancelled")]
     BlockingTask,
+    #[error("NBD_OPT_EXPORT_NAME before the TLS the server requires")]
+    TlsRequired,
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }

@@ -4,6 +4,7 @@
 //! Every method is synchronous and may block on disk I/O, so the server only ever
 //! calls them from the blocking pool, never from an async task.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::protocol;
@@ -76,12 +77,36 @@ impl ExportError {
     }
 }
 
-/// The set of exports a server offers.
+/// Who is asking, as far as the connection can tell: what an [`ExportProvider`]
+/// decides access on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Client {
+    /// The TLS-PSK identity the client proved it holds the key of; `None` for a
+    /// client that did not negotiate TLS (anonymous).
+    pub identity: Option<String>,
+    /// The peer's address; `None` on a Unix socket or an in-memory stream.
+    pub address: Option<SocketAddr>,
+}
+
+/// Why an export cannot be opened. Each maps onto one option error reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// No such export, or one this client may not see (providers should not
+    /// tell the two apart): `NBD_REP_ERR_UNKNOWN`.
+    #[error("no such export")]
+    Unknown,
+    /// The client may not open exports at all as it is (e.g. anonymous on a
+    /// closed server); the message says how to get access: `NBD_REP_ERR_POLICY`.
+    #[error("{0}")]
+    Denied(String),
+}
+
+/// The set of exports a server offers, and who may see which.
 pub trait ExportProvider: Send + Sync + 'static {
-    /// Exports for `NBD_OPT_LIST`.
-    fn list(&self) -> Vec<ExportSummary>;
-    /// None if no such export (or the client may not open it).
-    fn open(&self, name: &str) -> Option<Arc<dyn BlockExport>>;
+    /// Exports for `NBD_OPT_LIST`: only those `client` may open.
+    fn list(&self, client: &Client) -> Vec<ExportSummary>;
+    /// Opens an export for `client`.
+    fn open(&self, client: &Client, name: &str) -> Result<Arc<dyn BlockExport>, OpenError>;
 }
 
 /// One block device. The server checks every range against the size it read at

@@ -1,13 +1,15 @@
 //! The fixed newstyle handshake: greeting, client flags, then option haggling
-//! until the client picks an export (`NBD_OPT_GO` / `NBD_OPT_EXPORT_NAME`) or
-//! aborts.
+//! until the client picks an export (`NBD_OPT_GO` / `NBD_OPT_EXPORT_NAME`),
+//! aborts, or asks for TLS (`NBD_OPT_STARTTLS`): then the server runs the TLS
+//! handshake and haggling goes on inside TLS, with the options negotiated before
+//! forgotten and the client's proven identity known.
 
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::error::ConnectionError;
-use crate::export::{BlockExport, ExportSummary};
+use crate::export::{BlockExport, Client, ExportError, ExportSummary, OpenError};
 use crate::protocol::{self as p, OptionDataError};
 use crate::server::Shared;
 
@@ -47,6 +49,21 @@ pub enum Outcome {
     Transmission(Session),
     /// The client sent `NBD_OPT_ABORT` (or went away politely).
     Aborted,
+    /// `NBD_OPT_STARTTLS` was acknowledged: the TLS handshake comes next.
+    StartTls,
+}
+
+/// Where a connection stands with TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsPhase {
+    /// The server has no TLS: STARTTLS is refused with `NBD_REP_ERR_POLICY`.
+    NotOffered,
+    /// STARTTLS is possible; plain options are served meanwhile.
+    Offered,
+    /// STARTTLS is possible and nothing else is served before it.
+    Required,
+    /// TLS is up.
+    Active,
 }
 
 /// An export opened for a session, with the facts the handshake reports.
@@ -63,17 +80,56 @@ struct MetaSelection {
     base_allocation: bool,
 }
 
-/// Negotiation state carried between options.
-struct Negotiation {
+/// Negotiation state carried between options (and across STARTTLS).
+pub struct Negotiation {
     no_zeroes: bool,
     structured: bool,
     meta: Option<MetaSelection>,
+    tls: TlsPhase,
+    client: Client,
+    /// Options read on this connection, before and after STARTTLS together.
+    options_seen: u32,
+}
+
+impl Negotiation {
+    pub fn new(client: Client, tls: TlsPhase) -> Negotiation {
+        assert!(client.identity.is_none() && tls != TlsPhase::Active);
+        Negotiation {
+            no_zeroes: false,
+            structured: false,
+            meta: None,
+            tls,
+            client,
+            options_seen: 0,
+        }
+    }
+
+    /// TLS is up with `identity` proven: what was negotiated in plain text is
+    /// forgotten (a man in the middle could have chosen it).
+    pub fn tls_started(&mut self, identity: String) {
+        assert!(matches!(self.tls, TlsPhase::Offered | TlsPhase::Required));
+        self.tls = TlsPhase::Active;
+        self.client.identity = Some(identity);
+        self.structured = false;
+        self.meta = None;
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
 }
 
 enum Step {
     Continue,
     Abort,
     Go(Session),
+    StartTls,
+}
+
+/// Why an export was not opened for an option.
+enum Refusal {
+    Open(OpenError),
+    Unavailable(ExportError),
 }
 
 pub fn transmission_flags(read_only: bool, structured: bool) -> u16 {
@@ -93,7 +149,8 @@ pub fn transmission_flags(read_only: bool, structured: bool) -> u16 {
     flags
 }
 
-pub async fn negotiate<S>(stream: &mut S, shared: &Shared) -> Result<Outcome, ConnectionError>
+/// Sends the greeting and reads the client's flags.
+pub async fn greet<S>(stream: &mut S, state: &mut Negotiation) -> Result<(), ConnectionError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -103,16 +160,26 @@ where
     if client_flags & !p::CLIENT_FLAGS_KNOWN != 0 {
         return Err(ConnectionError::UnknownClientFlags(client_flags));
     }
-    let mut state = Negotiation {
-        no_zeroes: client_flags & p::NBD_FLAG_C_NO_ZEROES != 0,
-        structured: false,
-        meta: None,
-    };
-    for _ in 0..MAX_OPTIONS_PER_CONNECTION {
-        match option(stream, shared, &mut state).await? {
+    state.no_zeroes = client_flags & p::NBD_FLAG_C_NO_ZEROES != 0;
+    Ok(())
+}
+
+/// Answers options until the client picks an export, aborts or starts TLS.
+pub async fn haggle<S>(
+    stream: &mut S,
+    shared: &Shared,
+    state: &mut Negotiation,
+) -> Result<Outcome, ConnectionError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    while state.options_seen < MAX_OPTIONS_PER_CONNECTION {
+        state.options_seen += 1;
+        match option(stream, shared, state).await? {
             Step::Continue => {}
             Step::Abort => return Ok(Outcome::Aborted),
             Step::Go(session) => return Ok(Outcome::Transmission(session)),
+            Step::StartTls => return Ok(Outcome::StartTls),
         }
     }
     Err(ConnectionError::TooManyOptions)
@@ -137,13 +204,26 @@ where
     stream.read_exact(&mut data).await?;
 
     let mut out = Vec::new();
+    let plain_refused = state.tls == TlsPhase::Required
+        && !matches!(header.option, p::NBD_OPT_STARTTLS | p::NBD_OPT_ABORT);
     let step = match header.option {
+        // It has no error reply: the protocol says to end the connection.
+        p::NBD_OPT_EXPORT_NAME if plain_refused => return Err(ConnectionError::TlsRequired),
+        _ if plain_refused => {
+            reply_error(
+                &mut out,
+                header.option,
+                p::NBD_REP_ERR_TLS_REQD,
+                "TLS is required: send NBD_OPT_STARTTLS and authenticate with a pre-shared key",
+            );
+            Step::Continue
+        }
         p::NBD_OPT_EXPORT_NAME => return export_name(stream, shared, state, &data).await,
         p::NBD_OPT_ABORT => {
             p::encode_option_reply(&mut out, header.option, p::NBD_REP_ACK, &[]);
             Step::Abort
         }
-        p::NBD_OPT_LIST => list(shared, header.option, &data, &mut out).await?,
+        p::NBD_OPT_LIST => list(shared, state, header.option, &data, &mut out).await?,
         p::NBD_OPT_INFO | p::NBD_OPT_GO => {
             info_or_go(shared, state, header.option, &data, &mut out).await?
         }
@@ -151,15 +231,7 @@ where
         p::NBD_OPT_LIST_META_CONTEXT | p::NBD_OPT_SET_META_CONTEXT => {
             meta_context(shared, state, header.option, &data, &mut out).await?
         }
-        p::NBD_OPT_STARTTLS => {
-            reply_error(
-                &mut out,
-                header.option,
-                p::NBD_REP_ERR_POLICY,
-                "TLS is not offered",
-            );
-            Step::Continue
-        }
+        p::NBD_OPT_STARTTLS => start_tls(state, &data, &mut out),
         _ => {
             reply_error(
                 &mut out,
@@ -218,24 +290,74 @@ pub async fn drain<R: AsyncRead + Unpin>(reader: &mut R, length: u64) -> std::io
     Ok(())
 }
 
-async fn open(shared: &Shared, name: &str) -> Result<Option<Opened>, ConnectionError> {
+/// `NBD_OPT_STARTTLS`: acknowledged when TLS is offered and not yet up.
+fn start_tls(state: &Negotiation, data: &[u8], out: &mut Vec<u8>) -> Step {
+    let option = p::NBD_OPT_STARTTLS;
+    if !data.is_empty() {
+        reply_error(
+            out,
+            option,
+            p::NBD_REP_ERR_INVALID,
+            "NBD_OPT_STARTTLS takes no data",
+        );
+        return Step::Continue;
+    }
+    match state.tls {
+        TlsPhase::NotOffered => {
+            reply_error(out, option, p::NBD_REP_ERR_POLICY, "TLS is not offered");
+            Step::Continue
+        }
+        TlsPhase::Active => {
+            reply_error(out, option, p::NBD_REP_ERR_INVALID, "TLS is already active");
+            Step::Continue
+        }
+        TlsPhase::Offered | TlsPhase::Required => {
+            p::encode_option_reply(out, option, p::NBD_REP_ACK, &[]);
+            Step::StartTls
+        }
+    }
+}
+
+/// Opens `name` for the connection's client on the blocking pool.
+async fn open(
+    shared: &Shared,
+    client: &Client,
+    name: &str,
+) -> Result<Result<Opened, Refusal>, ConnectionError> {
     let provider = shared.provider.clone();
     let name = name.to_owned();
-    let opened = shared
-        .run_blocking(move || -> Result<Option<Opened>, crate::ExportError> {
-            let Some(export) = provider.open(&name) else {
-                return Ok(None);
-            };
-            Ok(Some(Opened {
-                size: export.size_bytes()?,
+    let client = client.clone();
+    shared
+        .run_blocking(move || -> Result<Opened, Refusal> {
+            let export = provider.open(&client, &name).map_err(Refusal::Open)?;
+            let size = export.size_bytes().map_err(Refusal::Unavailable)?;
+            Ok(Opened {
+                size,
                 read_only: export.read_only(),
                 description: export.description(),
                 export,
-            }))
+            })
         })
         .await
-        .ok_or(ConnectionError::BlockingTask)?;
-    Ok(opened?)
+        .ok_or(ConnectionError::BlockingTask)
+}
+
+/// The option error reply for an export that was not opened.
+fn reply_refusal(out: &mut Vec<u8>, option: u32, refusal: &Refusal) {
+    match refusal {
+        Refusal::Open(OpenError::Unknown) => {
+            reply_error(out, option, p::NBD_REP_ERR_UNKNOWN, "no such export")
+        }
+        Refusal::Open(OpenError::Denied(message)) => {
+            reply_error(out, option, p::NBD_REP_ERR_POLICY, message)
+        }
+        Refusal::Unavailable(error) => reply_error(
+            out,
+            option,
+            p::NBD_REP_ERR_UNKNOWN,
+            &format!("export unavailable: {error}"),
+        ),
+    }
 }
 
 fn session(state: &Negotiation, name: String, opened: Opened) -> Session {
@@ -266,12 +388,8 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let name = p::decode_string(data).map_err(|_| ConnectionError::InvalidExportName)?;
-    let opened = match open(shared, &name).await {
-        Ok(Some(opened)) => opened,
-        Ok(None) | Err(ConnectionError::Export(_)) => {
-            return Err(ConnectionError::UnknownExport(name))
-        }
-        Err(error) => return Err(error),
+    let Ok(opened) = open(shared, &state.client, &name).await? else {
+        return Err(ConnectionError::UnknownExport(name));
     };
     let flags = transmission_flags(opened.read_only, state.structured);
     let reply = p::encode_export_name_reply(opened.size, flags, state.no_zeroes);
@@ -282,6 +400,7 @@ where
 
 async fn list(
     shared: &Shared,
+    state: &Negotiation,
     option: u32,
     data: &[u8],
     out: &mut Vec<u8>,
@@ -296,8 +415,9 @@ async fn list(
         return Ok(Step::Continue);
     }
     let provider = shared.provider.clone();
+    let client = state.client.clone();
     let exports: Vec<ExportSummary> = shared
-        .run_blocking(move || provider.list())
+        .run_blocking(move || provider.list(&client))
         .await
         .ok_or(ConnectionError::BlockingTask)?;
     for export in exports.iter().take(crate::server::MAX_LISTED_EXPORTS) {
@@ -322,22 +442,12 @@ async fn info_or_go(
             return Ok(Step::Continue);
         }
     };
-    let opened = match open(shared, &request.name).await {
-        Ok(Some(opened)) => opened,
-        Ok(None) => {
-            reply_error(out, option, p::NBD_REP_ERR_UNKNOWN, "no such export");
+    let opened = match open(shared, &state.client, &request.name).await? {
+        Ok(opened) => opened,
+        Err(refusal) => {
+            reply_refusal(out, option, &refusal);
             return Ok(Step::Continue);
         }
-        Err(ConnectionError::Export(error)) => {
-            reply_error(
-                out,
-                option,
-                p::NBD_REP_ERR_UNKNOWN,
-                &format!("export unavailable: {error}"),
-            );
-            return Ok(Step::Continue);
-        }
-        Err(error) => return Err(error),
     };
     encode_infos(out, option, state, &request, &opened);
     p::encode_option_reply(out, option, p::NBD_REP_ACK, &[]);
@@ -435,13 +545,9 @@ async fn meta_context(
         // A failed SET leaves nothing selected.
         state.meta = None;
     }
-    match open(shared, &request.export_name).await {
-        Ok(Some(_)) => {}
-        Ok(None) | Err(ConnectionError::Export(_)) => {
-            reply_error(out, option, p::NBD_REP_ERR_UNKNOWN, "no such export");
-            return Ok(Step::Continue);
-        }
-        Err(error) => return Err(error),
+    if let Err(refusal) = open(shared, &state.client, &request.export_name).await? {
+        reply_refusal(out, option, &refusal);
+        return Ok(Step::Continue);
     }
     let selected = if listing && request.queries.is_empty() {
         true

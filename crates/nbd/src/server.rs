@@ -1,5 +1,6 @@
 //! Accept loops and the per-connection driver.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,8 +9,9 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Semaphore;
 
 use crate::error::ConnectionError;
-use crate::export::ExportProvider;
-use crate::handshake::{self, Outcome};
+use crate::export::{Client, ExportProvider};
+use crate::handshake::{self, Negotiation, Outcome, TlsPhase};
+use crate::tls::{PskKeys, TlsAcceptor, TlsMode, TlsSetupError};
 use crate::transmission;
 
 /// Exports named in one `NBD_OPT_LIST` reply.
@@ -42,6 +44,8 @@ pub struct Shared {
     pub provider: Arc<dyn ExportProvider>,
     pub config: ServerConfig,
     blocking: Arc<Semaphore>,
+    /// None: the server does not offer TLS.
+    tls: Option<TlsAcceptor>,
 }
 
 impl Shared {
@@ -68,7 +72,28 @@ pub struct Server {
 }
 
 impl Server {
+    /// A server without TLS: every client is anonymous.
     pub fn new(provider: Arc<dyn ExportProvider>, config: ServerConfig) -> Server {
+        Server::build(provider, config, None)
+    }
+
+    /// A server that offers (or requires) TLS with the pre-shared keys of `keys`;
+    /// clients that use it are known to the provider by their PSK identity.
+    pub fn with_tls(
+        provider: Arc<dyn ExportProvider>,
+        config: ServerConfig,
+        mode: TlsMode,
+        keys: Arc<dyn PskKeys>,
+    ) -> Result<Server, TlsSetupError> {
+        let acceptor = TlsAcceptor::new(mode, keys)?;
+        Ok(Server::build(provider, config, Some(acceptor)))
+    }
+
+    fn build(
+        provider: Arc<dyn ExportProvider>,
+        config: ServerConfig,
+        tls: Option<TlsAcceptor>,
+    ) -> Server {
         assert!(config.max_connections > 0 && config.max_blocking_operations > 0);
         let blocking = Arc::new(Semaphore::new(config.max_blocking_operations));
         Server {
@@ -76,6 +101,7 @@ impl Server {
                 provider,
                 config,
                 blocking,
+                tls,
             }),
         }
     }
@@ -102,8 +128,8 @@ impl Server {
             let server = self.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                if let Err(error) = server.serve_connection(stream).await {
-                    tracing::debug!(%peer, %error, "nbd: connection ended");
+                if let Err(error) = server.serve_client(stream, Some(peer)).await {
+                    log_ended(&error, Some(peer));
                 }
             });
         }
@@ -129,30 +155,105 @@ impl Server {
             let server = self.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                if let Err(error) = server.serve_connection(stream).await {
-                    tracing::debug!(%error, "nbd: unix connection ended");
+                if let Err(error) = server.serve_client(stream, None).await {
+                    log_ended(&error, None);
                 }
             });
         }
     }
 
-    /// Serves one connection, handshake then transmission, over any byte stream.
-    pub async fn serve_connection<S>(&self, mut stream: S) -> Result<(), ConnectionError>
+    /// Serves one connection, handshake then transmission, over any byte
+    /// stream, from a client of unknown address.
+    pub async fn serve_connection<S>(&self, stream: S) -> Result<(), ConnectionError>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let timeout = self.shared.config.handshake_timeout;
-        let negotiated =
-            tokio::time::timeout(timeout, handshake::negotiate(&mut stream, &self.shared))
-                .await
-                .map_err(|_| ConnectionError::HandshakeTimeout)??;
-        match negotiated {
-            Outcome::Aborted => Ok(()),
-            Outcome::Transmission(session) => {
-                tracing::debug!(export = %session.name, "nbd: transmission");
-                transmission::run(stream, session, self.shared.clone()).await
+        self.serve_client(stream, None).await
+    }
+
+    /// Serves one connection from `address`: the handshake (with the TLS upgrade
+    /// when the client asks for it) within the handshake timeout, then
+    /// transmission over whichever stream the handshake ended on.
+    pub async fn serve_client<S>(
+        &self,
+        mut stream: S,
+        address: Option<SocketAddr>,
+    ) -> Result<(), ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let deadline = tokio::time::Instant::now() + self.shared.config.handshake_timeout;
+        let phase = match &self.shared.tls {
+            None => TlsPhase::NotOffered,
+            Some(tls) if tls.mode == TlsMode::Required => TlsPhase::Required,
+            Some(_) => TlsPhase::Offered,
+        };
+        let client = Client {
+            identity: None,
+            address,
+        };
+        let mut state = Negotiation::new(client, phase);
+        let shared = &self.shared;
+        let outcome = within(deadline, async {
+            handshake::greet(&mut stream, &mut state).await?;
+            handshake::haggle(&mut stream, shared, &mut state).await
+        })
+        .await?;
+        let session = match outcome {
+            Outcome::Aborted => return Ok(()),
+            Outcome::Transmission(session) => session,
+            Outcome::StartTls => {
+                let tls = shared
+                    .tls
+                    .as_ref()
+                    .expect("STARTTLS is acknowledged only with TLS");
+                let (mut stream, identity) =
+                    within(deadline, async { Ok(tls.accept(stream).await?) }).await?;
+                tracing::debug!(?address, identity, "nbd: TLS up");
+                state.tls_started(identity);
+                let outcome =
+                    within(deadline, handshake::haggle(&mut stream, shared, &mut state)).await?;
+                return match outcome {
+                    Outcome::Aborted => Ok(()),
+                    Outcome::Transmission(session) => self.transmit(stream, session, &state).await,
+                    Outcome::StartTls => unreachable!("STARTTLS is refused once TLS is up"),
+                };
             }
-        }
+        };
+        self.transmit(stream, session, &state).await
+    }
+
+    async fn transmit<S>(
+        &self,
+        stream: S,
+        session: handshake::Session,
+        state: &Negotiation,
+    ) -> Result<(), ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let identity = state.client().identity.as_deref();
+        tracing::debug!(export = %session.name, ?identity, "nbd: transmission");
+        transmission::run(stream, session, self.shared.clone()).await
+    }
+}
+
+/// Runs one handshake phase, failing it when the handshake's deadline passes.
+async fn within<T>(
+    deadline: tokio::time::Instant,
+    phase: impl std::future::Future<Output = Result<T, ConnectionError>>,
+) -> Result<T, ConnectionError> {
+    tokio::time::timeout_at(deadline, phase)
+        .await
+        .map_err(|_| ConnectionError::HandshakeTimeout)?
+}
+
+/// A failed TLS handshake is worth an operator's attention (a wrong key or an
+/// unknown identity); other ends of connections are routine.
+fn log_ended(error: &ConnectionError, peer: Option<SocketAddr>) {
+    match error {
+        ConnectionError::Tls(error) => tracing::info!(?peer, %error, "nbd: TLS refused"),
+        error => tracing::debug!(?peer, %error, "nbd: connection ended"),
     }
 }
 

@@ -333,11 +333,15 @@ impl BlockExport for SlowStart {
 struct SlowProvider;
 
 impl ExportProvider for SlowProvider {
-    fn list(&self) -> Vec<ExportSummary> {
+    fn list(&self, _client: &lacuna_nbd::Client) -> Vec<ExportSummary> {
         Vec::new()
     }
-    fn open(&self, _name: &str) -> Option<Arc<dyn BlockExport>> {
-        Some(Arc::new(SlowStart(MemoryExport::new("disk", SIZE, false))))
+    fn open(
+        &self,
+        _client: &lacuna_nbd::Client,
+        _name: &str,
+    ) -> Result<Arc<dyn BlockExport>, lacuna_nbd::OpenError> {
+        Ok(Arc::new(SlowStart(MemoryExport::new("disk", SIZE, false))))
     }
 }
 

@@ -56,8 +56,23 @@ impl Daemon {
         Self::start_with_env(dir, capacity, extra, &[])
     }
 
-    /// Starts with extra `serve` arguments and environment variables.
+    /// Starts with extra `serve` arguments and environment variables, with
+    /// `--nbd-open-access` (anonymous NBD clients see every volume), which is
+    /// what every test but the access tests relies on.
     pub fn start_with_env(
+        dir: &Path,
+        capacity: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
+        let mut args = vec!["--nbd-open-access"];
+        args.extend_from_slice(extra);
+        Self::start_exactly(dir, capacity, &args, env)
+    }
+
+    /// Starts with exactly these extra `serve` arguments (no open access unless
+    /// they ask for it).
+    pub fn start_exactly(
         dir: &Path,
         capacity: &str,
         extra: &[&str],

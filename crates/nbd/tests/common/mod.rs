@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use lacuna_nbd::{
-    BlockExport, ExportError, ExportProvider, ExportSummary, ExtentKind, ServerConfig,
+    BlockExport, Client, ExportError, ExportProvider, ExportSummary, ExtentKind, OpenError,
+    ServerConfig,
 };
 
 /// Allocation granularity of the in-memory export.
@@ -203,7 +204,7 @@ impl MemoryProvider {
 }
 
 impl ExportProvider for MemoryProvider {
-    fn list(&self) -> Vec<ExportSummary> {
+    fn list(&self, _client: &Client) -> Vec<ExportSummary> {
         self.exports
             .values()
             .map(|e| ExportSummary {
@@ -213,10 +214,11 @@ impl ExportProvider for MemoryProvider {
             .collect()
     }
 
-    fn open(&self, name: &str) -> Option<Arc<dyn BlockExport>> {
+    fn open(&self, _client: &Client, name: &str) -> Result<Arc<dyn BlockExport>, OpenError> {
         self.exports
             .get(name)
             .map(|e| e.clone() as Arc<dyn BlockExport>)
+            .ok_or(OpenError::Unknown)
     }
 }
 

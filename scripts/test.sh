@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The README's test command: installs what the tests need (Debian packages and the
-# Rust toolchain's components) and runs every test of the workspace, including the
-# interop tests with the real clients, the crash torture test (which builds a small
-# libiscsi client with gcc) and the bounded fuzzing.
+# The README's test command: installs what the build and tests need (Debian packages,
+# OpenSSL's headers for NBD TLS among them, and the Rust toolchain's components) and
+# runs every test of the workspace, including the interop tests with the real
+# clients, the crash torture test (which builds a small libiscsi client with gcc)
+# and the bounded fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libnbd-bin python3-libnbd nbdkit qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev gcc)
+packages=(libssl-dev pkg-config libnbd-bin python3-libnbd nbdkit qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev gcc)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,7 @@
 //! Lacuna's control plane: a small REST API (JSON over HTTP/1.1) for volumes (create,
 //! clone, resize, destroy, recover, restore, range copy), snapshots and consistency
 //! groups, storage containers (quota, reclaim rate, data reduction), the array's
-//! space figures and Prometheus metrics, and hosts (LUN masking for iSCSI).
+//! space figures and Prometheus metrics, and hosts (LUN masking for iSCSI, access for NBD).
 //!
 //! Every request except `GET /healthz` must carry `Authorization: Bearer <token>`,
 //! where the token lives in `<data_dir>/api-token` (see [`load_or_create_token`]).

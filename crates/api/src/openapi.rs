@@ -47,7 +47,7 @@ pub fn document() -> Value {
         "info": {
             "title": "Lacuna control API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Manage the volumes, snapshots, storage containers (quota, reclaim rate, data reduction) and hosts (iSCSI LUN masking) of a Lacuna storage array and read its space figures. Host routes answer 501 on a server built without host management (the daemon always has it). Every operation except GET /healthz needs 'Authorization: Bearer <token>', the token being in <data-dir>/api-token. All sizes are in bytes."
+            "description": "Manage the volumes, snapshots, storage containers (quota, reclaim rate, data reduction) and hosts (iSCSI LUN masking, NBD TLS-PSK access) of a Lacuna storage array and read its space figures. Host routes answer 501 on a server built without host management (the daemon always has it). Every operation except GET /healthz needs 'Authorization: Bearer <token>', the token being in <data-dir>/api-token. All sizes are in bytes."
         },
         "servers": [{"url": "http://127.0.0.1:8080"}],
         "security": [{"bearerAuth": []}],

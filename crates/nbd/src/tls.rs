@@ -61,7 +61,7 @@ pub struct TlsAcceptor {
 
 impl TlsAcceptor {
     pub fn new(mode: TlsMode, keys: Arc<dyn PskKeys>) -> Result<TlsAcceptor, TlsSetupError> {
-        let identity_index = Ssl::new_ex_index::<String>()?;
+        let identity_index = identity_index()?;
         let mut builder = SslContextBuilder::new(SslMethod::tls_server())?;
         builder.set_min_proto_version(Some(SslVersion::TLS1_2))?;
         builder.set_cipher_list(TLS12_CIPHERS)?;
@@ -104,6 +104,18 @@ impl TlsAcceptor {
             .ok_or(TlsError::NoIdentity)?;
         Ok((tls, identity))
     }
+}
+
+/// The per-connection slot for the proven identity. OpenSSL never frees an
+/// index, so one is made per process, not per server.
+fn identity_index() -> Result<openssl::ex_data::Index<Ssl, String>, ErrorStack> {
+    static INDEX: std::sync::OnceLock<openssl::ex_data::Index<Ssl, String>> =
+        std::sync::OnceLock::new();
+    if let Some(index) = INDEX.get() {
+        return Ok(*index);
+    }
+    let index = Ssl::new_ex_index::<String>()?;
+    Ok(*INDEX.get_or_init(|| index))
 }
 
 /// Why a TLS upgrade failed (the connection is closed: after the ACK there is

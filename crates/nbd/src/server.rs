@@ -202,25 +202,37 @@ impl Server {
         let session = match outcome {
             Outcome::Aborted => return Ok(()),
             Outcome::Transmission(session) => session,
-            Outcome::StartTls => {
-                let tls = shared
-                    .tls
-                    .as_ref()
-                    .expect("STARTTLS is acknowledged only with TLS");
-                let (mut stream, identity) =
-                    within(deadline, async { Ok(tls.accept(stream).await?) }).await?;
-                tracing::debug!(?address, identity, "nbd: TLS up");
-                state.tls_started(identity);
-                let outcome =
-                    within(deadline, handshake::haggle(&mut stream, shared, &mut state)).await?;
-                return match outcome {
-                    Outcome::Aborted => Ok(()),
-                    Outcome::Transmission(session) => self.transmit(stream, session, &state).await,
-                    Outcome::StartTls => unreachable!("STARTTLS is refused once TLS is up"),
-                };
-            }
+            Outcome::StartTls => return self.serve_tls(stream, state, deadline).await,
         };
         self.transmit(stream, session, &state).await
+    }
+
+    /// After an acknowledged STARTTLS: the TLS handshake, then haggling and
+    /// transmission inside TLS, as the client whose key was proven.
+    async fn serve_tls<S>(
+        &self,
+        stream: S,
+        mut state: Negotiation,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let shared = &self.shared;
+        let tls = shared
+            .tls
+            .as_ref()
+            .expect("STARTTLS is acknowledged only with TLS");
+        let (mut stream, identity) =
+            within(deadline, async { Ok(tls.accept(stream).await?) }).await?;
+        tracing::debug!(address = ?state.client().address, identity, "nbd: TLS up");
+        state.tls_started(identity);
+        let outcome = within(deadline, handshake::haggle(&mut stream, shared, &mut state)).await?;
+        match outcome {
+            Outcome::Aborted => Ok(()),
+            Outcome::Transmission(session) => self.transmit(stream, session, &state).await,
+            Outcome::StartTls => unreachable!("STARTTLS is refused once TLS is up"),
+        }
     }
 
     async fn transmit<S>(

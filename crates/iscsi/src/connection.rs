@@ -171,7 +171,13 @@ async fn login_phase(
                 send_login_reply(writer, &request, &reply, 0, sn, target).await?;
             }
             LoginStep::Fail(reply, why) => {
-                tracing::info!(status = ?reply.status, why, "login refused");
+                // `why` names the check that failed, never a secret or a CHAP value.
+                tracing::info!(
+                    status = ?reply.status,
+                    initiator = login.initiator_name(),
+                    why,
+                    "login refused"
+                );
                 send_login_reply(writer, &request, &reply, 0, sn, target).await?;
                 return Ok(None);
             }

@@ -208,6 +208,13 @@ impl<'a> Login<'a> {
         }
     }
 
+    /// The InitiatorName the initiator declared; empty until its first request
+    /// names it. Logged with every refusal, so a failed login is traceable to
+    /// the initiator whatever stage it failed in.
+    pub fn initiator_name(&self) -> &str {
+        &self.initiator_name
+    }
+
     /// Handles one Login Request with its data segment.
     pub fn step(&mut self, request: &LoginRequest, data: &[u8]) -> LoginStep {
         match self.try_step(request, data) {

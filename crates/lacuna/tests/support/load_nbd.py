@@ -4,6 +4,10 @@ on their own region of an export for a bounded time (crates/lacuna/tests/load.rs
 usage: load_nbd.py SECONDS REGION-SECTORS SEED SPEC...
   SPEC = CONN,URI,FIRST-SECTOR — one connection per SPEC.
 
+All connections are made first; then `ready` is printed and the run starts when
+a line arrives on stdin (every client of the test starts at once, and connecting
+and interpreter start-up are not in the measured latencies).
+
 The workload and the sector layout are those of support/load_iscsi.c: every
 512-byte sector written carries (conn, sector, generation) as three 64-bit words
 and a 64-bit mix of them repeated; a connection fills its region, then until the
@@ -13,7 +17,9 @@ flushes; at the end it reads the whole region back. libnbd releases the GIL
 while a request is in flight, so the threads' requests overlap.
 
 Output, one line per connection: `nbd conn=N ops=.. writes=.. reads=.. zeroes=..
-flushes=.. written_bytes=.. read_bytes=.. max_latency_us=..`. Any failed request
+flushes=.. written_bytes=.. read_bytes=.. max_latency_us=.. max_KIND_us=..
+max_fill_us=..`: the slowest request after the fill, overall and per kind, and
+the slowest of the fill (its writes and flush) apart. Any failed request
 or wrong byte prints the reason and exits with status 2.
 """
 
@@ -68,6 +74,9 @@ class Connection:
         self.stats = dict(writes=0, reads=0, zeroes=0, flushes=0, written_bytes=0, read_bytes=0)
         self.max_latency_us = 0
         self.max_kind_us = dict(write=0, read=0, zero=0, flush=0)
+        # The first pass over the region (every connection writing at once), timed apart.
+        self.filling = False
+        self.max_fill_us = 0
 
     def timed(self, what, call, *args):
         start = time.monotonic()
@@ -76,12 +85,17 @@ class Connection:
         except nbd.Error as error:
             fail(self.conn, f"{what}: {error}")
         elapsed_us = int((time.monotonic() - start) * 1e6)
+        phase = "fill" if self.filling else "run"
         if elapsed_us > SLOW_US:
             sys.stderr.write(
-                f"slow: nbd conn={self.conn} {what} at_s={start - START:.2f} latency_ms={elapsed_us // 1000}\n"
+                f"slow: nbd conn={self.conn} {what} at_s={start - START:.2f} "
+                f"latency_ms={elapsed_us // 1000} phase={phase}\n"
             )
-        self.max_latency_us = max(self.max_latency_us, elapsed_us)
-        self.max_kind_us[what] = max(self.max_kind_us[what], elapsed_us)
+        if self.filling:
+            self.max_fill_us = max(self.max_fill_us, elapsed_us)
+        else:
+            self.max_latency_us = max(self.max_latency_us, elapsed_us)
+            self.max_kind_us[what] = max(self.max_kind_us[what], elapsed_us)
         return result
 
     def offset(self, at):
@@ -114,9 +128,11 @@ class Connection:
 
     def run(self, deadline):
         gen = 1
+        self.filling = True
         for at in range(0, self.region, MAX_OP_SECTORS):
             self.write(at, min(MAX_OP_SECTORS, self.region - at), gen)
         self.flush()
+        self.filling = False
         while time.monotonic() < deadline:
             count = min(self.rng.randint(1, MAX_OP_SECTORS), self.region)
             at = self.rng.randint(0, self.region - count)
@@ -138,7 +154,11 @@ class Connection:
         ops = s["writes"] + s["reads"] + s["zeroes"] + s["flushes"]
         fields = " ".join(f"{k}={v}" for k, v in s.items())
         kinds = " ".join(f"max_{k}_us={v}" for k, v in self.max_kind_us.items())
-        print(f"nbd conn={self.conn} ops={ops} {fields} max_latency_us={self.max_latency_us} {kinds}", flush=True)
+        print(
+            f"nbd conn={self.conn} ops={ops} {fields} max_latency_us={self.max_latency_us} {kinds} "
+            f"max_fill_us={self.max_fill_us}",
+            flush=True,
+        )
 
 
 def main():
@@ -147,7 +167,12 @@ def main():
     for spec in sys.argv[4:]:
         conn, uri, first = spec.split(",")
         connections.append(Connection(int(conn), uri, int(first), region_sectors, seed))
-    deadline = time.monotonic() + seconds
+    # Every connection is up: the test starts all clients at once.
+    print("ready", flush=True)
+    sys.stdin.readline()
+    global START
+    START = time.monotonic()
+    deadline = START + seconds
 
     def guarded(connection):
         try:

@@ -201,8 +201,9 @@ fn exactly_one_racer_wins_each_round_and_the_winners_replay_to_the_content() {
         "over NBD the block is not racer {winner}'s block of round {round}"
     );
     eprintln!("caw race: {rounds} rounds, wins per racer {wins:?}, final content {content}");
-    // A race that one racer always wins never puts two CAWs in flight on the
-    // block at once, and would prove nothing about atomicity.
+    // Were one racer to win every round, its command would always be executed
+    // before the other's arrived: the rounds would not be races, and would
+    // prove nothing about atomicity.
     if rounds >= 100 {
         assert_eq!(wins.len(), INITIATORS.len(), "a racer never won: {wins:?}");
     }

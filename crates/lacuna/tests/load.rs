@@ -9,15 +9,13 @@
 //! - no errors: every client exits 0 — every request succeeded and every read
 //!   (random ranges during the run, the whole region at the end) returned exactly
 //!   the bytes its connection last wrote there (see the clients for the layout);
-//! - no stalls: once the regions are filled, no single read, write or
-//!   write-zeroes took longer than 1 s, and no flush longer than 2 s (each
-//!   connection reports its slowest request of each kind); the fill, where all
-//!   connections write at once, is timed apart and held to 5 s. The looser
-//!   bounds are findings, explained at `FLUSH_STALL_LIMIT_US` and
-//!   `FILL_STALL_LIMIT_US`. Clients connect first and start together, so
-//!   logins and process start-up are not timed;
-//! - memory flat: the daemon's VmRSS at the end exceeds its VmRSS at a third of
-//!   the run by at most 10% + 32 MiB (see `RSS_GROWTH_*` for why that bound);
+//! - no stalls: once the regions are filled, no single request took longer than
+//!   1 s (each connection reports its slowest request, overall and per kind);
+//!   the fill, where all connections write at once, is timed apart and held to
+//!   2 s (see `FILL_STALL_LIMIT_US`). Clients connect first
+//!   and start together, so logins and process start-up are not timed;
+//! - memory flat: the daemon's VmRSS at the end of the timed run exceeds its
+//!   VmRSS at a third of it by at most 10% + 32 MiB (`RSS_GROWTH_*` say why);
 //! - the daemon is still up, logged no panic, and its space report adds up.
 //!
 //! LOAD_SECONDS (default 30) sets the run; LOAD_SEED replays the workload's choices.
@@ -43,25 +41,16 @@ const ISCSI_SESSIONS: u64 = 32;
 /// do not queue behind each other on the interpreter lock for long.
 const NBD_PER_PROCESS: u64 = 4;
 const INITIATOR: &str = "iqn.2026-01.org.lacuna.test:load";
-/// The longest a single read, write or write-zeroes may take once every region
-/// is filled.
+/// The longest a single request may take once every region is filled.
 const STALL_LIMIT_US: u64 = 1_000_000;
-/// The longest a single flush may take once every region is filled. Flushes are
-/// the slow requests: with 64 connections flushing (about 120 flushes/s in all),
-/// about half take over 250 ms and the slowest 0.6-1.1 s on the shared 2-core
-/// machine — they queue for the engine's durable commit, which they do not
-/// always share (docs/RELIABILITY.md, "Load"). Held to 2 s until that is fixed;
-/// then it can join the 1 s limit.
-const FLUSH_STALL_LIMIT_US: u64 = 2_000_000;
 /// The longest a single request of the fill may take: the first pass, where all
-/// 64 connections write 64 KiB requests at once into fresh volumes. On the shared
-/// 2-core machine one request (a write or flush) of that burst now and then waits
-/// 1-1.9 s while every other one of the moment completes in under 250 ms — one
-/// request starved, not the daemon stalled (a contended lock on the write path
-/// that is not fair, see docs/RELIABILITY.md, "Load"). Reported, and held to
-/// this looser bound until the write path is fixed; then it can join the 1 s
-/// limit.
-const FILL_STALL_LIMIT_US: u64 = 5_000_000;
+/// 64 connections write 64 KiB requests at once into fresh volumes. It holds the
+/// slowest requests of a run (0.57-0.88 s on the shared 2-core machine); before
+/// the engine's write leader (16e720c) one write of that burst now and then
+/// waited 1-1.9 s while every other one completed in under 250 ms — one request
+/// starved at a lock, not the daemon stalled (docs/RELIABILITY.md, "Load").
+/// Held to 2 s until runs show the 1 s limit holds with margin.
+const FILL_STALL_LIMIT_US: u64 = 2_000_000;
 /// How much the daemon's RSS may grow from a third of the run to its end.
 /// The relative part covers allocator fragmentation and per-connection buffers
 /// that grow to their high-water mark as request sizes vary; the absolute part
@@ -505,15 +494,18 @@ fn sixty_four_connections_verified_io_no_stall_memory_flat() {
         slow.len() as f64 * 100.0 / total_ops as f64
     );
 
-    // Memory: the sample nearest a third of the run against the last one.
-    let third = elapsed / 3;
-    let at_third = samples
+    // Memory, over the timed run only (the read-back after it is another
+    // workload): the sample nearest a third of it against its last one.
+    let run = Duration::from_secs(seconds);
+    let in_run: Vec<(Duration, u64)> = samples.iter().copied().filter(|s| s.0 <= run).collect();
+    let at_third = in_run
         .iter()
-        .min_by_key(|(t, _)| t.abs_diff(third))
+        .min_by_key(|(t, _)| t.abs_diff(run / 3))
         .unwrap()
         .1;
-    let at_end = samples.last().unwrap().1;
-    let peak = samples.iter().map(|s| s.1).max().unwrap();
+    let at_end = in_run.last().unwrap().1;
+    let peak = in_run.iter().map(|s| s.1).max().unwrap();
+    let peak_after = samples.iter().map(|s| s.1).max().unwrap();
     let bound = at_third + at_third * RSS_GROWTH_PERCENT / 100 + RSS_GROWTH_SLACK_BYTES;
     let series: Vec<String> = samples
         .iter()
@@ -522,11 +514,13 @@ fn sixty_four_connections_verified_io_no_stall_memory_flat() {
         .collect();
     eprintln!("load: daemon RSS MiB over time: {}", series.join(" "));
     eprintln!(
-        "load: RSS at a third {:.1} MiB, at the end {:.1} MiB (bound {:.1} MiB), peak {:.1} MiB",
+        "load: RSS at a third {:.1} MiB, at the end {:.1} MiB (bound {:.1} MiB), peak {:.1} MiB; \
+         peak including the final read-back {:.1} MiB",
         mib(at_third),
         mib(at_end),
         mib(bound),
-        mib(peak)
+        mib(peak),
+        mib(peak_after)
     );
 
     for summary in &summaries {
@@ -535,23 +529,15 @@ fn sixty_four_connections_verified_io_no_stall_memory_flat() {
             "a connection did nothing: {}",
             summary.line
         );
-        for (k, kind) in KINDS.iter().enumerate() {
-            let limit_us = if *kind == "flush" {
-                FLUSH_STALL_LIMIT_US
-            } else {
-                STALL_LIMIT_US
-            };
-            assert!(
-                summary.max_kind_us[k] <= limit_us,
-                "a {kind} stalled longer than {} ms: {}\nrequests over 250 ms around it:\n{}",
-                limit_us / 1000,
-                summary.line,
-                around_stalls(&slow, limit_us)
-            );
-        }
+        assert!(
+            summary.max_latency_us <= STALL_LIMIT_US,
+            "a request stalled longer than 1 s: {}\nrequests over 250 ms around it:\n{}",
+            summary.line,
+            around_stalls(&slow, STALL_LIMIT_US)
+        );
         assert!(
             summary.max_fill_us <= FILL_STALL_LIMIT_US,
-            "a request of the fill stalled longer than 5 s: {}\nrequests over 250 ms around it:\n{}",
+            "a request of the fill stalled longer than 2 s: {}\nrequests over 250 ms around it:\n{}",
             summary.line,
             around_stalls(&slow, FILL_STALL_LIMIT_US)
         );

@@ -161,6 +161,12 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
         "/v1/hosts/{host}/disconnect",
         Some(r#"{"volume":"vol"}"#),
     ),
+    (
+        "PUT",
+        "/v1/hosts/{host}/nbd-psk",
+        Some(r#"{"key":"00112233445566778899aabbccddeeff"}"#),
+    ),
+    ("DELETE", "/v1/hosts/{host}/nbd-psk", None),
 ];
 
 fn concrete(path: &str) -> String {
@@ -296,6 +302,7 @@ fn api_without_the_token_is_refused_on_every_route_and_changes_nothing() {
         ("POST", "/v1/snapshots", OPERATIONS[12].2),
         ("POST", "/v1/containers", OPERATIONS[18].2),
         ("POST", "/v1/hosts/alpha/connect", OPERATIONS[30].2),
+        ("PUT", "/v1/hosts/alpha/nbd-psk", OPERATIONS[32].2),
         ("DELETE", "/v1/snapshots/vol@snap", None),
     ] {
         let (status, text) = call(&daemon, method, path, Some(&real), body);

@@ -17,8 +17,8 @@
 //!   nor the CHAP response the initiator sent (captured by a relay between
 //!   initiator and daemon).
 //!
-//! NBD access control is tested with the NBD code (crates/nbd, the daemon's
-//! export allow-list).
+//! NBD access control (TLS-PSK hosts) is tested in nbd_access.rs and
+//! crates/nbd/tests/tls.rs.
 
 mod support;
 

@@ -236,9 +236,11 @@ def main():
               f"{after['reclaimed_bytes'] - before['reclaimed_bytes']} B of data", flush=True)
     finally:
         lacuna.stop()
-    png = os.path.join(ROOT, "bench", "reclaim_rate.png")
+    # Without a record, the data and plot stay out of the tree.
+    out_dir = tempfile.mkdtemp(prefix="lacuna-bench-out-") if args.no_record else os.path.join(ROOT, "bench")
+    png = os.path.join(out_dir, "reclaim_rate.png")
     plotted = plot(tmp, series, png)
-    with open(os.path.join(ROOT, "bench", "reclaim_rate.dat"), "w") as out:
+    with open(os.path.join(out_dir, "reclaim_rate.dat"), "w") as out:
         out.write("# container seconds reclaimed_bytes backlog_bytes current_bytes_per_s\n")
         for (label, path), (container, _) in zip(series, policies):
             with open(path) as f:

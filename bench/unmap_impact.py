@@ -109,12 +109,14 @@ def main():
                   f"({iops_ratio:.2f}x), p99 {during['p99_us']:.0f} us ({p99_ratio:.2f}x)", flush=True)
     finally:
         lacuna.stop()
-    dat = os.path.join(ROOT, "bench", "unmap_impact.dat")
+    # Without a record, the data and plot stay out of the tree.
+    out_dir = tempfile.mkdtemp(prefix="lacuna-bench-out-") if args.no_record else os.path.join(ROOT, "bench")
+    dat = os.path.join(out_dir, "unmap_impact.dat")
     with open(dat, "w") as f:
         f.write("# N_mib commands unmap_s reclaim_s cpu_s iops p99_us iops_ratio p99_ratio\n")
         for row in rows:
             f.write(" ".join(f"{x:.6g}" if isinstance(x, float) else str(x) for x in row) + "\n")
-    png = os.path.join(ROOT, "bench", "unmap_impact.png")
+    png = os.path.join(out_dir, "unmap_impact.png")
     if shutil.which("gnuplot"):
         subprocess.run(["gnuplot"], text=True, check=True, input="\n".join([
             "set terminal png size 1000,600", f"set output '{png}'",

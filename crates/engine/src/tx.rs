@@ -676,7 +676,80 @@ impl TxState {
         if rec.refcount > 0 {
             return self.put_block(t, id, Some(&before), Some(&rec));
         }
-        self.class_delta[before.class() as usize] -= before.record_bytes() as i64;
+        self.block_freed(id, before);
+        Ok(())
+    }
+
+    /// Drops the references of many mappings at once (`targets`, one per
+    /// mapping, not held by history). Blocks are taken out of the table in one
+    /// pass over their id range when the ids are dense — as they are for data
+    /// written in order, the common case of a volume deleted or unmapped whole —
+    /// and one by one otherwise.
+    fn release_many(&mut self, t: &mut Tables, targets: &[Target]) -> Result<()> {
+        let mut counts: BTreeMap<u64, u32> = BTreeMap::new();
+        for target in targets {
+            if let Target::Block(id) = target {
+                *counts.entry(*id).or_default() += 1;
+            }
+        }
+        let (Some((&first, _)), Some((&last, _))) =
+            (counts.first_key_value(), counts.last_key_value())
+        else {
+            return Ok(());
+        };
+        let dense = last - first < 4 * counts.len() as u64;
+        if !dense {
+            for (&id, &count) in &counts {
+                for _ in 0..count {
+                    self.release_ref(t, Target::Block(id), false)?;
+                }
+            }
+            return Ok(());
+        }
+        let mut taken = Vec::with_capacity(counts.len());
+        for item in t
+            .blocks
+            .extract_from_if(first..=last, |id, _| counts.contains_key(&id))
+            .map_err(kv_error)?
+        {
+            let (key, value) = item.map_err(kv_error)?;
+            taken.push((key.value(), BlockRec::decode(value.value())?));
+        }
+        if taken.len() != counts.len() {
+            let missing = counts
+                .keys()
+                .find(|id| !taken.iter().any(|(taken_id, _)| taken_id == *id))
+                .expect("fewer taken than wanted");
+            return Err(EngineError::Corruption(format!(
+                "block {missing} is referenced but missing"
+            )));
+        }
+        for (id, before) in taken {
+            let count = counts[&id];
+            let mut rec = before;
+            assert!(
+                rec.refcount >= count,
+                "block {id}: fewer references than mappings"
+            );
+            rec.refcount -= count;
+            assert!(
+                rec.history_refs <= rec.refcount,
+                "block {id}: history references left"
+            );
+            if rec.refcount > 0 {
+                self.put_block(t, id, Some(&before), Some(&rec))?;
+            } else {
+                self.block_freed(id, before);
+            }
+        }
+        Ok(())
+    }
+
+    /// Accounts for a block whose last reference went (its row already removed;
+    /// `rec` as it was before): its record becomes stale space, its dedup entry
+    /// goes.
+    fn block_freed(&mut self, id: u64, rec: BlockRec) {
+        self.class_delta[rec.class() as usize] -= rec.record_bytes() as i64;
         self.records_written += 1;
         self.freed_blocks.insert(id);
         self.freed_keys.push((dedup_key(&rec.fingerprint), id));
@@ -685,7 +758,6 @@ impl TxState {
         self.freed_records
             .push((rec.segment, u64::from(rec.offset_bytes), rec.record_bytes()));
         self.maybe_dead.insert(rec.segment);
-        Ok(())
     }
 
     /// Sets a point mapping. What it replaces is released, or moved to the history
@@ -744,25 +816,19 @@ impl TxState {
             }
         }
         let mut grains = Vec::with_capacity(removed.len());
+        let mut released = Vec::with_capacity(removed.len());
         for (grain, old) in removed {
-            self.mapping_removed(t, volume, grain, old, death.seq, death.snapshot_seqs)?;
+            self.records_written += 1;
+            *self.mapping_delta.entry(volume).or_default() -= 1;
+            if meta::visible_to_any(death.snapshot_seqs, old.seq, death.seq) {
+                self.retire(t, volume, grain, old, death.seq, death.snapshot_seqs)?;
+            } else {
+                released.push(old.target);
+            }
             grains.push(grain);
         }
+        self.release_many(t, &released)?;
         Ok(grains)
-    }
-
-    fn mapping_removed(
-        &mut self,
-        t: &mut Tables,
-        volume: u64,
-        grain: u64,
-        old: MapValue,
-        died_seq: u64,
-        snapshot_seqs: &[u64],
-    ) -> Result<()> {
-        self.records_written += 1;
-        *self.mapping_delta.entry(volume).or_default() -= 1;
-        self.retire(t, volume, grain, old, died_seq, snapshot_seqs)
     }
 
     /// A version left the live table at `died_seq`: the history keeps its

@@ -7,6 +7,7 @@
 //! out of space) leaves no trace.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::BuildHasherDefault;
 
 use redb::{Durability, ReadableTable, Table, WriteTransaction};
 
@@ -56,7 +57,7 @@ pub struct WriterState {
     /// (rebuilt from the block table at open). A random-key B-tree insert per new
     /// block was the largest cost of the write path; a hit is still verified
     /// against the block record's full 128-bit fingerprint.
-    pub dedup: std::collections::HashMap<u64, u64>,
+    pub dedup: DedupIndex,
     /// Segments whose accounting changed since the last durable commit.
     pub changed_segments: BTreeSet<SegmentId>,
     /// Deleted volumes still holding mappings: id → grains.
@@ -361,7 +362,7 @@ pub struct TxState {
     /// Segments whose live bytes may have reached zero.
     maybe_dead: BTreeSet<SegmentId>,
     /// Dedup index entries of blocks created in this transaction.
-    dedup_added: std::collections::HashMap<u64, u64>,
+    dedup_added: DedupIndex,
     /// Change of live bytes per block class.
     class_delta: [i64; 3],
     /// Blocks deleted in this transaction, and their index keys.
@@ -369,6 +370,32 @@ pub struct TxState {
     /// Their records: (segment, offset, length).
     freed_records: Vec<(SegmentId, u64, u64)>,
     freed_keys: Vec<(u64, u64)>,
+}
+
+/// The dedup index: fingerprint prefix → block id.
+pub type DedupIndex = std::collections::HashMap<u64, u64, BuildHasherDefault<KeyIsHash>>;
+
+/// Hashes a dedup key to itself: the key is 64 bits of a BLAKE3 fingerprint,
+/// already uniform, and hashing it again (SipHash) was a measurable part of
+/// freeing blocks in bulk. Not for keys that are not hash output.
+#[derive(Default)]
+pub struct KeyIsHash(u64);
+
+impl std::hash::Hasher for KeyIsHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed here (`write_u64`); fold anything else.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
 }
 
 /// The dedup index key of a fingerprint.
@@ -398,7 +425,7 @@ impl TxState {
             mapping_delta: BTreeMap::new(),
             records_written: 0,
             maybe_dead: BTreeSet::new(),
-            dedup_added: std::collections::HashMap::new(),
+            dedup_added: DedupIndex::default(),
             class_delta: [0; 3],
             freed_blocks: std::collections::HashSet::new(),
             freed_records: Vec::new(),
@@ -686,30 +713,46 @@ impl TxState {
     /// written in order, the common case of a volume deleted or unmapped whole —
     /// and one by one otherwise.
     fn release_many(&mut self, t: &mut Tables, targets: &[Target]) -> Result<()> {
-        let mut counts: BTreeMap<u64, u32> = BTreeMap::new();
-        for target in targets {
-            if let Target::Block(id) = target {
-                *counts.entry(*id).or_default() += 1;
+        // (block id, references dropped), sorted by id.
+        let mut ids: Vec<u64> = targets
+            .iter()
+            .filter_map(|target| match target {
+                Target::Block(id) => Some(*id),
+                Target::Pattern(_) => None,
+            })
+            .collect();
+        ids.sort_unstable();
+        let mut counts: Vec<(u64, u32)> = Vec::with_capacity(ids.len());
+        for id in ids {
+            match counts.last_mut() {
+                Some((last, count)) if *last == id => *count += 1,
+                _ => counts.push((id, 1)),
             }
         }
-        let (Some((&first, _)), Some((&last, _))) =
-            (counts.first_key_value(), counts.last_key_value())
-        else {
+        let (Some(&(first, _)), Some(&(last, _))) = (counts.first(), counts.last()) else {
             return Ok(());
         };
         let dense = last - first < 4 * counts.len() as u64;
         if !dense {
-            for (&id, &count) in &counts {
+            for &(id, count) in &counts {
                 for _ in 0..count {
                     self.release_ref(t, Target::Block(id), false)?;
                 }
             }
             return Ok(());
         }
+        // The extraction visits ids in ascending order: a cursor over `counts`
+        // answers each in O(1).
+        let mut cursor = 0;
         let mut taken = Vec::with_capacity(counts.len());
         for item in t
             .blocks
-            .extract_from_if(first..=last, |id, _| counts.contains_key(&id))
+            .extract_from_if(first..=last, |id, _| {
+                while cursor < counts.len() && counts[cursor].0 < id {
+                    cursor += 1;
+                }
+                cursor < counts.len() && counts[cursor].0 == id
+            })
             .map_err(kv_error)?
         {
             let (key, value) = item.map_err(kv_error)?;
@@ -717,15 +760,16 @@ impl TxState {
         }
         if taken.len() != counts.len() {
             let missing = counts
-                .keys()
-                .find(|id| !taken.iter().any(|(taken_id, _)| taken_id == *id))
+                .iter()
+                .map(|(id, _)| *id)
+                .find(|id| !taken.iter().any(|(taken_id, _)| taken_id == id))
                 .expect("fewer taken than wanted");
             return Err(EngineError::Corruption(format!(
                 "block {missing} is referenced but missing"
             )));
         }
-        for (id, before) in taken {
-            let count = counts[&id];
+        for ((id, before), &(counted_id, count)) in taken.into_iter().zip(&counts) {
+            assert_eq!(id, counted_id, "taken in id order");
             let mut rec = before;
             assert!(
                 rec.refcount >= count,

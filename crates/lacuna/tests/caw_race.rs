@@ -19,9 +19,8 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
-use support::{tool, tool_ok, Daemon, TARGET_IQN};
+use support::{build_iscsi_client, tool, tool_ok, Daemon, TARGET_IQN};
 
 const INITIATORS: [&str; 2] = [
     "iqn.2026-01.org.lacuna.test:caw-a",
@@ -30,23 +29,6 @@ const INITIATORS: [&str; 2] = [
 const LBA: u64 = 5;
 const BLOCK_BYTES: usize = 512;
 const MAGIC: u64 = 0x4341_5752_4143_4521;
-
-fn build_client(dir: &Path) -> PathBuf {
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/caw_race.c");
-    let binary = dir.join("caw-race");
-    tool_ok(
-        "gcc",
-        &[
-            "-O2",
-            "-Wall",
-            "-o",
-            binary.to_str().unwrap(),
-            source,
-            "-liscsi",
-        ],
-    );
-    binary
-}
 
 fn mix(racer: u64, round: u64) -> u64 {
     let mut z =
@@ -118,7 +100,7 @@ fn exactly_one_racer_wins_each_round_and_the_winners_replay_to_the_content() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1000);
     let dir = support::temp_dir("caw");
-    let client = build_client(&dir);
+    let client = build_iscsi_client(&dir, "caw_race.c", "caw-race");
     let daemon = Daemon::start(&dir);
     daemon.cli_ok(&["volume", "create", "ats", "--size", "1M"]);
     daemon.cli_ok(&[

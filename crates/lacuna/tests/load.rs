@@ -25,11 +25,11 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{tool_ok, Daemon, TARGET_IQN};
+use support::{build_iscsi_client, Daemon, TARGET_IQN};
 
 const VOLUMES: u64 = 16;
 const REGIONS_PER_VOLUME: u64 = 4;
@@ -66,24 +66,6 @@ const CLIENT_GRACE: Duration = Duration::from_secs(120);
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
-}
-
-fn build_iscsi_client(dir: &Path) -> PathBuf {
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/load_iscsi.c");
-    let binary = dir.join("load-iscsi");
-    tool_ok(
-        "gcc",
-        &[
-            "-O2",
-            "-Wall",
-            "-pthread",
-            "-o",
-            binary.to_str().unwrap(),
-            source,
-            "-liscsi",
-        ],
-    );
-    binary
 }
 
 /// (volume, first sector) of connection `conn`'s region: NBD connections take
@@ -411,7 +393,7 @@ fn sixty_four_connections_verified_io_no_stall_memory_flat() {
          LOAD_SEED={seed}"
     );
     let dir = support::temp_dir("load");
-    let iscsi_client = build_iscsi_client(&dir);
+    let iscsi_client = build_iscsi_client(&dir, "load_iscsi.c", "load-iscsi");
     let mut daemon = Daemon::start_with(&dir, "4G");
     setup(&daemon);
     let children = spawn_clients(&daemon, &dir, &iscsi_client, seconds, seed);

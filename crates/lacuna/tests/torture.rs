@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::{tool_ok, Daemon};
+use support::{build_iscsi_client, tool_ok, Daemon};
 
 const SECTOR_BYTES: u64 = 512;
 const GRAIN_SECTORS: u64 = 8;
@@ -650,23 +650,6 @@ impl Run {
     }
 }
 
-fn build_iscsi_client(dir: &Path) -> PathBuf {
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/torture_iscsi.c");
-    let binary = dir.join("torture-iscsi");
-    tool_ok(
-        "gcc",
-        &[
-            "-O2",
-            "-Wall",
-            "-o",
-            binary.to_str().unwrap(),
-            source,
-            "-liscsi",
-        ],
-    );
-    binary
-}
-
 /// Starts one worker; its stderr goes to `worker-N.log` in the run directory.
 fn workload(run: &Run, args: &[String]) -> Child {
     let script = concat!(
@@ -1065,7 +1048,7 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
     let dir = support::temp_dir("torture");
     let run = Run {
         seed,
-        iscsi_client: build_iscsi_client(&dir),
+        iscsi_client: build_iscsi_client(&dir, "torture_iscsi.c", "torture-iscsi"),
         dir: dir.clone(),
     };
     let mut rng = Rng(seed);

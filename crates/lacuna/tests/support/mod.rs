@@ -264,6 +264,28 @@ pub fn tool(program: &str, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {program} (is it installed? see README): {e}"))
 }
 
+/// Builds a test's libiscsi C client (`tests/support/SOURCE`, with pthreads)
+/// into `dir/NAME` with gcc, and returns the binary's path.
+pub fn build_iscsi_client(dir: &Path, source: &str, name: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(source);
+    let binary = dir.join(name);
+    tool_ok(
+        "gcc",
+        &[
+            "-O2",
+            "-Wall",
+            "-pthread",
+            "-o",
+            binary.to_str().unwrap(),
+            source.to_str().unwrap(),
+            "-liscsi",
+        ],
+    );
+    binary
+}
+
 pub fn tool_ok(program: &str, args: &[&str]) -> String {
     let out = tool(program, args);
     assert!(

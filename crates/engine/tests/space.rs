@@ -54,6 +54,18 @@ fn allocated_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// Waits (boundedly) for the background reclaimer to empty the backlog, then
+/// makes its work durable, so freed space is punched.
+fn reclaim_then_flush(engine: &Engine) {
+    let mut attempts = 0;
+    while engine.space().reclaim_backlog_bytes > 0 {
+        attempts += 1;
+        assert!(attempts < 500, "reclaim never finished");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    engine.flush().unwrap();
+}
+
 struct Rng(u64);
 
 impl Rng {
@@ -274,13 +286,7 @@ fn freed_records_are_punched_out_of_their_segments_at_once() {
     // the space back.
     let (from, to) = (40 * MIB / GRAIN, 64 * MIB / GRAIN);
     vol.unmap(from * GRAIN, (to - from) * GRAIN).unwrap();
-    let mut attempts = 0;
-    while engine.space().reclaim_backlog_bytes > 0 {
-        attempts += 1;
-        assert!(attempts < 500, "reclaim never finished");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    engine.flush().unwrap();
+    reclaim_then_flush(&engine);
     let after = allocated_bytes(&dir.join("segments"));
     let punched = engine.stats.punched_bytes.load(Ordering::Relaxed);
     assert_eq!(engine.stats.cleaned_segments.load(Ordering::Relaxed), 0);
@@ -328,13 +334,7 @@ fn cleaning_over_partly_punched_dead_records_reports_no_damage() {
     for g in (0..grains).step_by(2) {
         vol.unmap(g * GRAIN, GRAIN).unwrap();
     }
-    let mut attempts = 0;
-    while engine.space().reclaim_backlog_bytes > 0 {
-        attempts += 1;
-        assert!(attempts < 500, "reclaim never finished");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    engine.flush().unwrap();
+    reclaim_then_flush(&engine);
     assert!(engine.stats.punched_bytes.load(Ordering::Relaxed) > 0);
     engine.clean_now().unwrap();
     assert!(engine.stats.cleaned_segments.load(Ordering::Relaxed) > 0);

@@ -55,7 +55,7 @@ fn allocated_bytes(dir: &Path) -> u64 {
 }
 
 /// Waits (boundedly) for the background reclaimer to empty the backlog, then
-/// makes its work durable, so freed space is punched.
+/// makes its work durable and waits for freed space to be punched.
 fn reclaim_then_flush(engine: &Engine) {
     let mut attempts = 0;
     while engine.space().reclaim_backlog_bytes > 0 {
@@ -63,7 +63,7 @@ fn reclaim_then_flush(engine: &Engine) {
         assert!(attempts < 500, "reclaim never finished");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    engine.flush().unwrap();
+    engine.flush_freeing().unwrap();
 }
 
 struct Rng(u64);

@@ -92,11 +92,12 @@ def main():
             subprocess.run([*NBDSH, "-u", big, "-c", "h.flush()"], check=True)
 
         # Each N is compared with a baseline run just before it, after the same
-        # fill and sync: one baseline for all would fold the machine's drift
-        # over the whole run into the ratios.
-        for i, n in enumerate(blocks):
-            if i > 0:
-                empty_big()
+        # emptying, fill and sync: one baseline for all would fold the machine's
+        # drift over the whole run into the ratios. A first fill, emptied before
+        # the first baseline, gives every run the same past.
+        fill_big()
+        for n in blocks:
+            empty_big()
             fill_big()
             baseline = {}
             randwrite(work, args.runtime, args.work_gib, baseline)

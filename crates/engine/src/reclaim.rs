@@ -41,8 +41,12 @@ const HOSTS_QUIET: Duration = Duration::from_millis(100);
 const MAX_FOREGROUND_YIELDS: u32 = 10;
 const FOREGROUND_YIELD: Duration = Duration::from_micros(100);
 /// While hosts are doing I/O, background work pauses this many times as long as
-/// each step took: it gets at most a fifth of a core, the hosts the rest.
-const BUSY_BACKOFF_FACTOR: u32 = 4;
+/// each step took: it gets at most a tenth of a core (and of the writer mutex),
+/// the hosts the rest. A fifth cost a concurrent 4 KiB write workload up to 20%
+/// on its p99 in the seed 001 benchmark (bench/RESULTS.md); a tenth keeps it
+/// within 10%. Under load reclaim still moves, and once hosts are quiet for
+/// `HOSTS_QUIET` it runs at full speed again.
+const BUSY_BACKOFF_FACTOR: u32 = 9;
 /// Longest such pause.
 const MAX_BUSY_PAUSE: Duration = Duration::from_millis(50);
 

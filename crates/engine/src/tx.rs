@@ -684,22 +684,46 @@ impl TxState {
         };
         // Removed first and put back if still referenced: most released blocks
         // are freed, and this way they cost one descent of the tree, not two.
-        let before = t
-            .blocks
+        let before = Self::take_block(t, id)?;
+        self.drop_references(t, id, before, 1, from_history)
+    }
+
+    /// Removes a block's row, which a reference says exists.
+    fn take_block(t: &mut Tables, id: u64) -> Result<BlockRec> {
+        t.blocks
             .remove(id)
             .map_err(kv_error)?
             .map(|value| BlockRec::decode(value.value()))
             .transpose()?
-            .ok_or_else(|| {
-                EngineError::Corruption(format!("block {id} is referenced but missing"))
-            })?;
+            .ok_or_else(|| EngineError::Corruption(format!("block {id} is referenced but missing")))
+    }
+
+    /// Drops `count` references of block `id`, whose row (`before`) the caller
+    /// has removed: puts the row back if references remain, frees the block if
+    /// none do. `from_history`: the one reference dropped was held by history.
+    fn drop_references(
+        &mut self,
+        t: &mut Tables,
+        id: u64,
+        before: BlockRec,
+        count: u32,
+        from_history: bool,
+    ) -> Result<()> {
         let mut rec = before;
-        assert!(rec.refcount > 0);
-        rec.refcount -= 1;
+        assert!(
+            rec.refcount >= count && count > 0,
+            "block {id}: fewer references than dropped"
+        );
+        rec.refcount -= count;
         if from_history {
+            assert_eq!(count, 1, "history references are dropped one at a time");
             assert!(rec.history_refs > 0, "block {id}: no history reference");
             rec.history_refs -= 1;
         }
+        assert!(
+            rec.history_refs <= rec.refcount,
+            "block {id}: history references left"
+        );
         if rec.refcount > 0 {
             return self.put_block(t, id, Some(&before), Some(&rec));
         }
@@ -735,9 +759,8 @@ impl TxState {
         let dense = last - first < 4 * counts.len() as u64;
         if !dense {
             for &(id, count) in &counts {
-                for _ in 0..count {
-                    self.release_ref(t, Target::Block(id), false)?;
-                }
+                let before = Self::take_block(t, id)?;
+                self.drop_references(t, id, before, count, false)?;
             }
             return Ok(());
         }
@@ -770,21 +793,7 @@ impl TxState {
         }
         for ((id, before), &(counted_id, count)) in taken.into_iter().zip(&counts) {
             assert_eq!(id, counted_id, "taken in id order");
-            let mut rec = before;
-            assert!(
-                rec.refcount >= count,
-                "block {id}: fewer references than mappings"
-            );
-            rec.refcount -= count;
-            assert!(
-                rec.history_refs <= rec.refcount,
-                "block {id}: history references left"
-            );
-            if rec.refcount > 0 {
-                self.put_block(t, id, Some(&before), Some(&rec))?;
-            } else {
-                self.block_freed(id, before);
-            }
+            self.drop_references(t, id, before, count, false)?;
         }
         Ok(())
     }

@@ -520,6 +520,7 @@ fn volume_shared(
         container,
         live_mapped: Mutex::new(DataBitmap::new(grains_of(rec.size_bytes))),
         reclaim: Default::default(),
+        reclaim_cursor: Mutex::new(None),
         counted_grains: AtomicU64::new(0),
     }
 }

@@ -188,6 +188,8 @@ pub(crate) struct VolumeShared {
     /// backlog. Changed under the writer mutex.
     pub live_mapped: Mutex<DataBitmap>,
     pub reclaim: container::ReclaimCounters,
+    /// Where reclaim of the volume's first pending range record goes on.
+    pub reclaim_cursor: Mutex<Option<reclaim::RangeCursor>>,
     /// Grains this volume currently counts in its container's usage.
     pub counted_grains: AtomicU64,
 }

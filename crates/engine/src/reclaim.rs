@@ -50,6 +50,52 @@ const BUSY_BACKOFF_FACTOR: u32 = 9;
 /// Longest such pause.
 const MAX_BUSY_PAUSE: Duration = Duration::from_millis(50);
 
+/// How far reclaim of one range record has got: every mapping it shadowed
+/// below `next_grain` is gone. Mappings newer than the record are left where
+/// they are, so without this a record over more newer mappings than one step
+/// scans (a host wrote over what it had just unmapped) would be rescanned from
+/// its start for ever. Only shadowed mappings are removed, and none can appear
+/// behind the cursor (new mappings are newer than the record), so resuming is
+/// exact; the cursor lives in memory, and after a restart reclaim starts the
+/// record over.
+pub(crate) struct RangeCursor {
+    start: u64,
+    range: meta::RangeRec,
+    next_grain: u64,
+}
+
+impl RangeCursor {
+    /// Where to go on with record `range` at `start`: its start unless a
+    /// cursor for this very record says otherwise.
+    fn resume(
+        cursor: &parking_lot::Mutex<Option<RangeCursor>>,
+        start: u64,
+        range: meta::RangeRec,
+    ) -> u64 {
+        match &*cursor.lock() {
+            Some(c) if c.start == start && c.range == range => {
+                assert!(start <= c.next_grain && c.next_grain < range.end_grain);
+                c.next_grain
+            }
+            _ => start,
+        }
+    }
+
+    /// Records how far a step got (`None`: the record is finished).
+    fn save(
+        cursor: &parking_lot::Mutex<Option<RangeCursor>>,
+        start: u64,
+        range: meta::RangeRec,
+        next_grain: Option<u64>,
+    ) {
+        *cursor.lock() = next_grain.map(|next_grain| RangeCursor {
+            start,
+            range,
+            next_grain,
+        });
+    }
+}
+
 /// What one container's reclaim step did.
 enum ContainerStep {
     Worked,
@@ -303,8 +349,9 @@ impl Engine {
         Ok(None)
     }
 
-    /// Drops up to `limit` mappings a pending range record shadows; finishes
-    /// the record once none are left. Returns the mappings dropped.
+    /// Drops up to `limit` mappings a pending range record shadows, going on
+    /// from where the previous step on the record stopped; finishes the record
+    /// once its end is reached. Returns the mappings dropped.
     fn reclaim_range_step(
         &self,
         vol: &crate::VolumeShared,
@@ -312,7 +359,8 @@ impl Engine {
         range: meta::RangeRec,
         limit: usize,
     ) -> Result<u64> {
-        let (done, released) = {
+        let from = RangeCursor::resume(&vol.reclaim_cursor, start, range);
+        let (done_until, released) = {
             let mut ws = self.writer.lock();
             let snapshot_seqs = vol.snapshot_seqs.lock().clone();
             self.transact(&mut ws, false, |st, t, _| {
@@ -323,7 +371,7 @@ impl Engine {
                 let mut batch_end = range.end_grain;
                 for item in t
                     .maps
-                    .range((vol.id, start)..(vol.id, range.end_grain))
+                    .range((vol.id, from)..(vol.id, range.end_grain))
                     .map_err(kv_error)?
                 {
                     let (key, value) = item.map_err(kv_error)?;
@@ -343,7 +391,7 @@ impl Engine {
                 let removed = st.remove_mappings_in(
                     t,
                     vol.id,
-                    (start, batch_end),
+                    (from, batch_end),
                     limit,
                     Death {
                         seq: range.seq,
@@ -355,9 +403,16 @@ impl Engine {
                 self.stats
                     .reclaimed_mappings
                     .fetch_add(shadowed as u64, Ordering::Relaxed);
-                Ok((batch_end == range.end_grain, shadowed as u64))
+                Ok((batch_end, shadowed as u64))
             })?
         };
+        let done = done_until == range.end_grain;
+        RangeCursor::save(
+            &vol.reclaim_cursor,
+            start,
+            range,
+            (!done).then_some(done_until),
+        );
         if done {
             self.finish_range(vol, start, range)?;
         }

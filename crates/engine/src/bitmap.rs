@@ -91,12 +91,15 @@ impl DataBitmap {
     }
 
     /// Copies `len` bits of `source` starting at `source_start` to `start`: what a
-    /// clone or range copy inherits. Whole chunks at matching alignment cost O(1).
+    /// clone or range copy inherits. Whole chunks at matching alignment cost O(1);
+    /// otherwise the bits move a word at a time, in runs that stay within one
+    /// chunk of each side (a bit at a time, a 2 GiB copy took 0.25 s).
     pub fn copy_from(&mut self, source: &DataBitmap, source_start: u64, start: u64, len: u64) {
         let len = len
             .min(self.grains.saturating_sub(start))
             .min(source.grains.saturating_sub(source_start));
         let mut done = 0;
+        let mut run_bits = Vec::with_capacity(WORDS + 1);
         while done < len {
             let (from, to) = (source_start + done, start + done);
             let whole_chunk = from % CHUNK_GRAINS == 0
@@ -109,37 +112,114 @@ impl DataBitmap {
                 self.chunks[index] = source.chunks[(from / CHUNK_GRAINS) as usize].clone();
                 self.set_count = self.set_count - before + self.chunks[index].count();
                 done += CHUNK_GRAINS;
-            } else {
-                self.set(to, source.get(from));
-                done += 1;
+                continue;
             }
+            let run = (len - done)
+                .min(CHUNK_GRAINS - from % CHUNK_GRAINS)
+                .min(CHUNK_GRAINS - to % CHUNK_GRAINS);
+            match &source.chunks[(from / CHUNK_GRAINS) as usize] {
+                Chunk::Empty => self.set_range(to, to + run, false),
+                Chunk::Full => self.set_range(to, to + run, true),
+                Chunk::Bits(words, _) => {
+                    run_bits.clear();
+                    extract_bits(words, from % CHUNK_GRAINS, run, &mut run_bits);
+                    self.deposit_bits(to, run, &run_bits);
+                }
+            }
+            done += run;
         }
     }
 
-    fn set_bits(&mut self, index: usize, from: u64, to: u64, value: bool) {
-        let chunk = &mut self.chunks[index];
-        let mut words = match chunk {
-            Chunk::Empty if !value => return,
-            Chunk::Full if value => return,
+    /// Sets bits [start, start + len) — within one chunk — to `bits` (bit i of
+    /// the run is bit i % 64 of word i / 64).
+    fn deposit_bits(&mut self, start: u64, len: u64, bits: &[u64]) {
+        let index = (start / CHUNK_GRAINS) as usize;
+        let offset = start % CHUNK_GRAINS;
+        assert!(len > 0 && offset + len <= CHUNK_GRAINS);
+        assert_eq!(bits.len() as u64, len.div_ceil(64));
+        let before = self.chunks[index].count();
+        let mut words = self.take_words(index);
+        for (i, &word) in bits.iter().enumerate() {
+            let width = (len - 64 * i as u64).min(64);
+            write_word(&mut words, offset + 64 * i as u64, width, word);
+        }
+        self.put_words(index, words);
+        self.set_count = self.set_count - before + self.chunks[index].count();
+    }
+
+    /// Chunk `index` as words (taken out; `put_words` puts it back).
+    fn take_words(&mut self, index: usize) -> Box<[u64; WORDS]> {
+        match std::mem::replace(&mut self.chunks[index], Chunk::Empty) {
             Chunk::Empty => Box::new([0u64; WORDS]),
             Chunk::Full => Box::new([u64::MAX; WORDS]),
-            Chunk::Bits(words, _) => std::mem::replace(words, Box::new([0u64; WORDS])),
-        };
-        for bit in from..to {
-            let mask = 1u64 << (bit % 64);
-            let word = &mut words[(bit / 64) as usize];
-            if value {
-                *word |= mask;
-            } else {
-                *word &= !mask;
-            }
+            Chunk::Bits(words, _) => words,
         }
+    }
+
+    /// Puts chunk `index` back, as Empty or Full when it is.
+    fn put_words(&mut self, index: usize, words: Box<[u64; WORDS]>) {
         let count: u32 = words.iter().map(|w| w.count_ones()).sum();
-        *chunk = match u64::from(count) {
+        self.chunks[index] = match u64::from(count) {
             0 => Chunk::Empty,
             CHUNK_GRAINS => Chunk::Full,
             _ => Chunk::Bits(words, count),
         };
+    }
+
+    fn set_bits(&mut self, index: usize, from: u64, to: u64, value: bool) {
+        match self.chunks[index] {
+            Chunk::Empty if !value => return,
+            Chunk::Full if value => return,
+            _ => {}
+        }
+        let mut words = self.take_words(index);
+        let mut bit = from;
+        while bit < to {
+            let width = (to - bit).min(64 - bit % 64);
+            write_word(&mut words, bit, width, if value { u64::MAX } else { 0 });
+            bit += width;
+        }
+        self.put_words(index, words);
+    }
+}
+
+/// Appends bits [from, from + len) of `words` to `out`, packed from bit 0.
+fn extract_bits(words: &[u64; WORDS], from: u64, len: u64, out: &mut Vec<u64>) {
+    assert!(from + len <= CHUNK_GRAINS);
+    let mut taken = 0;
+    while taken < len {
+        let bit = from + taken;
+        let (word, shift) = ((bit / 64) as usize, bit % 64);
+        let mut value = words[word] >> shift;
+        if shift > 0 && word + 1 < WORDS {
+            value |= words[word + 1] << (64 - shift);
+        }
+        let width = (len - taken).min(64);
+        out.push(value & low_mask(width));
+        taken += width;
+    }
+}
+
+/// Writes the low `width` bits of `value` at bit `at` (may straddle two words).
+fn write_word(words: &mut [u64; WORDS], at: u64, width: u64, value: u64) {
+    assert!(width > 0 && width <= 64 && at + width <= CHUNK_GRAINS);
+    let value = value & low_mask(width);
+    let (word, shift) = ((at / 64) as usize, at % 64);
+    let mask = low_mask(width) << shift;
+    words[word] = (words[word] & !mask) | (value << shift);
+    if shift + width > 64 {
+        let spill = shift + width - 64;
+        let high_mask = low_mask(spill);
+        words[word + 1] = (words[word + 1] & !high_mask) | (value >> (64 - shift));
+    }
+}
+
+/// A word with its low `width` bits set.
+fn low_mask(width: u64) -> u64 {
+    if width >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
     }
 }
 
@@ -177,5 +257,75 @@ mod tests {
         shifted.copy_from(&source, CHUNK_GRAINS, 7, 10);
         assert_eq!(shifted.count(), 1);
         assert!(shifted.get(10));
+    }
+
+    /// Bit-by-bit reference for `copy_from`.
+    fn copy_naive(dst: &mut DataBitmap, src: &DataBitmap, from: u64, to: u64, len: u64) {
+        for i in 0..len {
+            dst.set(to + i, src.get(from + i));
+        }
+    }
+
+    #[test]
+    fn word_copies_match_a_bit_by_bit_copy_at_any_alignment() {
+        let grains = 5 * CHUNK_GRAINS + 77;
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for case in 0..200 {
+            // Sources with empty, full and mixed chunks.
+            let mut source = DataBitmap::new(grains);
+            source.set_range(CHUNK_GRAINS, 2 * CHUNK_GRAINS, true);
+            for _ in 0..(next() % 3000) {
+                let g = next() % grains;
+                source.set(g, next() % 2 == 0);
+            }
+            let mut expected = DataBitmap::new(grains);
+            if case % 2 == 0 {
+                expected.set_range(0, grains, true);
+            }
+            for _ in 0..50 {
+                let g = next() % grains;
+                expected.set(g, next() % 2 == 0);
+            }
+            let mut got = expected.clone();
+            let from = next() % grains;
+            let to = next() % grains;
+            let len = next() % (grains - from.max(to) + 1);
+            copy_naive(&mut expected, &source, from, to, len);
+            got.copy_from(&source, from, to, len);
+            assert_eq!(
+                got.count(),
+                expected.count(),
+                "case {case}: {from} -> {to} x {len}"
+            );
+            for g in 0..grains {
+                assert_eq!(got.get(g), expected.get(g), "case {case}: grain {g}");
+            }
+            let counted: u64 = got.chunks.iter().map(Chunk::count).sum();
+            assert_eq!(counted, got.count());
+        }
+    }
+
+    #[test]
+    fn ranges_within_a_chunk_set_exactly_their_bits() {
+        let mut b = DataBitmap::new(CHUNK_GRAINS);
+        b.set_range(3, 200, true);
+        b.set_range(64, 128, false);
+        assert_eq!(b.count(), 197 - 64);
+        assert!(b.get(3) && b.get(63) && !b.get(64) && !b.get(127) && b.get(128) && b.get(199));
+        assert!(!b.get(2) && !b.get(200));
+        b.set_range(0, CHUNK_GRAINS, true);
+        assert!(matches!(b.chunks[0], Chunk::Full));
+        b.set_range(5, 6, false);
+        b.set_range(5, 6, true);
+        assert!(
+            matches!(b.chunks[0], Chunk::Full),
+            "a full chunk is kept as Full"
+        );
     }
 }

@@ -10,7 +10,7 @@
 //! tasks that call the blocking SCSI layer through `spawn_blocking`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -409,6 +409,9 @@ struct Connection {
     session: Arc<Session>,
     out: mpsc::Sender<Outbound>,
     dispatch: mpsc::UnboundedSender<Dispatch>,
+    /// Commands handed to the dispatcher that have not yet taken the ordering
+    /// lock: while there are any, later commands must queue behind them.
+    dispatch_backlog: Arc<AtomicUsize>,
     order_lock: Arc<RwLock<()>>,
     gathering: HashMap<u32, WriteGather>,
     /// Non-immediate commands in CmdSN order; dispatched from the front.
@@ -444,6 +447,7 @@ async fn full_feature_phase(
     let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE_LEN);
     let (in_tx, mut in_rx) = mpsc::channel(INBOUND_QUEUE_LEN);
     let (dispatch_tx, dispatch_rx) = mpsc::unbounded_channel();
+    let dispatch_backlog = Arc::new(AtomicUsize::new(0));
     let order_lock = Arc::new(RwLock::new(()));
     let writer_task = tokio::spawn(write_loop(
         writer,
@@ -461,6 +465,7 @@ async fn full_feature_phase(
     ));
     let dispatcher_task = tokio::spawn(dispatch_loop(
         dispatch_rx,
+        dispatch_backlog.clone(),
         order_lock.clone(),
         target.clone(),
         session.clone(),
@@ -471,6 +476,7 @@ async fn full_feature_phase(
         session: session.clone(),
         out: out_tx,
         dispatch: dispatch_tx,
+        dispatch_backlog,
         order_lock,
         gathering: HashMap::new(),
         order: VecDeque::new(),
@@ -1005,20 +1011,90 @@ impl Connection {
             // Checked at admission; a duplicate here would be a bug in this module.
             unreachable!("task tag {itt:#x} dispatched twice");
         };
-        if ready.command.attribute == TaskAttribute::HeadOfQueue {
-            tokio::spawn(execute(
-                self.target.clone(),
-                self.session.clone(),
-                control,
-                ready,
-                OrderGuard::None,
-                self.out.clone(),
-            ));
+        let guard = match ready.command.attribute {
+            TaskAttribute::HeadOfQueue => Some(OrderGuard::None),
+            attribute => self.order_guard_now(attribute),
+        };
+        let Some(guard) = guard else {
+            // The dispatcher lives as long as the connection; a send error means it is ending.
+            self.dispatch_backlog.fetch_add(1, Ordering::SeqCst);
+            let _ = self.dispatch.send(Dispatch { ready, control });
+            return;
+        };
+        if ready.answer.is_none() && runs_inline(&ready.command) {
+            self.execute_here(control, ready, guard);
             return;
         }
-        // The dispatcher lives as long as the connection; a send error means it is ending.
-        let _ = self.dispatch.send(Dispatch { ready, control });
-        let _ = &self.order_lock;
+        tokio::spawn(execute(
+            self.target.clone(),
+            self.session.clone(),
+            control,
+            ready,
+            guard,
+            self.out.clone(),
+        ));
+    }
+
+    /// The ordering lock for a command, if it can be had without waiting and
+    /// without passing a command queued at the dispatcher (commands take it in
+    /// CmdSN order). Most commands start this way, one task hand-off sooner.
+    fn order_guard_now(&self, attribute: TaskAttribute) -> Option<OrderGuard> {
+        if self.dispatch_backlog.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        match attribute {
+            TaskAttribute::Ordered => self
+                .order_lock
+                .clone()
+                .try_write_owned()
+                .ok()
+                .map(OrderGuard::Exclusive),
+            _ => self
+                .order_lock
+                .clone()
+                .try_read_owned()
+                .ok()
+                .map(OrderGuard::Shared),
+        }
+    }
+
+    /// Runs a small command to completion on this task and queues its
+    /// response: no hand-off to another task or thread at all (see
+    /// `runs_inline`).
+    fn execute_here(&self, control: Arc<TaskControl>, ready: ReadyCommand, guard: OrderGuard) {
+        let ReadyCommand {
+            command,
+            data_out,
+            r2t_count,
+            answer,
+        } = ready;
+        debug_assert!(answer.is_none());
+        let itt = command.itt;
+        let outcome = if control.aborted.load(Ordering::SeqCst) {
+            None
+        } else {
+            let call = scsi_call(&self.target, &self.session, &command, data_out);
+            Some(
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+                    .map_err(|_| "the SCSI layer panicked".to_string()),
+            )
+        };
+        let Some(completion) = settle(&self.session, &control, &command, r2t_count, guard, outcome)
+        else {
+            self.session.remove_task(itt);
+            return;
+        };
+        match self.out.try_send(Outbound::Complete(completion)) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => self.session.remove_task(itt),
+            Err(mpsc::error::TrySendError::Full(outbound)) => {
+                // The writer is behind: wait for it elsewhere, not here.
+                let (out, session) = (self.out.clone(), self.session.clone());
+                tokio::spawn(async move {
+                    let _ = out.send(outbound).await;
+                    session.remove_task(itt);
+                });
+            }
+        }
     }
 
     // -- Text ---------------------------------------------------------------------------
@@ -1537,6 +1613,7 @@ enum OrderGuard {
 /// command waits for every earlier command and every later one waits for it.
 async fn dispatch_loop(
     mut rx: mpsc::UnboundedReceiver<Dispatch>,
+    backlog: Arc<AtomicUsize>,
     order_lock: Arc<RwLock<()>>,
     target: Arc<Target>,
     session: Arc<Session>,
@@ -1547,6 +1624,8 @@ async fn dispatch_loop(
             TaskAttribute::Ordered => OrderGuard::Exclusive(order_lock.clone().write_owned().await),
             _ => OrderGuard::Shared(order_lock.clone().read_owned().await),
         };
+        let before = backlog.fetch_sub(1, Ordering::SeqCst);
+        assert!(before > 0, "a dispatched command was counted");
         tokio::spawn(execute(
             target.clone(),
             session.clone(),
@@ -1577,45 +1656,92 @@ async fn execute(
         Some(answer) => Some(Ok((answer, None))),
         None if control.aborted.load(Ordering::SeqCst) => None,
         None => {
-            let scsi = target.scsi.clone();
-            let nexus = session.nexus.clone();
-            let cdb = command.cdb.clone();
-            let (lun, attribute, expected) = (
-                command.lun,
-                command.attribute,
-                command.expected_data_in_bytes,
-            );
-            let data_len = data_out.len();
-            let result = tokio::task::spawn_blocking(move || {
-                let needed = scsi.data_out_bytes(&nexus, lun, &cdb);
-                let outcome = scsi.execute(
-                    &nexus,
-                    Command {
-                        lun,
-                        cdb: &cdb,
-                        data_out: &data_out,
-                        expected_data_in_bytes: expected,
-                        task_tag: itt,
-                        attribute,
-                    },
-                );
-                (outcome, needed)
-            })
-            .await;
-            debug_assert!(data_len <= u32::MAX as usize);
+            let call = scsi_call(&target, &session, &command, data_out);
+            let result = tokio::task::spawn_blocking(call).await;
             Some(result.map_err(|error| error.to_string()))
         }
     };
+    if let Some(completion) = settle(&session, &control, &command, r2t_count, guard, outcome) {
+        let _ = out.send(Outbound::Complete(completion)).await;
+    }
+    session.remove_task(itt);
+}
+
+/// The SCSI layer's work for a command: its outcome, and how many Data-Out
+/// bytes it needed (for the residual).
+fn scsi_call(
+    target: &Target,
+    session: &Session,
+    command: &PendingCommand,
+    data_out: Vec<u8>,
+) -> impl FnOnce() -> (CommandOutcome, Option<u64>) + Send + 'static {
+    let scsi = target.scsi.clone();
+    let nexus = session.nexus.clone();
+    let cdb = command.cdb.clone();
+    let (lun, attribute, expected, itt) = (
+        command.lun,
+        command.attribute,
+        command.expected_data_in_bytes,
+        command.itt,
+    );
+    debug_assert!(data_out.len() <= u32::MAX as usize);
+    move || {
+        let needed = scsi.data_out_bytes(&nexus, lun, &cdb);
+        let outcome = scsi.execute(
+            &nexus,
+            Command {
+                lun,
+                cdb: &cdb,
+                data_out: &data_out,
+                expected_data_in_bytes: expected,
+                task_tag: itt,
+                attribute,
+            },
+        );
+        (outcome, needed)
+    }
+}
+
+/// After the SCSI layer is done: lets later ordered commands go, frees the
+/// command's window slot, and gives the completion to send, unless the task
+/// was aborted meanwhile (or never ran).
+fn settle(
+    session: &Session,
+    control: &TaskControl,
+    command: &PendingCommand,
+    r2t_count: u32,
+    guard: OrderGuard,
+    outcome: Option<Result<(CommandOutcome, Option<u64>), String>>,
+) -> Option<Completion> {
     drop(guard);
     if command.holds_slot {
         session.window.lock().release();
     }
     let aborted = control.aborted.load(Ordering::SeqCst);
-    if let (false, Some(outcome)) = (aborted, outcome) {
-        let completion = completion(&command, r2t_count, outcome);
-        let _ = out.send(Outbound::Complete(completion)).await;
+    match (aborted, outcome) {
+        (false, Some(outcome)) => Some(completion(command, r2t_count, outcome)),
+        _ => None,
     }
-    session.remove_task(itt);
+}
+
+/// Largest READ run on the connection's own task.
+const MAX_INLINE_READ_BYTES: u32 = 128 * 1024;
+
+/// Whether a command runs on the connection's task itself, with no hand-off:
+/// small READs take microseconds (the volume's metadata, the page cache),
+/// less than two trips through the blocking pool, which at queue depth 1 are
+/// most of their latency. Everything else (writes queue behind commits,
+/// SYNCHRONIZE CACHE syncs the disks, copies and unmaps may be long) goes to
+/// the pool, so the connection keeps reading meanwhile.
+fn runs_inline(command: &PendingCommand) -> bool {
+    const READ_6: u8 = 0x08;
+    const READ_10: u8 = 0x28;
+    const READ_12: u8 = 0xa8;
+    const READ_16: u8 = 0x88;
+    matches!(
+        command.cdb.first(),
+        Some(&(READ_6 | READ_10 | READ_12 | READ_16))
+    ) && command.expected_data_in_bytes <= MAX_INLINE_READ_BYTES
 }
 
 /// Turns the SCSI layer's outcome into what goes on the wire, with residuals.

@@ -297,9 +297,11 @@ mod tests {
 
     #[test]
     fn a_leader_commits_up_to_its_own_write_and_leaves_the_rest_queued() {
-        let dir = std::env::temp_dir().join(format!("lacuna-batch-lead-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut config = EngineConfig::new(&dir, 1 << 30);
+        let dir = tempfile::Builder::new()
+            .prefix("lacuna-batch-lead-")
+            .tempdir()
+            .unwrap();
+        let mut config = EngineConfig::new(dir.path(), 1 << 30);
         config.background = false;
         let engine = Engine::open(config).unwrap();
         engine.create_volume("v", 64 << 20).unwrap();
@@ -338,6 +340,5 @@ mod tests {
         engine.wait_or_lead(&last).unwrap();
         assert!(engine.write_queue.jobs.lock().is_empty());
         engine.close().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -88,9 +88,11 @@ mod tests {
 
     #[test]
     fn only_the_named_segment_fails_and_with_eio() {
-        let dir = std::env::temp_dir().join(format!("lacuna-fault-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let inner = FileSegmentStore::open(&dir).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("lacuna-fault-")
+            .tempdir()
+            .unwrap();
+        let inner = FileSegmentStore::open(dir.path()).unwrap();
         inner.write_at(1, 0, b"one").unwrap();
         inner.write_at(2, 0, b"two").unwrap();
         let store = ReadEio { inner, segment: 2 };
@@ -99,6 +101,5 @@ mod tests {
         assert_eq!(&buf, b"one");
         let error = store.read_at(2, 0, &mut buf).unwrap_err();
         assert_eq!(error.raw_os_error(), Some(libc::EIO));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

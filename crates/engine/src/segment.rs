@@ -304,9 +304,11 @@ mod tests {
 
     #[test]
     fn file_store_writes_reads_truncates_and_removes() {
-        let dir = std::env::temp_dir().join(format!("lacuna-seg-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        let store = FileSegmentStore::open(&dir).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("lacuna-seg-")
+            .tempdir()
+            .unwrap();
+        let store = FileSegmentStore::open(dir.path()).unwrap();
         store.write_at(3, 0, b"abcdef").unwrap();
         let mut buf = [0u8; 3];
         store.read_at(3, 2, &mut buf).unwrap();
@@ -315,6 +317,5 @@ mod tests {
         assert_eq!(store.list().unwrap(), vec![(3, 4)]);
         store.remove(3).unwrap();
         assert!(store.list().unwrap().is_empty());
-        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -103,9 +103,10 @@ fn reclaim_follows_rate_times_time_plus_burst() {
         (ReclaimPolicy::Fixed { bytes_per_s: MB }, 24 * MIB, 3),
     ];
     for (i, (reclaim, burst, seconds)) in cases.into_iter().enumerate() {
-        let dir = temp_dir("ctr", "rate");
+        let tmp = temp_dir("ctr", "rate");
+        let dir = tmp.path();
         let clock = Arc::new(ManualClock::default());
-        let engine = open_stepped(&dir, clock.clone());
+        let engine = open_stepped(dir, clock.clone());
         let name = format!("c{i}");
         engine
             .create_container(&name, policy(reclaim, burst))
@@ -135,9 +136,10 @@ fn reclaim_follows_rate_times_time_plus_burst() {
 
 #[test]
 fn off_accrues_a_backlog_that_reclaim_now_and_a_new_policy_work_off() {
-    let dir = temp_dir("ctr", "off");
+    let tmp = temp_dir("ctr", "off");
+    let dir = tmp.path();
     let clock = Arc::new(ManualClock::default());
-    let engine = open_stepped(&dir, clock.clone());
+    let engine = open_stepped(dir, clock.clone());
     engine
         .create_container("cold", policy(ReclaimPolicy::Off, 0))
         .unwrap();
@@ -154,7 +156,7 @@ fn off_accrues_a_backlog_that_reclaim_now_and_a_new_policy_work_off() {
     // The backlog survives a restart exactly.
     engine.close().unwrap();
     drop(engine);
-    let engine = open_stepped(&dir, clock.clone());
+    let engine = open_stepped(dir, clock.clone());
     let info = engine.container_info("cold").unwrap();
     assert_eq!(info.reclaim.stats.backlog_bytes, 8 * MIB);
 
@@ -192,9 +194,10 @@ fn off_accrues_a_backlog_that_reclaim_now_and_a_new_policy_work_off() {
 
 #[test]
 fn eradicated_volumes_are_reclaimed_at_their_containers_rate() {
-    let dir = temp_dir("ctr", "eradicate");
+    let tmp = temp_dir("ctr", "eradicate");
+    let dir = tmp.path();
     let clock = Arc::new(ManualClock::default());
-    let engine = open_stepped(&dir, clock.clone());
+    let engine = open_stepped(dir, clock.clone());
     let rate = 4 * MB;
     engine
         .create_container(
@@ -221,8 +224,9 @@ fn eradicated_volumes_are_reclaimed_at_their_containers_rate() {
 
 #[test]
 fn quotas_refuse_new_data_but_not_overwrites() {
-    let dir = temp_dir("ctr", "quota");
-    let engine = open(&dir);
+    let tmp = temp_dir("ctr", "quota");
+    let dir = tmp.path();
+    let engine = open(dir);
     let quota = ContainerPolicy {
         quota_bytes: Some(8 * MIB),
         ..ContainerPolicy::default()
@@ -263,8 +267,9 @@ fn quotas_refuse_new_data_but_not_overwrites() {
 
 #[test]
 fn data_reduction_follows_the_container_policy() {
-    let dir = temp_dir("ctr", "reduction");
-    let engine = open(&dir);
+    let tmp = temp_dir("ctr", "reduction");
+    let dir = tmp.path();
+    let engine = open(dir);
     let text: Vec<u8> = (0..MIB)
         .map(|i| b"lacuna storage containers "[(i % 26) as usize] ^ ((i / 4096) as u8 & 7))
         .collect();
@@ -306,7 +311,7 @@ fn data_reduction_follows_the_container_policy() {
     engine.check_consistency().unwrap();
     engine.close().unwrap();
     drop(engine);
-    let engine = open(&dir);
+    let engine = open(dir);
     engine.check_consistency().unwrap();
     for name in ["zstd1", "nodedup1"] {
         let vol = engine.open_volume(name).unwrap();
@@ -318,8 +323,9 @@ fn data_reduction_follows_the_container_policy() {
 
 #[test]
 fn zstd_and_dedup_off_store_what_they_say() {
-    let dir = temp_dir("ctr", "codecs");
-    let engine = open(&dir);
+    let tmp = temp_dir("ctr", "codecs");
+    let dir = tmp.path();
+    let engine = open(dir);
     let text: Vec<u8> = (0..MIB)
         .map(|i| b"zstandard squeezes more than lz4 "[(i % 33) as usize] ^ ((i / 977) as u8))
         .collect();
@@ -349,8 +355,9 @@ fn zstd_and_dedup_off_store_what_they_say() {
 
 #[test]
 fn containers_are_persistent_and_only_empty_ones_can_go() {
-    let dir = temp_dir("ctr", "catalog");
-    let engine = open(&dir);
+    let tmp = temp_dir("ctr", "catalog");
+    let dir = tmp.path();
+    let engine = open(dir);
     let p = policy(
         ReclaimPolicy::Fixed {
             bytes_per_s: 2000 * MB,
@@ -375,7 +382,7 @@ fn containers_are_persistent_and_only_empty_ones_can_go() {
     assert!(engine.delete_container("default").is_err());
     engine.close().unwrap();
     drop(engine);
-    let engine = open(&dir);
+    let engine = open(dir);
     let info = engine.container_info("fast").unwrap();
     assert_eq!(info.policy, p);
     assert_eq!(info.volume_count, 2);
@@ -456,9 +463,10 @@ fn an_unmapped_range_rewritten_before_its_reclaim_is_still_finished() {
     // unmapped before the reclaimer got to it. A step scans a bounded number of
     // mappings newer than the range; the next must go on from where it
     // stopped, not rescan the same newer ones for ever.
-    let dir = temp_dir("ctr", "rewritten");
+    let tmp = temp_dir("ctr", "rewritten");
+    let dir = tmp.path();
     let clock = Arc::new(ManualClock::default());
-    let engine = open_stepped(&dir, clock.clone());
+    let engine = open_stepped(dir, clock.clone());
     let bytes = 320 * MIB;
     engine.create_volume("v", bytes).unwrap();
     let vol = engine.open_volume("v").unwrap();

@@ -2,24 +2,19 @@
 //! write-zeroes, reads, flushes and restarts, checked byte for byte against a
 //! plain in-memory model, with the space accounting checked after each sequence.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::temp_dir;
 use lacuna_engine::{Engine, EngineConfig, ExtentState};
 use proptest::prelude::*;
 
 const VOLUME_BYTES: u64 = 256 * 1024;
 const CAPACITY_BYTES: u64 = 1 << 30;
-
-fn temp_dir(tag: &str) -> PathBuf {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("lacuna-test-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
 
 fn open(dir: &Path) -> Arc<Engine> {
     Engine::open(EngineConfig::new(dir.to_path_buf(), CAPACITY_BYTES)).expect("open engine")
@@ -86,8 +81,9 @@ fn drain_reclaim(engine: &Engine) {
 }
 
 fn run(ops: Vec<Op>) {
-    let dir = temp_dir("model");
-    let mut engine = open(&dir);
+    let tmp = temp_dir("test", "model");
+    let dir = tmp.path();
+    let mut engine = open(dir);
     engine.create_volume("v", VOLUME_BYTES).unwrap();
     let mut model = vec![0u8; VOLUME_BYTES as usize];
     for op in ops {
@@ -119,7 +115,7 @@ fn run(ops: Vec<Op>) {
                 drop(vol);
                 engine.close().unwrap();
                 drop(engine);
-                engine = open(&dir);
+                engine = open(dir);
             }
             Op::Reclaim => drain_reclaim(&engine),
             Op::Clean => {
@@ -140,7 +136,6 @@ fn run(ops: Vec<Op>) {
     drop(vol);
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Extents must cover the range, and every byte reported Hole or Zero must be zero.
@@ -197,8 +192,9 @@ proptest! {
 
 #[test]
 fn unmap_of_a_fully_written_range_writes_constant_records() {
-    let dir = temp_dir("complexity");
-    let engine = open(&dir);
+    let tmp = temp_dir("test", "complexity");
+    let dir = tmp.path();
+    let engine = open(dir);
     let mut records = Vec::new();
     for grains in [64u64, 1024, 8192] {
         let name = format!("v{grains}");
@@ -227,13 +223,13 @@ fn unmap_of_a_fully_written_range_writes_constant_records() {
     assert!(records[0] <= 4, "{records:?}");
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn space_returns_after_unmap_and_delete() {
-    let dir = temp_dir("space");
-    let engine = open(&dir);
+    let tmp = temp_dir("test", "space");
+    let dir = tmp.path();
+    let engine = open(dir);
     engine.create_volume("a", 8 << 20).unwrap();
     engine.create_volume("b", 8 << 20).unwrap();
     let a = engine.open_volume("a").unwrap();
@@ -271,13 +267,13 @@ fn space_returns_after_unmap_and_delete() {
     drop((a, b));
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn read_beyond_end_is_refused_and_names_are_validated() {
-    let dir = temp_dir("errors");
-    let engine = open(&dir);
+    let tmp = temp_dir("test", "errors");
+    let dir = tmp.path();
+    let engine = open(dir);
     engine.create_volume("v", 1 << 20).unwrap();
     assert!(engine.create_volume("v", 1 << 20).is_err());
     assert!(engine.create_volume("bad/name", 1 << 20).is_err());
@@ -292,13 +288,13 @@ fn read_beyond_end_is_refused_and_names_are_validated() {
     drop(vol);
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn corrupt_record_reads_as_an_error_never_data() {
-    let dir = temp_dir("corrupt");
-    let engine = open(&dir);
+    let tmp = temp_dir("test", "corrupt");
+    let dir = tmp.path();
+    let engine = open(dir);
     engine.create_volume("v", 1 << 20).unwrap();
     let vol = engine.open_volume("v").unwrap();
     vol.write(0, &fill(3, 1, 0, 4096)).unwrap();
@@ -316,7 +312,7 @@ fn corrupt_record_reads_as_an_error_never_data() {
     let last = bytes.len() - 100;
     bytes[last] ^= 0x10;
     std::fs::write(&seg, bytes).unwrap();
-    let engine = open(&dir);
+    let engine = open(dir);
     let vol = engine.open_volume("v").unwrap();
     let mut buf = vec![0u8; 4096];
     let err = vol.read(0, &mut buf).unwrap_err();
@@ -324,7 +320,6 @@ fn corrupt_record_reads_as_an_error_never_data() {
     drop(vol);
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Threads writing, unmapping and reading their own regions of one volume at once
@@ -334,8 +329,9 @@ fn corrupt_record_reads_as_an_error_never_data() {
 fn concurrent_writers_and_unmaps_read_back_exactly() {
     const THREADS: u64 = 4;
     const REGION_GRAINS: u64 = 64;
-    let dir = temp_dir("concurrent");
-    let engine = open(&dir);
+    let tmp = temp_dir("test", "concurrent");
+    let dir = tmp.path();
+    let engine = open(dir);
     engine
         .create_volume("v", THREADS * REGION_GRAINS * 4096)
         .unwrap();
@@ -387,5 +383,4 @@ fn concurrent_writers_and_unmaps_read_back_exactly() {
     engine.check_consistency().unwrap();
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -45,8 +45,9 @@ fn flip_bit_in_record_of(dir: &Path, content: &[u8]) -> (PathBuf, u64) {
 
 #[test]
 fn scrub_of_a_clean_array_finds_nothing() {
-    let dir = temp_dir("scrub", "clean");
-    let engine = open(&dir);
+    let tmp = temp_dir("scrub", "clean");
+    let dir = tmp.path();
+    let engine = open(dir);
     engine.create_volume("a", 8 << 20).unwrap();
     let volume = engine.open_volume("a").unwrap();
     volume.write(0, &unique_bytes(1 << 20, 1)).unwrap();
@@ -60,15 +61,15 @@ fn scrub_of_a_clean_array_finds_nothing() {
     assert!(!report.running);
     assert_eq!(engine.scrub_status().last.unwrap().pass, report.pass);
     engine.close().unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_flipped_bit_is_found_and_mapped_to_every_reader() {
-    let dir = temp_dir("scrub", "flip");
+    let tmp = temp_dir("scrub", "flip");
+    let dir = tmp.path();
     let damaged = unique_bytes(GRAIN_BYTES as usize, 99);
     {
-        let engine = open(&dir);
+        let engine = open(dir);
         engine.create_volume("a", 8 << 20).unwrap();
         engine.create_volume("b", 8 << 20).unwrap();
         let a = engine.open_volume("a").unwrap();
@@ -82,9 +83,9 @@ fn a_flipped_bit_is_found_and_mapped_to_every_reader() {
         engine.create_snapshots(&["a"], Some("s1"), None).unwrap();
         engine.close().unwrap();
     }
-    flip_bit_in_record_of(&dir, &damaged);
+    flip_bit_in_record_of(dir, &damaged);
 
-    let engine = open(&dir);
+    let engine = open(dir);
     let report = engine.scrub_now(Some(64 << 20)).unwrap();
     assert_eq!(report.bad_records, 1, "{report:?}");
     assert_eq!(report.records_checked, 256 + 16);
@@ -143,13 +144,13 @@ fn a_flipped_bit_is_found_and_mapped_to_every_reader() {
     assert!(!again.affected[0].live);
     assert_eq!(again.affected[0].snapshots, vec!["a@s1".to_string()]);
     engine.close().unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn background_scrub_runs_passes_at_its_rate_until_close() {
-    let dir = temp_dir("scrub", "bg");
-    let engine = open(&dir);
+    let tmp = temp_dir("scrub", "bg");
+    let dir = tmp.path();
+    let engine = open(dir);
     engine.create_volume("a", 8 << 20).unwrap();
     let volume = engine.open_volume("a").unwrap();
     volume.write(0, &unique_bytes(256 << 10, 3)).unwrap();
@@ -174,5 +175,4 @@ fn background_scrub_runs_passes_at_its_rate_until_close() {
     assert_eq!(last.bad_records, 0);
     engine.close().unwrap();
     handle.join().unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -5,25 +5,20 @@
 //! checked byte for byte against plain in-memory copies, then the metadata
 //! checked for consistency and the space figures for adding up.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::temp_dir;
 use lacuna_engine::{Engine, EngineConfig, ExtentState, Provisioning};
 use proptest::prelude::*;
 
 const VOLUME_BYTES: u64 = 64 * 1024;
 const MAX_VOLUMES: usize = 6;
-
-fn temp_dir(tag: &str) -> PathBuf {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("lacuna-snap-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
 
 fn open(dir: &Path) -> Arc<Engine> {
     Engine::open(EngineConfig::new(dir, 1 << 30)).expect("open engine")
@@ -317,8 +312,9 @@ fn check_all(engine: &Arc<Engine>, model: &Model) {
 }
 
 fn run(ops: Vec<Op>) {
-    let dir = temp_dir("model");
-    let mut engine = open(&dir);
+    let tmp = temp_dir("snap", "model");
+    let dir = tmp.path();
+    let mut engine = open(dir);
     let mut model = Model::default();
     for name in ["a", "b"] {
         engine.create_volume(name, VOLUME_BYTES).unwrap();
@@ -331,7 +327,7 @@ fn run(ops: Vec<Op>) {
             Op::Restart => {
                 engine.close().unwrap();
                 drop(engine);
-                engine = open(&dir);
+                engine = open(dir);
             }
             Op::Reclaim => settle(&engine),
             Op::Clean => {
@@ -358,12 +354,11 @@ fn run(ops: Vec<Op>) {
     );
     engine.close().unwrap();
     drop(engine);
-    engine = open(&dir);
+    engine = open(dir);
     check_all(&engine, &model);
     engine.check_consistency().unwrap();
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Once background work settled, every volume's written bytes are exactly its

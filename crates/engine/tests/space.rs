@@ -79,9 +79,10 @@ impl Rng {
 
 #[test]
 fn writes_stop_before_the_reserve_and_overwrites_near_full_keep_working() {
-    let dir = temp_dir("space", "full");
+    let tmp = temp_dir("space", "full");
+    let dir = tmp.path();
     let capacity = 768 * MIB;
-    let engine = open(&dir, capacity);
+    let engine = open(dir, capacity);
     engine.create_volume("v", 2048 * MIB).unwrap();
     let vol = engine.open_volume("v").unwrap();
     // Fill with unique data, 1 MiB at a time, until the array refuses.
@@ -149,8 +150,9 @@ fn writes_stop_before_the_reserve_and_overwrites_near_full_keep_working() {
 
 #[test]
 fn concurrent_writes_and_unmaps_of_one_volume_never_read_wrong_data() {
-    let dir = temp_dir("space", "race");
-    let engine = open(&dir, 1024 * MIB);
+    let tmp = temp_dir("space", "race");
+    let dir = tmp.path();
+    let engine = open(dir, 1024 * MIB);
     let grains = 4096u64; // 16 MiB
     engine.create_volume("v", grains * GRAIN).unwrap();
     // Each grain is owned by one worker (grain % WORKERS), so the model of what
@@ -218,9 +220,10 @@ fn concurrent_writes_and_unmaps_of_one_volume_never_read_wrong_data() {
 
 #[test]
 fn unmapping_everything_returns_the_data_directory_to_metadata_only() {
-    let dir = temp_dir("space", "du");
-    let engine = open(&dir, 2048 * MIB);
-    let empty_bytes = allocated_bytes(&dir);
+    let tmp = temp_dir("space", "du");
+    let dir = tmp.path();
+    let engine = open(dir, 2048 * MIB);
+    let empty_bytes = allocated_bytes(dir);
     engine.create_volume("a", 256 * MIB).unwrap();
     engine.create_volume("b", 256 * MIB).unwrap();
     for name in ["a", "b"] {
@@ -260,7 +263,7 @@ fn unmapping_everything_returns_the_data_directory_to_metadata_only() {
         "segments still occupy {segments_bytes} bytes on disk"
     );
     // Metadata stays a small constant (redb keeps freed pages for reuse).
-    let total = allocated_bytes(&dir);
+    let total = allocated_bytes(dir);
     assert!(
         total <= empty_bytes + 64 * MIB,
         "data directory holds {total} bytes after everything was freed (empty: {empty_bytes})"
@@ -269,8 +272,9 @@ fn unmapping_everything_returns_the_data_directory_to_metadata_only() {
 
 #[test]
 fn freed_records_are_punched_out_of_their_segments_at_once() {
-    let dir = temp_dir("space", "punch");
-    let engine = open(&dir, 2048 * MIB);
+    let tmp = temp_dir("space", "punch");
+    let dir = tmp.path();
+    let engine = open(dir, 2048 * MIB);
     engine.create_volume("v", 128 * MIB).unwrap();
     let vol = engine.open_volume("v").unwrap();
     let grains = 128 * MIB / GRAIN;
@@ -320,8 +324,9 @@ fn freed_records_are_punched_out_of_their_segments_at_once() {
 /// record intact.
 #[test]
 fn cleaning_over_partly_punched_dead_records_reports_no_damage() {
-    let dir = temp_dir("space", "punched-clean");
-    let engine = open(&dir, 2048 * MIB);
+    let tmp = temp_dir("space", "punched-clean");
+    let dir = tmp.path();
+    let engine = open(dir, 2048 * MIB);
     engine.create_volume("v", 16 * MIB).unwrap();
     let vol = engine.open_volume("v").unwrap();
     let grains = 16 * MIB / GRAIN;

@@ -25,8 +25,9 @@ fn records(engine: &Engine) -> u64 {
 
 #[test]
 fn snapshot_clone_copy_and_eager_zeroing_write_constant_records() {
-    let dir = temp_dir("ver", "records");
-    let engine = open(&dir, 4 << 30);
+    let tmp = temp_dir("ver", "records");
+    let dir = tmp.path();
+    let engine = open(dir, 4 << 30);
     let mut costs = Vec::new();
     for (i, mib) in [1u64, 16, 64].into_iter().enumerate() {
         let name = format!("v{i}");
@@ -77,13 +78,13 @@ fn snapshot_clone_copy_and_eager_zeroing_write_constant_records() {
     engine.check_consistency().unwrap();
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn live_reads_cost_the_same_kv_operations_at_any_snapshot_depth() {
-    let dir = temp_dir("ver", "depth");
-    let engine = open(&dir, 1 << 30);
+    let tmp = temp_dir("ver", "depth");
+    let dir = tmp.path();
+    let engine = open(dir, 1 << 30);
     let mut ops_per_depth = Vec::new();
     for depth in [0u64, 64] {
         let name = format!("d{depth}");
@@ -114,7 +115,6 @@ fn live_reads_cost_the_same_kv_operations_at_any_snapshot_depth() {
     engine.check_consistency().unwrap();
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Writers each write an increasing counter to their own volume, one volume after
@@ -125,8 +125,9 @@ fn live_reads_cost_the_same_kv_operations_at_any_snapshot_depth() {
 #[test]
 fn group_snapshot_of_sixteen_volumes_under_writers_is_consistent() {
     const VOLUMES: usize = 16;
-    let dir = temp_dir("ver", "group");
-    let engine = open(&dir, 1 << 30);
+    let tmp = temp_dir("ver", "group");
+    let dir = tmp.path();
+    let engine = open(dir, 1 << 30);
     let names: Vec<String> = (0..VOLUMES).map(|i| format!("m{i:02}")).collect();
     for name in &names {
         engine.create_volume(name, 1 << 20).unwrap();
@@ -186,18 +187,18 @@ fn group_snapshot_of_sixteen_volumes_under_writers_is_consistent() {
     engine.check_consistency().unwrap();
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn out_of_space_fails_thin_writes_only_and_recovers_after_freeing() {
-    let dir = temp_dir("ver", "oos");
+    let tmp = temp_dir("ver", "oos");
+    let dir = tmp.path();
     let capacity: u64 = 64 << 20;
     // Thin data stops short of the thick reservations, the thick headroom and
     // the cleaner's reserve (a quarter of so small an array): about 53% live.
     let engine = Engine::open(EngineConfig {
         soft_threshold_percent: 65,
-        ..EngineConfig::new(&dir, capacity)
+        ..EngineConfig::new(dir, capacity)
     })
     .unwrap();
     // A thick volume reserves its size up front; one too big is refused.
@@ -268,15 +269,15 @@ fn out_of_space_fails_thin_writes_only_and_recovers_after_freeing() {
     engine.check_consistency().unwrap();
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn destroyed_volumes_and_snapshots_are_eradicated_when_the_retention_passes() {
-    let dir = temp_dir("ver", "retention");
+    let tmp = temp_dir("ver", "retention");
+    let dir = tmp.path();
     let engine = Engine::open(EngineConfig {
         destroy_retention_s: 0,
-        ..EngineConfig::new(&dir, 1 << 30)
+        ..EngineConfig::new(dir, 1 << 30)
     })
     .unwrap();
     engine.create_volume("keep", 1 << 20).unwrap();
@@ -311,15 +312,15 @@ fn destroyed_volumes_and_snapshots_are_eradicated_when_the_retention_passes() {
     engine.check_consistency().unwrap();
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn cleaner_relocates_live_records_and_frees_mostly_dead_segments() {
-    let dir = temp_dir("ver", "cleaner");
+    let tmp = temp_dir("ver", "cleaner");
+    let dir = tmp.path();
     // No background thread: its own cleaning, started while the machine is
     // slow, would relocate records before the first measurement below.
-    let mut config = EngineConfig::new(&dir, 1 << 30);
+    let mut config = EngineConfig::new(dir, 1 << 30);
     config.background = false;
     let engine = Engine::open(config).unwrap();
     engine.create_volume("v", 64 << 20).unwrap();
@@ -370,20 +371,20 @@ fn cleaner_relocates_live_records_and_frees_mostly_dead_segments() {
     drop(vol);
     engine.close().unwrap();
     drop(engine);
-    let engine = open(&dir, 1 << 30);
+    let engine = open(dir, 1 << 30);
     let mut back = vec![0u8; 64 << 20];
     engine.open_volume("v").unwrap().read(0, &mut back).unwrap();
     assert!(back == expected, "data changed across restart");
     engine.check_consistency().unwrap();
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn unmap_and_reclaim_counters_are_exact() {
-    let dir = temp_dir("ver", "counters");
-    let engine = open(&dir, 1 << 30);
+    let tmp = temp_dir("ver", "counters");
+    let dir = tmp.path();
+    let engine = open(dir, 1 << 30);
     engine.create_volume("v", 8 << 20).unwrap();
     let vol = engine.open_volume("v").unwrap();
     vol.write(0, &unique_bytes(8 << 20, 3)).unwrap();
@@ -406,7 +407,6 @@ fn unmap_and_reclaim_counters_are_exact() {
     assert_eq!(engine.space().reclaimed_bytes, 3 << 20);
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// ESXi clones within one LUN with thousands of small XCOPY segments: each
@@ -414,8 +414,9 @@ fn unmap_and_reclaim_counters_are_exact() {
 /// must stay cheap (this once doubled with each segment).
 #[test]
 fn many_copies_within_one_volume_stay_cheap() {
-    let dir = temp_dir("ver", "xcopy-chain");
-    let engine = open(&dir, 1 << 30);
+    let tmp = temp_dir("ver", "xcopy-chain");
+    let dir = tmp.path();
+    let engine = open(dir, 1 << 30);
     engine.create_volume("v", 64 << 20).unwrap();
     let vol = engine.open_volume("v").unwrap();
     let data = unique_bytes(8 << 20, 11);
@@ -434,5 +435,4 @@ fn many_copies_within_one_volume_stay_cheap() {
     drop(vol);
     engine.close().unwrap();
     drop(engine);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -2,18 +2,18 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use tempfile::TempDir;
 
-/// A fresh, empty directory path under the system temp dir, unique per test
-/// binary run and call.
-pub fn temp_dir(prefix: &str, tag: &str) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-    let dir =
-        std::env::temp_dir().join(format!("lacuna-{prefix}-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A fresh, empty directory under the system temp dir, named
+/// `lacuna-<prefix>-<tag>-<random>` so a leftover says which test made it.
+/// The guard removes it when dropped — at the end of the test, passed or
+/// failed — so keep it alive (declared before the engine that uses it) for
+/// as long as the directory is in use, reopens after a crash included.
+pub fn temp_dir(prefix: &str, tag: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("lacuna-{prefix}-{tag}-"))
+        .tempdir()
+        .expect("create a temporary directory")
 }
 
 /// Unique (incompressible, undedupable) data from a seed.

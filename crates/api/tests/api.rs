@@ -20,23 +20,26 @@ mod hosts;
 struct Fixture {
     app: axum::Router,
     token: String,
-    dir: std::path::PathBuf,
     engine: std::sync::Arc<Engine>,
+    /// Last field: fields drop in order, so the data directory goes after
+    /// the engine handles (and after `drop` has closed the engine).
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Fixture {
     fn drop(&mut self) {
         let _ = self.engine.close();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 fn fixture(tag: &str) -> Fixture {
-    let dir = std::env::temp_dir().join(format!("lacuna-api-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let engine = Engine::open(EngineConfig::new(dir.clone(), 1 << 30)).unwrap();
-    let token = load_or_create_token(&dir).unwrap();
-    let registry = std::sync::Arc::new(hosts::HostRegistry::open(&dir, false).unwrap());
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("lacuna-api-{tag}-"))
+        .tempdir()
+        .unwrap();
+    let engine = Engine::open(EngineConfig::new(dir.path(), 1 << 30)).unwrap();
+    let token = load_or_create_token(dir.path()).unwrap();
+    let registry = std::sync::Arc::new(hosts::HostRegistry::open(dir.path(), false).unwrap());
     let host_control = std::sync::Arc::new(hosts::RegistryHosts {
         registry,
         engine: engine.clone(),
@@ -44,8 +47,8 @@ fn fixture(tag: &str) -> Fixture {
     Fixture {
         app: router(ApiState::new(engine.clone(), token.clone()).with_hosts(host_control)),
         token,
-        dir,
         engine,
+        dir,
     }
 }
 
@@ -245,7 +248,7 @@ async fn hosts_against_the_real_registry() {
     assert_eq!(body["mutual_chap_user"], "lacuna");
     assert_eq!(body["luns"], serde_json::json!([]));
     assert!(!body.to_string().contains("secret"), "{body}");
-    let file = f.dir.join(hosts::HOSTS_FILE_NAME);
+    let file = f.dir.path().join(hosts::HOSTS_FILE_NAME);
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
@@ -372,7 +375,7 @@ async fn hosts_against_the_real_registry() {
     assert_eq!(luns, ["vm1", "vm1@s1"]);
     assert_eq!(body["iqns"].as_array().unwrap().len(), 2);
     // A restarted daemon loads what was answered.
-    let reloaded = hosts::HostRegistry::open(&f.dir, false).unwrap();
+    let reloaded = hosts::HostRegistry::open(f.dir.path(), false).unwrap();
     let again = serde_json::to_value(reloaded.get("esx1").unwrap()).unwrap();
     assert_eq!(again, body);
 

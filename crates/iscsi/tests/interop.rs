@@ -160,9 +160,11 @@ fn qemu_img_convert_and_compare() {
         "qemu-img with the iscsi driver (qemu-block-extra) is required"
     );
     let server = TestServer::start();
-    let dir = std::env::temp_dir().join(format!("lacuna-iscsi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("source.raw");
+    let dir = tempfile::Builder::new()
+        .prefix("lacuna-iscsi-")
+        .tempdir()
+        .unwrap();
+    let image = dir.path().join("source.raw");
     let content: Vec<u8> = (0..(4u32 << 20))
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
         .collect();
@@ -181,7 +183,6 @@ fn qemu_img_convert_and_compare() {
     );
     assert!(ok, "{out}");
     assert!(out.contains("Images are identical"), "{out}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

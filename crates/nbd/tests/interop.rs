@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{map_rows, nbdsh, pattern, tool, tool_ok, MemoryExport, TempDir, TestServer};
+use common::{map_rows, nbdsh, pattern, temp_dir, tool, tool_ok, MemoryExport, TestServer};
 
 const MIB: u64 = 1 << 20;
 
@@ -273,8 +273,8 @@ fn qemu_img_info_convert_and_compare() {
     let json: serde_json::Value = serde_json::from_str(&info).unwrap();
     assert_eq!(json["virtual-size"], 8 * MIB, "{info}");
 
-    let dir = TempDir::new("qemu-img");
-    let source = dir.path.join("source.raw");
+    let dir = temp_dir("qemu-img");
+    let source = dir.path().join("source.raw");
     let mut image = vec![0u8; (8 * MIB) as usize];
     image[..MIB as usize].copy_from_slice(&pattern(MIB as usize, 1));
     image[(5 * MIB) as usize..(5 * MIB + 12345) as usize].copy_from_slice(&pattern(12345, 2));
@@ -310,9 +310,9 @@ fn nbdcopy_round_trips_through_the_export() {
     let disk = MemoryExport::new("disk", size, false);
     let server = TestServer::start(vec![disk.clone()]);
     let uri = server.uri("disk");
-    let dir = TempDir::new("nbdcopy");
-    let source = dir.path.join("in.raw");
-    let back = dir.path.join("out.raw");
+    let dir = temp_dir("nbdcopy");
+    let source = dir.path().join("in.raw");
+    let back = dir.path().join("out.raw");
     let mut image = vec![0u8; size as usize];
     for (index, chunk) in image.chunks_mut((3 * MIB) as usize).enumerate() {
         if index % 2 == 0 {

@@ -11,6 +11,7 @@ use lacuna_nbd::{
     BlockExport, Client, ExportError, ExportProvider, ExportSummary, ExtentKind, OpenError,
     ServerConfig,
 };
+use tempfile::TempDir;
 
 /// Allocation granularity of the in-memory export.
 pub const BLOCK_BYTES: u64 = 4096;
@@ -242,8 +243,8 @@ impl TestServer {
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
         let port = listener.local_addr().unwrap().port();
-        let socket_dir = TempDir::new("sock");
-        let socket = socket_dir.path.join("nbd.sock");
+        let socket_dir = temp_dir("sock");
+        let socket = socket_dir.path().join("nbd.sock");
         let unix = {
             let _guard = runtime.enter();
             tokio::net::UnixListener::bind(&socket).unwrap()
@@ -277,27 +278,14 @@ impl Drop for TestServer {
     }
 }
 
-/// A directory removed on drop.
-pub struct TempDir {
-    pub path: std::path::PathBuf,
-}
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("lacuna-nbd-{tag}-{}-{unique}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir { path }
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
+/// A fresh, empty directory `lacuna-nbd-<tag>-<random>` under the system temp
+/// dir, removed when the guard drops (test passed or failed): keep the guard
+/// alive while anything uses the directory.
+pub fn temp_dir(tag: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("lacuna-nbd-{tag}-"))
+        .tempdir()
+        .expect("create a temporary directory")
 }
 
 /// Runs a client tool; a missing tool fails the test (it is never skipped).

@@ -99,9 +99,10 @@ fn exactly_one_racer_wins_each_round_and_the_winners_replay_to_the_content() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1000);
-    let dir = support::temp_dir("caw");
-    let client = build_iscsi_client(&dir, "caw_race.c", "caw-race");
-    let daemon = Daemon::start(&dir);
+    let tmp = support::temp_dir("caw");
+    let dir = tmp.path();
+    let client = build_iscsi_client(dir, "caw_race.c", "caw-race");
+    let daemon = Daemon::start(dir);
     daemon.cli_ok(&["volume", "create", "ats", "--size", "1M"]);
     daemon.cli_ok(&[
         "host",
@@ -189,5 +190,4 @@ fn exactly_one_racer_wins_each_round_and_the_winners_replay_to_the_content() {
     if rounds >= 100 {
         assert_eq!(wins.len(), INITIATORS.len(), "a racer never won: {wins:?}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

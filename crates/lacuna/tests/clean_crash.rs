@@ -50,11 +50,12 @@ fn killing_the_daemon_mid_cleaning_loses_nothing_flushed() {
                 % 1_000_000_007
         });
     eprintln!("clean_crash seed {seed} (CLEAN_CRASH_SEED={seed} replays the workload)");
-    let dir = support::temp_dir("clean-crash");
+    let tmp = support::temp_dir("clean-crash");
+    let dir = tmp.path();
     let state = dir.join("state.json");
     let state = state.to_str().unwrap();
     let blocks = BLOCKS.to_string();
-    let mut daemon = Daemon::start_with(&dir, "1G");
+    let mut daemon = Daemon::start_with(dir, "1G");
     daemon.cli_ok(&["volume", "create", "v", "--size", "256M"]);
     let status = python(&["fill", &daemon.uri("v"), &blocks, state])
         .status()
@@ -120,7 +121,7 @@ fn killing_the_daemon_mid_cleaning_loses_nothing_flushed() {
         engine.close().unwrap();
         drop(engine);
         std::fs::remove_dir_all(&copy).unwrap();
-        daemon = Daemon::start_with(&dir, "1G");
+        daemon = Daemon::start_with(dir, "1G");
         let out = python(&[
             "verify",
             &daemon.uri("v"),

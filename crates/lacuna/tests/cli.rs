@@ -5,22 +5,13 @@
 mod support;
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 
 use lacuna_engine::{Engine, EngineConfig};
+use tempfile::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lacuna");
-
-fn temp_dir(tag: &str) -> PathBuf {
-    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("lacuna-cli-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// A port nothing listens on (bound, then released).
 fn free_port() -> u16 {
@@ -58,16 +49,18 @@ fn stderr_line(out: &Output) -> String {
 /// The API over a real engine, served on a background runtime.
 struct LiveApi {
     url: String,
-    data_dir: PathBuf,
     engine: Arc<Engine>,
     runtime: Option<tokio::runtime::Runtime>,
+    /// Removed when this field drops, after `drop` has stopped the runtime
+    /// and closed the engine.
+    data_dir: TempDir,
 }
 
 impl LiveApi {
     fn start(tag: &str) -> LiveApi {
-        let data_dir = temp_dir(tag);
-        let engine = Engine::open(EngineConfig::new(data_dir.clone(), 1 << 30)).unwrap();
-        let token = lacuna_api::load_or_create_token(&data_dir).unwrap();
+        let data_dir = support::temp_dir(&format!("cli-{tag}"));
+        let engine = Engine::open(EngineConfig::new(data_dir.path(), 1 << 30)).unwrap();
+        let token = lacuna_api::load_or_create_token(data_dir.path()).unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -81,16 +74,16 @@ impl LiveApi {
         runtime.spawn(lacuna_api::serve(listener, state));
         LiveApi {
             url,
-            data_dir,
             engine,
             runtime: Some(runtime),
+            data_dir,
         }
     }
 
     /// Runs the CLI against this API; the token comes from the data directory.
     fn cli(&self, args: &[&str]) -> Output {
         let mut all = vec!["--api", &self.url, "--data-dir"];
-        all.push(self.data_dir.to_str().unwrap());
+        all.push(self.data_dir.path().to_str().unwrap());
         all.extend_from_slice(args);
         lacuna(&all)
     }
@@ -120,7 +113,6 @@ impl Drop for LiveApi {
             runtime.shutdown_background();
         }
         let _ = self.engine.close();
-        let _ = std::fs::remove_dir_all(&self.data_dir);
     }
 }
 
@@ -254,14 +246,14 @@ fn without_a_daemon_one_line_names_the_address() {
 
 #[test]
 fn without_a_token_one_line_says_where_it_looked() {
-    let dir = temp_dir("notoken");
+    let tmp = support::temp_dir("cli-notoken");
+    let dir = tmp.path();
     let out = lacuna(&["--data-dir", dir.to_str().unwrap(), "volume", "list"]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr_line(&out);
-    let token_path = Path::new(&dir).join("api-token");
+    let token_path = dir.join("api-token");
     assert!(err.contains(token_path.to_str().unwrap()), "{err}");
     assert!(err.contains("--token"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -751,8 +743,9 @@ const MUTUAL_SECRET: &str = "target-secret-on-the-line";
 /// one line; the registry survives a restart.
 #[test]
 fn host_commands_against_the_daemon() {
-    let dir = support::temp_dir("cli-hosts");
-    let mut daemon = support::Daemon::start(&dir);
+    let tmp = support::temp_dir("cli-hosts");
+    let dir = tmp.path();
+    let mut daemon = support::Daemon::start(dir);
     daemon_ok(&daemon, &["volume", "create", "vm1", "64M"]);
     daemon_ok(&daemon, &["volume", "create", "vm2", "64M"]);
     daemon_ok(&daemon, &["snapshot", "create", "vm1", "--name", "s1"]);
@@ -977,7 +970,7 @@ fn host_commands_against_the_daemon() {
 
     // The registry is the daemon's: a restart loads it as it was.
     daemon.kill();
-    let mut daemon = support::Daemon::start(&dir);
+    let mut daemon = support::Daemon::start(dir);
     let again = json(&daemon_ok(&daemon, &["--json", "host", "show", "esx1"]));
     assert_eq!(again, shown);
     assert_eq!(
@@ -1010,7 +1003,6 @@ fn host_commands_against_the_daemon() {
         !log.contains(SECRET) && !log.contains(MUTUAL_SECRET),
         "{log}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -1082,8 +1074,9 @@ fn assert_usage_error(args: &[&str], expected: &str) {
 /// arguments refused with clear messages and a non-zero exit.
 #[test]
 fn container_commands_against_the_daemon() {
-    let dir = support::temp_dir("cli-containers");
-    let daemon = support::Daemon::start(&dir);
+    let tmp = support::temp_dir("cli-containers");
+    let dir = tmp.path();
+    let daemon = support::Daemon::start(dir);
     let list = daemon_ok(&daemon, &["container", "list"]);
     assert!(
         list.lines().nth(1).unwrap().starts_with("default "),
@@ -1295,7 +1288,6 @@ fn container_commands_against_the_daemon() {
     );
     let listed = json(&daemon_ok(&daemon, &["--json", "container", "list"]));
     assert_eq!(listed.as_array().unwrap().len(), 4);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -1368,8 +1360,9 @@ fn metric(text: &str, series: &str) -> Option<String> {
 /// through NBD.
 #[test]
 fn container_reclaim_and_quota_through_nbd() {
-    let dir = support::temp_dir("cli-reclaim");
-    let daemon = support::Daemon::start(&dir);
+    let tmp = support::temp_dir("cli-reclaim");
+    let dir = tmp.path();
+    let daemon = support::Daemon::start(dir);
     daemon_ok(
         &daemon,
         &["container", "create", "cold", "--reclaim", "off"],
@@ -1535,5 +1528,4 @@ fn container_reclaim_and_quota_through_nbd() {
         &["--json", "container", "show", "small"],
     ));
     assert_eq!(small["used_bytes"], 1 << 20);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -226,11 +226,12 @@ fn alive(daemon: &mut Daemon) {
 
 #[test]
 fn a_full_filesystem_fails_writes_cleanly_and_recovers() {
-    let dir = temp_dir("enospc");
+    let tmp = temp_dir("enospc");
+    let dir = tmp.path();
     let tmpfs = Tmpfs::mount(&dir.join("data"), "64m");
     // Capacity far above the filesystem: the array's own limit is not what stops
     // the writes here, the filesystem is.
-    let mut daemon = start(&dir, &[]);
+    let mut daemon = start(dir, &[]);
     daemon.cli_ok(&["volume", "create", "v", "--size", "512M"]);
     let flushed = nbd_ok(&daemon, "write", 0, 8 << 20, 1);
 
@@ -260,7 +261,7 @@ fn a_full_filesystem_fails_writes_cleanly_and_recovers() {
     assert!(iscsi.contains("wrote 65536"), "{iscsi}");
     qemu_io_iscsi(&daemon, "flush");
     daemon.kill();
-    let daemon = start(&dir, &[]);
+    let daemon = start(dir, &[]);
     assert_eq!(nbd_ok(&daemon, "read", 0, 8 << 20, 0), flushed);
     assert_eq!(nbd_ok(&daemon, "read", 16 << 20, 1 << 20, 0), later);
     let iscsi = qemu_io_iscsi(&daemon, "read -P 0x5a 32M 64k");
@@ -268,21 +269,21 @@ fn a_full_filesystem_fails_writes_cleanly_and_recovers() {
     assert!(!daemon.log().contains("panicked"), "{}", daemon.log());
     drop(daemon);
     drop(tmpfs);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_flipped_bit_is_a_read_error_never_wrong_data() {
-    let dir = temp_dir("bitflip");
-    let mut daemon = start(&dir, &[]);
+    let tmp = temp_dir("bitflip");
+    let dir = tmp.path();
+    let mut daemon = start(dir, &[]);
     daemon.cli_ok(&["volume", "create", "v", "--size", "64M"]);
     let written = nbd_ok(&daemon, "write", 0, 1 << 20, 7);
     let grain5 = nbd_ok(&daemon, "read", 5 * GRAIN, GRAIN, 0);
     daemon.kill();
-    let (segment, record) = find_record(&dir, 5);
+    let (segment, record) = find_record(dir, 5);
     flip_bit(&segment, record + RECORD_HEADER_BYTES as u64 + 1000);
 
-    let mut daemon = start(&dir, &[]);
+    let mut daemon = start(dir, &[]);
     // NBD: EIO for the damaged grain (alone or inside a larger read).
     for (offset, length) in [(5 * GRAIN, GRAIN), (0, 1 << 20), (5 * GRAIN + 512, 512)] {
         let read = nbd(&daemon, "read", offset, length, 0);
@@ -333,17 +334,17 @@ fn a_flipped_bit_is_a_read_error_never_wrong_data() {
     );
     assert_ne!(nbd_ok(&daemon, "read", 0, 1 << 20, 0), written); // grain 5 differs now
     drop(daemon);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn eio_from_the_disk_is_a_read_error_counted_and_logged() {
-    let dir = temp_dir("eio");
-    let mut daemon = start(&dir, &[]);
+    let tmp = temp_dir("eio");
+    let dir = tmp.path();
+    let mut daemon = start(dir, &[]);
     daemon.cli_ok(&["volume", "create", "v", "--size", "64M"]);
     nbd_ok(&daemon, "write", 0, 256 << 10, 11);
     daemon.kill();
-    let (segment, _) = find_record(&dir, 0);
+    let (segment, _) = find_record(dir, 0);
     let id: u64 = segment
         .file_stem()
         .unwrap()
@@ -353,7 +354,7 @@ fn eio_from_the_disk_is_a_read_error_counted_and_logged() {
         .unwrap();
 
     let mut daemon = Daemon::start_with_env(
-        &dir,
+        dir,
         "1G",
         &["--iscsi-open-access", "--scrub-rate", "100"],
         &[("LACUNA_FAULT_READ_EIO", &id.to_string())],
@@ -407,18 +408,18 @@ fn eio_from_the_disk_is_a_read_error_counted_and_logged() {
     assert_eq!(background["bad_records"], 64, "{background}");
     assert_eq!(background["rate_bytes_per_s"], 100_000_000);
     drop(daemon);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_torn_tail_is_trimmed_and_lost_records_refuse_the_start() {
-    let dir = temp_dir("torn");
-    let daemon = start(&dir, &[]);
+    let tmp = temp_dir("torn");
+    let dir = tmp.path();
+    let daemon = start(dir, &[]);
     daemon.cli_ok(&["volume", "create", "v", "--size", "64M"]);
     let flushed = nbd_ok(&daemon, "write", 0, 1 << 20, 21);
     drop(daemon); // SIGKILL
                   // A crash mid-append leaves bytes past what the metadata committed.
-    let (newest, length) = segment_files(&dir).pop().unwrap();
+    let (newest, length) = segment_files(dir).pop().unwrap();
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(&newest)
@@ -426,7 +427,7 @@ fn a_torn_tail_is_trimmed_and_lost_records_refuse_the_start() {
     file.write_all_at(&[0xA5; 3000], length).unwrap();
     drop(file);
 
-    let daemon = start(&dir, &[]);
+    let daemon = start(dir, &[]);
     assert!(
         daemon.log().contains("trimming a segment tail"),
         "{}",
@@ -443,19 +444,19 @@ fn a_torn_tail_is_trimmed_and_lost_records_refuse_the_start() {
         .unwrap();
     file.set_len(length - 100).unwrap();
     drop(file);
-    let (status, text) = Daemon::start_refused(&dir, "1G");
+    let (status, text) = Daemon::start_refused(dir, "1G");
     assert!(!status.success());
     assert!(
         text.contains(&newest.display().to_string()) && text.contains("truncated or torn"),
         "{text}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_truncated_metadata_file_refuses_the_start_naming_it() {
-    let dir = temp_dir("kv");
-    let daemon = start(&dir, &[]);
+    let tmp = temp_dir("kv");
+    let dir = tmp.path();
+    let daemon = start(dir, &[]);
     daemon.cli_ok(&["volume", "create", "v", "--size", "64M"]);
     let written = nbd_ok(&daemon, "write", 0, 1 << 20, 31);
     drop(daemon); // SIGKILL
@@ -467,7 +468,7 @@ fn a_truncated_metadata_file_refuses_the_start_naming_it() {
     // one line that names the file, with no panic message.
     for cut_to in [length / 2, length * 3 / 4, length - 1, 4096, 1000] {
         std::fs::write(&db, &original[..cut_to as usize]).unwrap();
-        let (status, text) = Daemon::start_refused(&dir, "1G");
+        let (status, text) = Daemon::start_refused(dir, "1G");
         assert!(!status.success(), "cut to {cut_to}: {text}");
         assert!(
             text.contains(&format!("the metadata file {} is damaged", db.display())),
@@ -477,8 +478,7 @@ fn a_truncated_metadata_file_refuses_the_start_naming_it() {
     }
     // The whole file back: the array starts and serves the data.
     std::fs::write(&db, &original).unwrap();
-    let daemon = start(&dir, &[]);
+    let daemon = start(dir, &[]);
     assert_eq!(nbd_ok(&daemon, "read", 0, 1 << 20, 0), written);
     drop(daemon);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

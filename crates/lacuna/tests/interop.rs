@@ -8,7 +8,7 @@ use support::{tool, tool_ok, Daemon};
 
 fn daemon_with_volume(tag: &str, name: &str, size: &str) -> Daemon {
     let dir = support::temp_dir(tag);
-    let daemon = Daemon::start(&dir);
+    let daemon = Daemon::start(dir.path()).owning(dir);
     daemon.cli_ok(&["volume", "create", name, "--size", size]);
     daemon
 }
@@ -340,7 +340,8 @@ fn cli_reports_volume_and_array_space() {
 
 #[test]
 fn cli_without_a_daemon_prints_one_line_naming_the_address() {
-    let dir = support::temp_dir("nodaemon");
+    let tmp = support::temp_dir("nodaemon");
+    let dir = tmp.path();
     std::fs::create_dir_all(dir.join("data")).unwrap();
     std::fs::write(dir.join("data/api-token"), "x").unwrap();
     let port = support::free_port();

@@ -43,7 +43,7 @@ const CHAP_SECRET: &str = "a-secret-of-16ch";
 /// the CLI, as an administrator would.
 fn start() -> Daemon {
     let dir = temp_dir("iscsi");
-    let daemon = Daemon::start_with(&dir, "4G");
+    let daemon = Daemon::start_with(dir.path(), "4G").owning(dir);
     for (name, size) in [
         ("main", "128M"),
         ("second", "64M"),

@@ -179,7 +179,8 @@ fn concrete(path: &str) -> String {
 /// Volumes `vol` (with snapshot `snap`) and `other`, container `box`, host
 /// `alpha` given `vol`.
 fn api_fixture() -> Daemon {
-    let daemon = Daemon::start(&temp_dir("isolation-api"));
+    let dir = temp_dir("isolation-api");
+    let daemon = Daemon::start(dir.path()).owning(dir);
     daemon.cli_ok(&["volume", "create", "vol", "--size", "16M"]);
     daemon.cli_ok(&["volume", "create", "other", "--size", "16M"]);
     daemon.cli_ok(&["snapshot", "create", "vol", "--name", "snap"]);
@@ -385,7 +386,8 @@ fn qemu_io(daemon: &Daemon, initiator: &str, lun: u64, command: &str) -> String 
 
 #[test]
 fn an_initiator_sees_and_reaches_only_its_hosts_luns() {
-    let daemon = Daemon::start(&temp_dir("isolation-luns"));
+    let dir = temp_dir("isolation-luns");
+    let daemon = Daemon::start(dir.path()).owning(dir);
     const MIB: u64 = 1 << 20;
     // Sizes tell the volumes apart; the two hosts both have a LUN 0.
     for (name, size_mib) in [("a0", 16), ("a1", 24), ("b0", 40), ("b3", 48)] {
@@ -532,7 +534,8 @@ fn a_wrong_chap_secret_fails_and_the_log_names_the_initiator_never_the_secrets()
     const USER: &str = "chapuser";
     const SECRET: &str = "configured-secret-9f3a";
     const WRONG: &str = "wrong-secret-77c1e";
-    let daemon = Daemon::start(&temp_dir("isolation-chap"));
+    let dir = temp_dir("isolation-chap");
+    let daemon = Daemon::start(dir.path()).owning(dir);
     daemon.cli_ok(&["volume", "create", "g0", "--size", "16M"]);
     daemon.cli_ok(&[
         "host",

@@ -388,13 +388,14 @@ fn sixty_four_connections_verified_io_no_stall_memory_flat() {
         "load: {NBD_CONNECTIONS} NBD + {ISCSI_SESSIONS} iSCSI connections, {seconds} s, \
          LOAD_SEED={seed}"
     );
-    let dir = support::temp_dir("load");
-    let iscsi_client = build_iscsi_client(&dir, "load_iscsi.c", "load-iscsi");
-    let mut daemon = Daemon::start_with(&dir, "4G");
+    let tmp = support::temp_dir("load");
+    let dir = tmp.path();
+    let iscsi_client = build_iscsi_client(dir, "load_iscsi.c", "load-iscsi");
+    let mut daemon = Daemon::start_with(dir, "4G");
     setup(&daemon);
-    let children = spawn_clients(&daemon, &dir, &iscsi_client, seconds, seed);
+    let children = spawn_clients(&daemon, dir, &iscsi_client, seconds, seed);
     let limit = Duration::from_secs(seconds) + CLIENT_GRACE;
-    let (samples, outputs) = run_and_sample(&mut daemon, children, limit, &dir);
+    let (samples, outputs) = run_and_sample(&mut daemon, children, limit, dir);
 
     let summaries: Vec<Summary> = outputs
         .iter()
@@ -453,7 +454,7 @@ fn sixty_four_connections_verified_io_no_stall_memory_flat() {
         eprintln!("load: {protocol} slowest by kind: {}", by_kind.join(", "));
     }
 
-    let slow = slow_requests(&dir);
+    let slow = slow_requests(dir);
     let mut slow_kinds: std::collections::BTreeMap<String, usize> = Default::default();
     for line in &slow {
         let fields: Vec<&str> = line.split_whitespace().collect();
@@ -532,5 +533,4 @@ fn sixty_four_connections_verified_io_no_stall_memory_flat() {
     assert!(!log.contains("panicked"), "the daemon panicked:\n{log}");
     check_space(&daemon);
     drop(daemon);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -31,13 +31,13 @@ fn two_hosts(tag: &str, serve_args: &[&str]) -> Daemon {
     let dir = support::temp_dir(tag);
     let mut args = vec!["--log", "debug"];
     args.extend_from_slice(serve_args);
-    let daemon = Daemon::start_exactly(&dir, "2G", &args, &[]);
+    let daemon = Daemon::start_exactly(dir.path(), "2G", &args, &[]).owning(dir);
     daemon.cli_ok(&["volume", "create", "va", "--size", "16M"]);
     daemon.cli_ok(&["volume", "create", "vb", "--size", "16M"]);
     daemon.cli_ok(&["snapshot", "create", "va", "--name", "s1"]);
-    write_psk_file(&dir.join("alice.psk"), "alice", ALICE_KEY);
-    write_psk_file(&dir.join("bob.psk"), "bob", BOB_KEY);
-    let alice_file = dir.join("alice.psk");
+    write_psk_file(&daemon.dir.join("alice.psk"), "alice", ALICE_KEY);
+    write_psk_file(&daemon.dir.join("bob.psk"), "bob", BOB_KEY);
+    let alice_file = daemon.dir.join("alice.psk");
     daemon.cli_ok(&[
         "host",
         "create",

@@ -37,12 +37,14 @@
 
 mod support;
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use support::{build_iscsi_client, tool_ok, Daemon};
+use tempfile::TempDir;
 
 const SECTOR_BYTES: u64 = 512;
 const GRAIN_SECTORS: u64 = 8;
@@ -636,10 +638,15 @@ struct Run {
     seed: u64,
     dir: PathBuf,
     iscsi_client: PathBuf,
+    /// `dir`'s guard: removes the directory when the run ends, passed or
+    /// failed — except after `fail`, which keeps it for the post-mortem its
+    /// message points to.
+    dir_guard: RefCell<TempDir>,
 }
 
 impl Run {
     fn fail(&self, iteration: u64, what: String) -> ! {
+        self.dir_guard.borrow_mut().disable_cleanup(true);
         panic!(
             "crash torture FAILED at crash point {iteration}: {what}\n  replay: \
              TORTURE_SEED={} TORTURE_ITERATIONS={iteration} cargo test -p lacuna --test torture -- --nocapture\n  \
@@ -1045,20 +1052,22 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
             | 1
     });
     eprintln!("crash torture: {iterations} crash points, TORTURE_SEED={seed}");
-    let dir = support::temp_dir("torture");
+    let tmp = support::temp_dir("torture");
     let run = Run {
         seed,
-        iscsi_client: build_iscsi_client(&dir, "torture_iscsi.c", "torture-iscsi"),
-        dir: dir.clone(),
+        iscsi_client: build_iscsi_client(tmp.path(), "torture_iscsi.c", "torture-iscsi"),
+        dir: tmp.path().to_path_buf(),
+        dir_guard: RefCell::new(tmp),
     };
+    let dir = run.dir.as_path();
     let mut rng = Rng(seed);
-    let mut model = setup(&dir);
+    let mut model = setup(dir);
     let mut seen_segments: BTreeSet<String> = BTreeSet::new();
     let mut freed_segments = 0usize;
     let mut total_ops = 0usize;
     let mut coverage: BTreeMap<&str, u64> = BTreeMap::new();
     for iteration in 1..=iterations {
-        let mut daemon = start(&dir);
+        let mut daemon = start(dir);
         let journal = dir.join(format!("journal-{iteration}"));
         let mut workers = spawn_workers(&run, &daemon, &model, iteration, &journal);
         wait_for_workload(&run, iteration, &journal);
@@ -1081,7 +1090,7 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
         freed_segments += seen_segments.difference(&segments).count();
         seen_segments = segments;
         fsck_copy(&run, iteration);
-        let daemon = start(&dir);
+        let daemon = start(dir);
         verify(&run, &daemon, &mut model, allowed, iteration);
         drop(daemon);
         let _ = std::fs::remove_file(&journal);
@@ -1109,5 +1118,4 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
         }
         assert!(freed_segments > 0, "no segment was ever freed");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

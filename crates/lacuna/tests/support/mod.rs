@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use tempfile::TempDir;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_lacuna");
 
 pub fn free_port() -> u16 {
@@ -18,13 +20,15 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub fn temp_dir(tag: &str) -> PathBuf {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("lacuna-it-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh, empty directory `lacuna-it-<tag>-<random>` under the system temp
+/// dir. The guard removes it when dropped (test passed or failed), so it must
+/// outlive every daemon and client using it: declare it before them in the
+/// test, or hand it to the one daemon that uses it with [`Daemon::owning`].
+pub fn temp_dir(tag: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("lacuna-it-{tag}-"))
+        .tempdir()
+        .expect("create a temporary directory")
 }
 
 /// A running daemon. Killed (SIGKILL) on drop.
@@ -35,6 +39,10 @@ pub struct Daemon {
     pub api_port: u16,
     /// Two iSCSI portals (multipath tests need a second one).
     pub iscsi_ports: [u16; 2],
+    /// `dir`'s guard when this daemon is the directory's only user (see
+    /// [`Daemon::owning`]). A field drops after `Drop::drop` has killed the
+    /// child, so the directory never goes away under a live daemon.
+    owned_dir: Option<TempDir>,
 }
 
 /// The target name `lacuna serve` derives by default.
@@ -168,6 +176,7 @@ impl Daemon {
             nbd_port,
             api_port,
             iscsi_ports,
+            owned_dir: None,
         };
         match daemon.wait_ready() {
             Ok(()) => Ok(daemon),
@@ -177,6 +186,17 @@ impl Daemon {
                 Err(log.get(log_before..).unwrap_or(&log).to_string())
             }
         }
+    }
+
+    /// Takes `dir`'s guard (the directory this daemon was started on), so that
+    /// a helper can hand out the daemon alone and the directory is removed once
+    /// the daemon is dropped and killed. Not for a directory that outlives this
+    /// daemon (restarts after a crash): keep that guard in the test instead.
+    pub fn owning(mut self, dir: TempDir) -> Daemon {
+        assert_eq!(dir.path(), self.dir, "the guard of another directory");
+        assert!(self.owned_dir.is_none(), "a daemon owns one directory");
+        self.owned_dir = Some(dir);
+        self
     }
 
     /// Waits until every port accepts; `Err` if the daemon exited first.

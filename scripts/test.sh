@@ -13,7 +13,18 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace -- --test-threads=2
+# The tests get a temporary directory of their own (TMPDIR), in which none of
+# their `lacuna-*` data directories may be left behind: each test removes what
+# it made, passed or failed (repeated runs once filled the disk).
+test_tmp="$(mktemp -d)"
+TMPDIR="$test_tmp" cargo test --workspace -- --test-threads=2
+leftovers="$(find "$test_tmp" -mindepth 1 -maxdepth 1 -name 'lacuna-*')"
+if [[ -n "$leftovers" ]]; then
+    echo "tests left data directories behind:" >&2
+    echo "$leftovers" >&2
+    exit 1
+fi
+rm -rf "$test_tmp"
 # Coverage-guided fuzzing, bounded (FUZZ_SECONDS per target; 0 skips it): see
 # docs/RELIABILITY.md. Its build goes to $CARGO_TARGET_DIR/fuzz.
 if [[ "${FUZZ_SECONDS:-30}" != 0 ]]; then

@@ -446,12 +446,12 @@ fn policy_strings_parse_and_print() {
     }
 }
 
-/// Background steps until there is no work left; the count of steps taken.
-/// A step that keeps finding work it cannot finish fails the test.
-fn steps_until_idle(engine: &Engine, max_steps: u64) -> u64 {
-    for steps in 0..max_steps {
+/// Background steps until there is no work left. A step that keeps finding
+/// work it cannot finish fails the test.
+fn steps_until_idle(engine: &Engine, max_steps: u64) {
+    for _ in 0..max_steps {
         if !engine.background_step().unwrap() {
-            return steps;
+            return;
         }
     }
     panic!("background work did not end within {max_steps} steps");

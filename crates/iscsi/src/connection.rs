@@ -5,9 +5,10 @@
 //! Why this shape: three tasks per connection. A reader task only frames PDUs (reading is
 //! not cancel-safe, so it never sits in a `select!`). The processing loop owns the
 //! connection state (commands gathering data, the CmdSN reorder buffer, R2T bookkeeping) and
-//! never blocks on the SCSI layer. A writer task owns the socket's write half and StatSN, so
-//! sequence numbers are stamped in the order PDUs hit the wire. Commands run on executor
-//! tasks that call the blocking SCSI layer through `spawn_blocking`.
+//! never waits on the SCSI layer: it runs only small READs itself, which take microseconds
+//! (see `runs_inline`). A writer task owns the socket's write half and StatSN, so sequence
+//! numbers are stamped in the order PDUs hit the wire. Every other command runs on an
+//! executor task that calls the blocking SCSI layer through `spawn_blocking`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};

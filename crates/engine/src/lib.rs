@@ -99,11 +99,22 @@ pub struct EngineConfig {
     /// thread; tests that step it by hand with [`Engine::background_step`] turn
     /// it off.
     pub background: bool,
+    /// Most memory the metadata's page cache holds (taken as pages are read,
+    /// not up front). Half of it at most buffers pages written since the last
+    /// durable commit.
+    pub metadata_cache_bytes: u64,
 }
 
 impl EngineConfig {
     pub const DEFAULT_SOFT_THRESHOLD_PERCENT: u8 = 80;
     pub const DEFAULT_DESTROY_RETENTION_S: u64 = 24 * 60 * 60;
+    /// Large enough for the metadata of a few million written grains (about
+    /// 200 bytes each across mappings, blocks and the dedup index): a fully
+    /// written 4 GiB volume's is 200-270 MB. With 256 MiB, reclaim walking a
+    /// big unmapped volume evicted the pages a concurrent host workload was
+    /// using, and that workload lost up to a tenth of its IOPS (seed 001
+    /// benchmark, bench/RESULTS.md).
+    pub const DEFAULT_METADATA_CACHE_BYTES: u64 = 1 << 30;
 
     /// A configuration with the default policies.
     pub fn new(data_dir: impl Into<PathBuf>, capacity_bytes: u64) -> Self {
@@ -114,6 +125,7 @@ impl EngineConfig {
             destroy_retention_s: Self::DEFAULT_DESTROY_RETENTION_S,
             clock: Arc::new(rate::SystemClock::default()),
             background: true,
+            metadata_cache_bytes: Self::DEFAULT_METADATA_CACHE_BYTES,
         }
     }
 }
@@ -281,7 +293,10 @@ impl Engine {
             .map_err(|e| EngineError::io(format!("creating {}", config.data_dir.display()), e))?;
         let store = FileSegmentStore::open(&config.data_dir.join("segments"))
             .map_err(|e| EngineError::io("opening the segment directory", e))?;
-        let db = metafile::open(&config.data_dir.join("metadata.redb"))?;
+        let db = metafile::open(
+            &config.data_dir.join("metadata.redb"),
+            config.metadata_cache_bytes,
+        )?;
         crate::catalog::ensure_tables(&db)?;
         let containers = container::load(&db, config.clock.now())?;
         let recovered = catalog::recover(&db, &store, config.capacity_bytes, &containers)?;

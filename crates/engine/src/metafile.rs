@@ -12,15 +12,14 @@ use std::sync::Arc;
 
 use crate::{EngineError, Result};
 
-/// redb's page cache: large enough that a working set of mappings stays in memory.
-const CACHE_BYTES: usize = 256 * 1024 * 1024;
-
-/// Opens (or creates) the metadata database at `path`.
-pub(crate) fn open(path: &Path) -> Result<redb::Database> {
+/// Opens (or creates) the metadata database at `path`, with a page cache of at
+/// most `cache_bytes` (see `EngineConfig::metadata_cache_bytes`).
+pub(crate) fn open(path: &Path, cache_bytes: u64) -> Result<redb::Database> {
+    let cache_bytes = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
     let opened = quietly(|| {
         catch_unwind(AssertUnwindSafe(|| {
             redb::Builder::new()
-                .set_cache_size(CACHE_BYTES)
+                .set_cache_size(cache_bytes)
                 .create(path)
         }))
     });

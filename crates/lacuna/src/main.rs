@@ -127,6 +127,11 @@ pub struct ServeArgs {
     /// How long deleted volumes and snapshots stay recoverable (e.g. 24h, 30m, 0s).
     #[arg(long, default_value = "24h", value_parser = duration::parse_duration_s)]
     destroy_retention: u64,
+    /// Most memory the metadata page cache may take (e.g. 1G, 256M); it grows
+    /// as metadata is read. Too small for the written data, and reclaim or
+    /// cold reads evict what busy volumes use.
+    #[arg(long, default_value = "1G", value_parser = size::parse_size)]
+    metadata_cache: u64,
     /// Scrub continuously in the background at this many MB/s (10^6 bytes):
     /// every stored record is read back and verified, pass after pass.
     #[arg(long)]
@@ -159,6 +164,7 @@ fn main() -> ExitCode {
                     nbd_tls: args.nbd_tls,
                     soft_threshold_percent: args.soft_threshold_percent,
                     destroy_retention_s: args.destroy_retention,
+                    metadata_cache_bytes: args.metadata_cache,
                     scrub_rate_bytes_per_s: scrub_rate,
                 })
             })

@@ -30,6 +30,8 @@ pub struct ServeConfig {
     pub nbd_tls: NbdTls,
     pub soft_threshold_percent: u8,
     pub destroy_retention_s: u64,
+    /// Most memory the metadata page cache may take.
+    pub metadata_cache_bytes: u64,
     /// Rate of the background scrub; none without one.
     pub scrub_rate_bytes_per_s: Option<u64>,
 }
@@ -71,6 +73,7 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
     let engine = Engine::open(EngineConfig {
         soft_threshold_percent: config.soft_threshold_percent,
         destroy_retention_s: config.destroy_retention_s,
+        metadata_cache_bytes: config.metadata_cache_bytes,
         ..EngineConfig::new(config.data_dir.clone(), capacity_bytes)
     })
     .with_context(|| format!("opening the array in {}", config.data_dir.display()))?;

@@ -41,12 +41,13 @@ const HOSTS_QUIET: Duration = Duration::from_millis(100);
 const MAX_FOREGROUND_YIELDS: u32 = 10;
 const FOREGROUND_YIELD: Duration = Duration::from_micros(100);
 /// While hosts are doing I/O, background work pauses this many times as long as
-/// each step took: it gets at most a tenth of a core (and of the writer mutex),
-/// the hosts the rest. A fifth cost a concurrent 4 KiB write workload up to 20%
-/// on its p99 in the seed 001 benchmark (bench/RESULTS.md); a tenth keeps it
-/// within 10%. Under load reclaim still moves, and once hosts are quiet for
-/// `HOSTS_QUIET` it runs at full speed again.
-const BUSY_BACKOFF_FACTOR: u32 = 9;
+/// each step took: it gets at most a thirtieth of a core (and of the writer
+/// mutex), the hosts the rest. In the seed 001 benchmark (bench/RESULTS.md) a
+/// fifth cost a concurrent 4 KiB write workload up to 20% on its p99, and a
+/// tenth still 12-19% once the workload ran at 10 k IOPS; a thirtieth kept it
+/// within a few percent. Under load reclaim still moves, and once hosts are
+/// quiet for `HOSTS_QUIET` it runs at full speed again.
+const BUSY_BACKOFF_FACTOR: u32 = 29;
 /// Longest such pause.
 const MAX_BUSY_PAUSE: Duration = Duration::from_millis(50);
 

@@ -283,6 +283,10 @@ fn invalid_arguments_get_clap_messages() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--from-snapshot"));
     let out = lacuna(&["volume", "frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
+    let out = lacuna(&["serve", "--metadata-cache", "lots"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid size 'lots'"), "{err}");
 }
 
 impl LiveApi {

@@ -361,15 +361,38 @@ impl Engine {
         limit: usize,
     ) -> Result<u64> {
         let from = RangeCursor::resume(&vol.reclaim_cursor, start, range);
-        let (done_until, shadowed_at_most) = self.bound_range_batch(vol.id, from, range, limit)?;
-        let released = {
+        let (done_until, released) = {
             let mut ws = self.writer.lock();
             let snapshot_seqs = vol.snapshot_seqs.lock().clone();
             self.transact(&mut ws, false, |st, t, _| {
+                // Where this batch ends: after `limit` shadowed mappings, or
+                // after scanning a bounded number of newer ones.
+                let mut shadowed = 0;
+                let mut scanned = 0;
+                let mut batch_end = range.end_grain;
+                for item in t
+                    .maps
+                    .range((vol.id, from)..(vol.id, range.end_grain))
+                    .map_err(kv_error)?
+                {
+                    let (key, value) = item.map_err(kv_error)?;
+                    scanned += 1;
+                    if MapValue::decode(value.value())?.seq < range.seq {
+                        if shadowed >= limit {
+                            batch_end = key.value().1;
+                            break;
+                        }
+                        shadowed += 1;
+                    }
+                    if scanned >= 16 * limit.max(BATCH_MAPPINGS) {
+                        batch_end = key.value().1 + 1;
+                        break;
+                    }
+                }
                 let removed = st.remove_mappings_in(
                     t,
                     vol.id,
-                    (from, done_until),
+                    (from, batch_end),
                     limit,
                     Death {
                         seq: range.seq,
@@ -377,13 +400,11 @@ impl Engine {
                     },
                     |value| value.seq < range.seq,
                 )?;
-                // Hosts may have overwritten shadowed mappings since the scan;
-                // none can have become shadowed (new mappings are newer).
-                assert!(removed.len() <= shadowed_at_most);
+                assert_eq!(removed.len(), shadowed);
                 self.stats
                     .reclaimed_mappings
-                    .fetch_add(removed.len() as u64, Ordering::Relaxed);
-                Ok(removed.len() as u64)
+                    .fetch_add(shadowed as u64, Ordering::Relaxed);
+                Ok((batch_end, shadowed as u64))
             })?
         };
         let done = done_until == range.end_grain;
@@ -397,42 +418,6 @@ impl Engine {
             self.finish_range(vol, start, range)?;
         }
         Ok(released)
-    }
-
-    /// Where the next batch of a range record's reclaim ends: after `limit`
-    /// shadowed mappings from `from`, or after scanning a bounded number of
-    /// newer ones. Worked out in a read transaction, before the writer mutex is
-    /// taken, so that a busy host's writes wait for one pass over the batch,
-    /// not two. Returns the end and how many shadowed mappings lie before it
-    /// (at most; hosts may overwrite some before the batch is removed).
-    fn bound_range_batch(
-        &self,
-        volume: u64,
-        from: u64,
-        range: meta::RangeRec,
-        limit: usize,
-    ) -> Result<(u64, usize)> {
-        let txn = self.begin_read()?;
-        let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
-        let mut shadowed = 0;
-        let mut scanned = 0;
-        for item in maps
-            .range((volume, from)..(volume, range.end_grain))
-            .map_err(kv_error)?
-        {
-            let (key, value) = item.map_err(kv_error)?;
-            scanned += 1;
-            if MapValue::decode(value.value())?.seq < range.seq {
-                if shadowed >= limit {
-                    return Ok((key.value().1, shadowed));
-                }
-                shadowed += 1;
-            }
-            if scanned >= 16 * limit.max(BATCH_MAPPINGS) {
-                return Ok((key.value().1 + 1, shadowed));
-            }
-        }
-        Ok((range.end_grain, shadowed))
     }
 
     /// Marks a fully reclaimed range; a hole with nothing beneath it is the same as

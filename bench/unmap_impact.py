@@ -17,7 +17,8 @@ the big volume, and both polling the reclaim backlog every 50 ms throughout;
 the ratios are taken within each pair and reported as medians.
 
 usage: bench/unmap_impact.py [--volume-gib 4] [--blocks 200,1000,2000,4095]
-                             [--runtime 10] [--no-record]
+                             [--runtime 10] [--work-gib 1] [--pairs 3]
+                             [--no-record]
 Needs: fio (nbd engine), nbdsh, gnuplot for the PNG, a release build.
 """
 import argparse

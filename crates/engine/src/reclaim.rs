@@ -44,9 +44,11 @@ const FOREGROUND_YIELD: Duration = Duration::from_micros(100);
 /// each step took: it gets at most a thirtieth of a core (and of the writer
 /// mutex), the hosts the rest. In the seed 001 benchmark (bench/RESULTS.md) a
 /// fifth cost a concurrent 4 KiB write workload up to 20% on its p99, and a
-/// tenth still 12-19% once the workload ran at 10 k IOPS; a thirtieth kept it
-/// within a few percent. Under load reclaim still moves, and once hosts are
-/// quiet for `HOSTS_QUIET` it runs at full speed again.
+/// tenth still 12-19% once the workload ran at 10 k IOPS. A thirtieth gave
+/// 0.99-1.01x in a trial and 1.05-1.15x in the recorded run, where single runs
+/// differ by up to 20%: not yet shown within 10% at every size. Under load
+/// reclaim still moves, and once hosts are quiet for `HOSTS_QUIET` it runs at
+/// full speed again.
 const BUSY_BACKOFF_FACTOR: u32 = 29;
 /// Longest such pause.
 const MAX_BUSY_PAUSE: Duration = Duration::from_millis(50);

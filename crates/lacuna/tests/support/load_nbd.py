@@ -40,6 +40,9 @@ MASK = (1 << 64) - 1
 # since start), so a stall can be placed in the run and matched across connections.
 SLOW_US = 250_000
 START = time.monotonic()
+# print() writes the text and the newline apart, so two threads' summaries can
+# share a line; every stdout line goes out whole under this lock.
+STDOUT_LOCK = threading.Lock()
 ZERO_SECTOR = bytes(SECTOR_BYTES)
 
 
@@ -154,11 +157,13 @@ class Connection:
         ops = s["writes"] + s["reads"] + s["zeroes"] + s["flushes"]
         fields = " ".join(f"{k}={v}" for k, v in s.items())
         kinds = " ".join(f"max_{k}_us={v}" for k, v in self.max_kind_us.items())
-        print(
+        line = (
             f"nbd conn={self.conn} ops={ops} {fields} max_latency_us={self.max_latency_us} {kinds} "
-            f"max_fill_us={self.max_fill_us}",
-            flush=True,
+            f"max_fill_us={self.max_fill_us}\n"
         )
+        with STDOUT_LOCK:
+            sys.stdout.write(line)
+            sys.stdout.flush()
 
 
 def main():

@@ -19,6 +19,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::grain::GrainContent;
 use crate::io::is_data;
 use crate::meta::{MapValue, Target};
+use crate::pending::{PendingGrain, MAX_OPEN_GRAINS};
 use crate::tx::WriterState;
 use crate::{Engine, Result, VolumeShared};
 
@@ -237,32 +238,53 @@ impl Engine {
 
     fn transact_jobs(&self, ws: &mut WriterState, batch: &[Arc<WriteJob>]) -> Result<()> {
         Self::check_batch_quota(batch)?;
-        let (bits, seq) = self.transact(ws, true, |st, t, ws| {
+        let grains: u64 = batch.iter().map(|job| job.contents.len() as u64).sum();
+        let deferred = self.batch_cannot_run_out_of_space(ws, batch);
+        let apply = |st: &mut crate::tx::TxState, t: &mut crate::tx::Tables, ws: &WriterState| {
             let seq = st.take_seq();
             let mut bits = Vec::with_capacity(batch.len());
+            let mut pending = Vec::with_capacity(if deferred { grains as usize } else { 0 });
             for job in batch {
                 let snapshot_seqs = job.volume.snapshot_seqs.lock().clone();
                 st.thick = job.volume.provisioning.is_thick();
                 st.dedup = job.volume.container.policy.read().dedup;
                 let mut job_bits = Vec::with_capacity(job.contents.len());
                 for (i, content) in job.contents.iter().enumerate() {
-                    let target = match content {
-                        GrainContent::Pattern(p) => Target::Pattern(*p),
-                        GrainContent::Data(data) => Target::Block(st.store_block(ws, t, data)?),
+                    let grain = job.first_grain + i as u64;
+                    let (target, held) = match content {
+                        GrainContent::Pattern(p) => {
+                            (Target::Pattern(*p), PendingGrain::Pattern(*p))
+                        }
+                        GrainContent::Data(data) => {
+                            let (id, rec) = st.store_block(ws, t, data)?;
+                            (Target::Block(id), PendingGrain::Block { id, rec })
+                        }
                     };
                     job_bits.push(is_data(target));
                     st.set_mapping(
                         t,
                         job.volume.id,
-                        job.first_grain + i as u64,
+                        grain,
                         MapValue { seq, target },
                         &snapshot_seqs,
                     )?;
+                    if deferred {
+                        pending.push((job.volume.id, grain, held));
+                    }
                 }
                 bits.push(job_bits);
             }
-            Ok((bits, seq))
-        })?;
+            Ok((bits, seq, pending))
+        };
+        let (bits, seq) = if deferred {
+            let (bits, seq, pending) = self.transact_deferred(ws, grains, apply)?;
+            // Before the writes are acknowledged: readers find them here.
+            self.pending.insert(pending);
+            (bits, seq)
+        } else {
+            let (bits, seq, _) = self.transact(ws, true, apply)?;
+            (bits, seq)
+        };
         // Still under the writer mutex: bitmap updates land in commit order.
         for (job, job_bits) in batch.iter().zip(bits) {
             job.volume
@@ -286,7 +308,36 @@ impl Engine {
             drop(bitmap);
             job.volume.sync_usage(None);
         }
+        if ws
+            .open_txn
+            .as_ref()
+            .is_some_and(|open| open.grains >= MAX_OPEN_GRAINS)
+        {
+            self.commit_pending(ws)?;
+        }
         Ok(())
+    }
+
+    /// Whether a batch may join the shared open transaction: only if it cannot
+    /// fail for want of space (a failure there would take the transaction's
+    /// earlier, acknowledged, batches with it). Counts every data grain as a new
+    /// block, which overstates what dedup leaves to store. Otherwise the batch
+    /// commits alone, where a refusal costs nothing else.
+    fn batch_cannot_run_out_of_space(&self, ws: &WriterState, batch: &[Arc<WriteJob>]) -> bool {
+        let most_bytes: u64 = batch
+            .iter()
+            .flat_map(|job| job.contents.iter())
+            .map(|content| match content {
+                GrainContent::Data(data) => {
+                    (crate::segment::RECORD_HEADER_BYTES + data.payload.len()) as u64
+                }
+                GrainContent::Pattern(_) => 0,
+            })
+            .sum();
+        let relocation_room = crate::provision::cleaning_reserve_bytes(ws.capacity_bytes) / 2;
+        ws.live_bytes() + most_bytes <= ws.thin_limit_bytes()
+            && ws.used_bytes() + most_bytes + relocation_room <= ws.capacity_bytes
+            && crate::room::check_data(self.store.as_ref(), most_bytes).is_ok()
     }
 }
 
@@ -414,6 +465,173 @@ mod tests {
                 .collect();
             assert!(back == expected, "grain {grain}");
         }
+        engine.close().unwrap();
+    }
+
+    /// A grain of incompressible bytes, different for each seed.
+    fn grain_bytes(seed: u64) -> Vec<u8> {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..GRAIN_BYTES / 8)
+            .flat_map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state.to_le_bytes()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn writes_wait_in_the_open_transaction_and_read_back_before_and_after_it_commits() {
+        let (dir, engine) = engine();
+        let volume = engine.open_volume("v").unwrap();
+        let commits = || {
+            engine
+                .stats
+                .pending_commits
+                .load(std::sync::atomic::Ordering::SeqCst)
+        };
+        // Whole grains, one write each; then zeroes over some, and half a grain
+        // (read-modify-write, which reads the open transaction's grain).
+        for grain in 0..100u64 {
+            volume
+                .write(grain * GRAIN_BYTES, &grain_bytes(grain))
+                .unwrap();
+        }
+        volume
+            .write(10 * GRAIN_BYTES, &vec![0u8; 4 * GRAIN_BYTES as usize])
+            .unwrap();
+        volume
+            .write(50 * GRAIN_BYTES + 100, &[0xabu8; 1000])
+            .unwrap();
+        let expected = |grain: u64| {
+            let mut bytes = grain_bytes(grain);
+            if (10..14).contains(&grain) {
+                bytes.fill(0);
+            }
+            if grain == 50 {
+                bytes[100..1100].fill(0xab);
+            }
+            bytes
+        };
+        let check = |volume: &crate::Volume| {
+            let mut all = vec![0u8; 101 * GRAIN_BYTES as usize];
+            volume.read(0, &mut all).unwrap();
+            for grain in 0..101u64 {
+                let got =
+                    &all[(grain * GRAIN_BYTES) as usize..((grain + 1) * GRAIN_BYTES) as usize];
+                let want = if grain < 100 {
+                    expected(grain)
+                } else {
+                    vec![0; GRAIN_BYTES as usize]
+                };
+                assert!(got == &want[..], "grain {grain}");
+            }
+        };
+        assert_eq!(commits(), 0, "no write batch committed on its own");
+        assert!(engine.writer.lock().open_txn.is_some());
+        check(&volume);
+        // Block status commits the open transaction and sees every write.
+        let extents = volume.extents(0, 101 * GRAIN_BYTES).unwrap();
+        assert_eq!(commits(), 1);
+        assert!(engine.writer.lock().open_txn.is_none());
+        let data: u64 = extents
+            .iter()
+            .filter(|e| e.state == crate::ExtentState::Data)
+            .map(|e| e.length_bytes)
+            .sum();
+        assert_eq!(data, 96 * GRAIN_BYTES, "{extents:?}");
+        check(&volume);
+        // More writes, then a flush: they survive a restart.
+        for grain in 0..100u64 {
+            if grain % 7 == 0 {
+                volume
+                    .write(grain * GRAIN_BYTES, &grain_bytes(grain))
+                    .unwrap();
+            }
+        }
+        volume.flush().unwrap();
+        assert_eq!(commits(), 2);
+        engine.check_consistency().unwrap();
+        engine.close().unwrap();
+        drop((volume, engine));
+        let mut config = EngineConfig::new(dir.path(), 1 << 30);
+        config.background = false;
+        let engine = Engine::open(config).unwrap();
+        check(&engine.open_volume("v").unwrap());
+        engine.check_consistency().unwrap();
+        engine.close().unwrap();
+    }
+
+    #[test]
+    fn the_open_transaction_commits_once_it_holds_the_most_grains() {
+        let (_dir, engine) = engine();
+        let volume = engine.open_volume("v").unwrap();
+        let write_bytes = 64 * GRAIN_BYTES;
+        let writes = MAX_OPEN_GRAINS * GRAIN_BYTES / write_bytes;
+        for i in 0..writes {
+            let data: Vec<u8> = (0..write_bytes).map(|b| (b / 8 + i) as u8).collect();
+            volume.write(i * write_bytes, &data).unwrap();
+            let open_grains = engine.writer.lock().open_txn.as_ref().map(|o| o.grains);
+            if i + 1 < writes {
+                assert_eq!(open_grains, Some((i + 1) * 64));
+            } else {
+                assert_eq!(open_grains, None, "committed at {MAX_OPEN_GRAINS} grains");
+            }
+        }
+        assert_eq!(
+            engine
+                .stats
+                .pending_commits
+                .load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+        engine.close().unwrap();
+    }
+
+    #[test]
+    fn a_write_that_may_not_fit_commits_alone_and_refusing_it_loses_no_other() {
+        // Near full, a batch that could run out of space must not join the
+        // open transaction: its refusal would take the acknowledged batches in
+        // it along.
+        let dir = tempfile::Builder::new()
+            .prefix("lacuna-batch-")
+            .tempdir()
+            .unwrap();
+        let mut config = EngineConfig::new(dir.path(), 96 << 20);
+        config.background = false;
+        let engine = Engine::open(config).unwrap();
+        engine.create_volume("v", 256 << 20).unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        let chunk_bytes = 256 * GRAIN_BYTES;
+        let chunk = |i: u64| -> Vec<u8> {
+            (0..chunk_bytes / GRAIN_BYTES)
+                .flat_map(|g| grain_bytes(i * 1000 + g))
+                .collect()
+        };
+        let mut written = 0;
+        let refused = loop {
+            match volume.write(written * chunk_bytes, &chunk(written)) {
+                Ok(()) => written += 1,
+                Err(error) => break error,
+            }
+            assert!(written < 256, "never ran out of space");
+        };
+        assert!(
+            matches!(refused, crate::EngineError::NoSpace(_)),
+            "{refused}"
+        );
+        assert!(written > 8, "{written} chunks fitted");
+        // Nothing acknowledged is lost, and the array still takes writes.
+        let mut back = vec![0u8; chunk_bytes as usize];
+        for i in 0..written {
+            volume.read(i * chunk_bytes, &mut back).unwrap();
+            assert!(back == chunk(i), "chunk {i}");
+        }
+        volume.write(0, &vec![0u8; chunk_bytes as usize]).unwrap();
+        volume.read(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        engine.check_consistency().unwrap();
         engine.close().unwrap();
     }
 }

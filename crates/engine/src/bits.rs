@@ -143,6 +143,7 @@ impl Engine {
         // Under the writer mutex, so no write's bits land between the check of
         // newer mappings and the update.
         let mut ws = self.writer.lock();
+        self.commit_pending(&mut ws)?;
         let current = self.begin_read()?;
         let current_maps = current.open_table(meta::MAPPINGS).map_err(kv_error)?;
         let mut written_since = std::collections::BTreeSet::new();

@@ -380,6 +380,7 @@ impl Engine {
     /// so the figures of all volumes add up to the live bytes. One scan of the
     /// volume's mappings.
     fn physical_of(&self, volume: u64) -> Result<(u64, u64)> {
+        self.commit_pending_now()?;
         let txn = self.begin_read()?;
         let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
         let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;

@@ -104,11 +104,11 @@ impl Engine {
     /// the reserve free — so a writer only waits when overwrites outpace
     /// cleaning.
     pub(crate) fn make_room(&self, bytes: u64) -> Result<()> {
-        let reserve = crate::provision::cleaning_reserve_bytes(self.config.capacity_bytes);
-        let wanted = bytes.saturating_add(reserve);
-        if self.free_bytes_hint.load(Ordering::Relaxed) >= wanted {
+        if !self.write_may_clean(bytes) {
             return Ok(());
         }
+        let reserve = crate::provision::cleaning_reserve_bytes(self.config.capacity_bytes);
+        let wanted = bytes.saturating_add(reserve);
         for _ in 0..MAX_WRITER_CLEANS {
             {
                 let ws = self.writer.lock();
@@ -127,6 +127,13 @@ impl Engine {
             self.flush_freeing()?;
         }
         Ok(())
+    }
+
+    /// Whether a write of `bytes` may have to clean first (`make_room`): not
+    /// while the last commit left the cleaner's reserve and the write free.
+    pub(crate) fn write_may_clean(&self, bytes: u64) -> bool {
+        let reserve = crate::provision::cleaning_reserve_bytes(self.config.capacity_bytes);
+        self.free_bytes_hint.load(Ordering::Relaxed) < bytes.saturating_add(reserve)
     }
 
     /// Cleans every segment holding stale bytes, however live (tests run it
@@ -246,6 +253,7 @@ impl Engine {
         if suspects.is_empty() {
             return Ok(());
         }
+        self.commit_pending_now()?;
         let txn = self.begin_read()?;
         let blocks = txn.open_table(crate::meta::BLOCKS).map_err(kv_error)?;
         for &(block_id, offset_bytes) in suspects {

@@ -542,6 +542,14 @@ fn remove(db: &redb::Database, name: &str) -> Result<()> {
 }
 
 impl Engine {
+    /// Writes a container record durably, first committing the write batches'
+    /// open transaction (redb has one writer at a time).
+    fn persist_container(&self, rec: &ContainerRec) -> Result<()> {
+        let mut ws = self.writer.lock();
+        self.commit_pending(&mut ws)?;
+        persist(&self.db, rec)
+    }
+
     pub(crate) fn container_named(&self, name: &str) -> Result<Arc<ContainerShared>> {
         self.containers
             .read()
@@ -594,7 +602,7 @@ impl Engine {
             created_unix_s: crate::catalog::now_unix_s(),
             policy,
         };
-        persist(&self.db, &rec)?;
+        self.persist_container(&rec)?;
         let shared = Arc::new(ContainerShared::new(&rec, self.clock.now()));
         self.containers.write().insert(id, shared.clone());
         Ok(self.container_info_of(&shared))
@@ -610,7 +618,7 @@ impl Engine {
         validate_policy(&changed)?;
         let mut rec = shared.rec();
         rec.policy = changed;
-        persist(&self.db, &rec)?;
+        self.persist_container(&rec)?;
         *shared.policy.write() = changed;
         shared.bucket.lock().set_policy(
             changed.reclaim.rate(),
@@ -643,7 +651,13 @@ impl Engine {
                 "container '{name}' still holds {members} volume(s) and {doomed} being reclaimed: delete and eradicate them first"
             )));
         }
-        remove(&self.db, name)?;
+        {
+            // The write batches' open transaction must not hold up redb's
+            // single writer.
+            let mut ws = self.writer.lock();
+            self.commit_pending(&mut ws)?;
+            remove(&self.db, name)?;
+        }
         self.containers.write().remove(&shared.id);
         Ok(())
     }

@@ -40,6 +40,10 @@ pub enum EngineError {
     },
     #[error("metadata store: {0}")]
     Metadata(String),
+    /// A write batch's shared metadata transaction failed after some of its
+    /// writes were acknowledged: the array takes no more I/O until restarted.
+    #[error("the array stopped taking I/O after a failed metadata transaction ({0}); restart it to recover to the last flush")]
+    Fenced(String),
 }
 
 pub type Result<T> = std::result::Result<T, EngineError>;

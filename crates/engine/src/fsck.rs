@@ -29,7 +29,8 @@ impl Engine {
                 (v.clone(), view.ranges.clone(), view.size_bytes)
             })
             .collect();
-        let ws = self.writer.lock();
+        let mut ws = self.writer.lock();
+        self.commit_pending(&mut ws)?;
         let txn = self.begin_read()?;
         let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
         let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;

@@ -7,6 +7,7 @@ use redb::ReadOnlyTable;
 use crate::bitmap::DataBitmap;
 use crate::grain::{self, GrainContent};
 use crate::meta::{self, kv_error, BlockRec, RangeKind, RangeRec, Target};
+use crate::pending::PendingGrain;
 use crate::segment::{self, RecordHeader};
 use crate::snapshot::SnapshotShared;
 use crate::view::{Content, Reader, Source};
@@ -16,6 +17,34 @@ use crate::{
 
 /// Most mappings one block-status call examines before answering with a prefix.
 const MAX_EXTENT_SCAN_GRAINS: u64 = 1 << 16;
+
+/// What fills a piece of a read: committed content, or a pending grain's.
+#[derive(Debug, Clone, Copy)]
+enum Fill {
+    Hole,
+    Pattern(u64),
+    /// A block, and where it is stored when it is not committed yet.
+    Block(u64, Option<BlockRec>),
+}
+
+impl From<Content> for Fill {
+    fn from(content: Content) -> Self {
+        match content {
+            Content::Hole => Fill::Hole,
+            Content::Pattern(p) => Fill::Pattern(p),
+            Content::Block(id) => Fill::Block(id, None),
+        }
+    }
+}
+
+impl From<PendingGrain> for Fill {
+    fn from(held: PendingGrain) -> Self {
+        match held {
+            PendingGrain::Pattern(p) => Fill::Pattern(p),
+            PendingGrain::Block { id, rec } => Fill::Block(id, Some(rec)),
+        }
+    }
+}
 
 /// Whether a mapping target counts as data (for `written_bytes`).
 pub(crate) fn is_data(target: Target) -> bool {
@@ -90,56 +119,92 @@ impl Engine {
         offset_bytes: u64,
         buf: &mut [u8],
     ) -> Result<()> {
-        let txn = self.begin_read()?;
-        let mut reader = Reader::new(self, &txn)?;
         let first = offset_bytes / GRAIN_BYTES;
         let end_bytes = offset_bytes + buf.len() as u64;
         let end = end_bytes.div_ceil(GRAIN_BYTES);
+        // Grains of the open write transaction first, the read transaction
+        // after (see `pending`). Snapshots never see them: every snapshot is
+        // older than the open transaction.
+        let pending = match source {
+            Source::Live { volume, .. } => self.pending.range(*volume, first, end),
+            Source::Snapshot(_) => Vec::new(),
+        };
+        let txn = self.begin_read()?;
+        let mut reader = Reader::new(self, &txn)?;
         let (runs, reached) = reader.runs(source, first, end, u64::MAX, 0)?;
         assert_eq!(reached, end, "reads are never cut short");
         let mut grain_buf = vec![0u8; GRAIN_BYTES as usize];
-        let mut grain = first;
-        for run in runs {
-            let run_from = (grain * GRAIN_BYTES).max(offset_bytes);
-            let run_to = ((grain + run.grains) * GRAIN_BYTES).min(end_bytes);
+        let mut fill = |reader: &mut Reader, from: u64, to: u64, content: Fill| -> Result<()> {
+            let run_from = (from * GRAIN_BYTES).max(offset_bytes);
+            let run_to = (to * GRAIN_BYTES).min(end_bytes);
             let out =
                 &mut buf[(run_from - offset_bytes) as usize..(run_to - offset_bytes) as usize];
             let in_grain = (run_from % GRAIN_BYTES) as usize;
-            match run.content {
-                Content::Hole => out.fill(0),
-                Content::Pattern(p) => grain::fill_pattern(p, in_grain, out),
-                Content::Block(id) => {
-                    reader.count_block_lookup();
-                    self.read_block(&reader.blocks, id, &mut grain_buf)
-                        .inspect_err(|e| {
-                            tracing::error!(
-                                volume = %label,
-                                offset_bytes = run_from,
-                                length_bytes = GRAIN_BYTES,
-                                "read failed: {e}"
-                            )
-                        })?;
-                    out.copy_from_slice(&grain_buf[in_grain..in_grain + out.len()]);
+            let (id, rec) = match content {
+                Fill::Hole => {
+                    out.fill(0);
+                    return Ok(());
                 }
+                Fill::Pattern(p) => {
+                    grain::fill_pattern(p, in_grain, out);
+                    return Ok(());
+                }
+                Fill::Block(id, rec) => (id, rec),
+            };
+            assert_eq!(to, from + 1, "a block fills one grain");
+            let rec = match rec {
+                Some(rec) => rec,
+                None => {
+                    reader.count_block_lookup();
+                    Self::block_rec(&reader.blocks, id)?
+                }
+            };
+            self.read_record(id, rec, &mut grain_buf).inspect_err(|e| {
+                tracing::error!(
+                    volume = %label,
+                    offset_bytes = run_from,
+                    length_bytes = GRAIN_BYTES,
+                    "read failed: {e}"
+                )
+            })?;
+            out.copy_from_slice(&grain_buf[in_grain..in_grain + out.len()]);
+            Ok(())
+        };
+        let mut pending = pending.into_iter().peekable();
+        let mut grain = first;
+        for run in runs {
+            let run_end = grain + run.grains;
+            while grain < run_end {
+                // A pending grain's own content, or the committed content up
+                // to the next pending grain.
+                let (to, content) = match pending.peek() {
+                    Some(&(at, held)) if at == grain => {
+                        pending.next();
+                        (grain + 1, Fill::from(held))
+                    }
+                    Some(&(at, _)) if at < run_end => (at, Fill::from(run.content)),
+                    _ => (run_end, Fill::from(run.content)),
+                };
+                fill(&mut reader, grain, to, content)?;
+                grain = to;
             }
-            grain += run.grains;
         }
+        assert!(pending.next().is_none(), "pending grains lie in the read");
         assert_eq!(grain, end);
         Ok(())
     }
 
-    /// Reads and verifies one block's record; a mismatch is an error, never data.
-    fn read_block(
-        &self,
-        blocks: &ReadOnlyTable<u64, &'static [u8]>,
-        id: u64,
-        out: &mut [u8],
-    ) -> Result<()> {
+    /// Where a committed block is stored.
+    fn block_rec(blocks: &ReadOnlyTable<u64, &'static [u8]>, id: u64) -> Result<BlockRec> {
         let rec = blocks
             .get(id)
             .map_err(kv_error)?
             .ok_or_else(|| EngineError::Corruption(format!("block {id} is mapped but missing")))?;
-        let rec = BlockRec::decode(rec.value())?;
+        BlockRec::decode(rec.value())
+    }
+
+    /// Reads and verifies one block's record; a mismatch is an error, never data.
+    fn read_record(&self, id: u64, rec: BlockRec, out: &mut [u8]) -> Result<()> {
         let mut record = vec![0u8; rec.record_bytes() as usize];
         self.store
             .read_at(rec.segment, u64::from(rec.offset_bytes), &mut record)
@@ -440,6 +505,9 @@ impl Engine {
         if length_bytes == 0 {
             return Ok(Vec::new());
         }
+        // Block status is rare next to reads: committing the write batches'
+        // open transaction is simpler than merging its grains into extents.
+        self.commit_pending_now()?;
         let txn = self.begin_read()?;
         let mut reader = Reader::new(self, &txn)?;
         let first = offset_bytes / GRAIN_BYTES;

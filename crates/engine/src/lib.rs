@@ -36,6 +36,7 @@ mod io;
 mod lifecycle;
 pub mod meta;
 mod metafile;
+mod pending;
 pub mod provision;
 pub mod ranges;
 pub mod rate;
@@ -136,6 +137,8 @@ pub struct EngineStats {
     /// Metadata rows inserted or removed by host-facing operations (not by the
     /// background reclaimer): the complexity tests count these.
     pub foreground_records_written: AtomicU64,
+    /// Commits of the write batches' shared transaction (see [`pending`]).
+    pub pending_commits: AtomicU64,
     pub reclaimed_mappings: AtomicU64,
     pub freed_segments: AtomicU64,
     /// Bytes of freed records punched out of segment files (fallocate).
@@ -222,8 +225,9 @@ pub struct Engine {
     volumes: RwLock<HashMap<String, Arc<VolumeShared>>>,
     /// Storage containers by id (lock before `volumes`).
     containers: RwLock<BTreeMap<u64, Arc<container::ContainerShared>>>,
-    /// Serialises container create/set/delete: their durable writes happen
-    /// outside every other lock (a writer may hold the KV while it needs them).
+    /// Serialises container create/set/delete. Their durable writes take the
+    /// writer mutex (the write batches' open transaction is committed first:
+    /// redb has one writer at a time); lock this one first.
     container_admin: Mutex<()>,
     clock: Arc<dyn rate::Clock>,
     /// Host I/O requests in progress: background work yields while there are any.
@@ -259,6 +263,12 @@ pub struct Engine {
     above_soft_threshold: AtomicBool,
     writer: Mutex<WriterState>,
     write_queue: batch::WriteQueue,
+    /// Grains of the write batches' open transaction, for readers.
+    pending: pending::PendingWrites,
+    /// Why the array stopped taking I/O, if it did: a write batch's shared
+    /// transaction failed after some of its writes were acknowledged, and only
+    /// a restart (back to the last durable commit) makes the state whole.
+    fenced: Mutex<Option<String>>,
     /// Held for reading from looking up a record to reading it; taken for
     /// writing once before freed records are cut out of their files, so no
     /// reader that could still see them is left.
@@ -324,6 +334,8 @@ impl Engine {
             above_soft_threshold: AtomicBool::new(false),
             writer: Mutex::new(recovered.writer),
             write_queue: batch::WriteQueue::default(),
+            pending: pending::PendingWrites::default(),
+            fenced: Mutex::new(None),
             io_lock: RwLock::new(()),
             flush_lock: Mutex::new(()),
             files_lock: Mutex::new(()),
@@ -437,6 +449,7 @@ impl Engine {
             ws.pending_free.insert(sealed);
         }
         room::check_metadata(self.store.as_ref())?;
+        self.commit_pending(&mut ws)?;
         let freeing: Vec<_> = std::mem::take(&mut ws.pending_free).into_iter().collect();
         let punching = std::mem::take(&mut ws.pending_punch);
         let mut txn = self.db.begin_write().map_err(kv_error)?;
@@ -559,7 +572,35 @@ impl Engine {
         foreground: bool,
         f: impl FnOnce(&mut tx::TxState, &mut tx::Tables, &WriterState) -> Result<T>,
     ) -> Result<T> {
+        self.commit_pending(ws)?;
         let (value, records, appended_bytes) = tx::run(&self.db, self.store.as_ref(), ws, f)?;
+        self.after_commit(ws, foreground, records, appended_bytes);
+        Ok(value)
+    }
+
+    /// A write batch in the batches' shared open transaction (see [`pending`]),
+    /// which the caller must make sure cannot run out of space. A failure
+    /// fences the array: writes acknowledged in the transaction are gone.
+    pub(crate) fn transact_deferred<T>(
+        &self,
+        ws: &mut WriterState,
+        grains: u64,
+        f: impl FnOnce(&mut tx::TxState, &mut tx::Tables, &WriterState) -> Result<T>,
+    ) -> Result<T> {
+        self.check_fence()?;
+        match tx::run_deferred(&self.db, self.store.as_ref(), ws, grains, f) {
+            Ok((value, records, appended_bytes)) => {
+                self.after_commit(ws, true, records, appended_bytes);
+                Ok(value)
+            }
+            Err(error) => {
+                self.fence(&error);
+                Err(error)
+            }
+        }
+    }
+
+    fn after_commit(&self, ws: &WriterState, foreground: bool, records: u64, appended_bytes: u64) {
         self.stats
             .media_written_bytes
             .fetch_add(appended_bytes, Ordering::Relaxed);
@@ -574,7 +615,47 @@ impl Engine {
                 .foreground_records_written
                 .fetch_add(records, Ordering::Relaxed);
         }
-        Ok(value)
+    }
+
+    /// Commits the write batches' open transaction, if any, and forgets its
+    /// pending grains (readers find them committed from now on).
+    pub(crate) fn commit_pending(&self, ws: &mut WriterState) -> Result<()> {
+        self.check_fence()?;
+        if ws.open_txn.is_none() {
+            return Ok(());
+        }
+        if let Err(error) = tx::commit_open(ws) {
+            self.fence(&error);
+            return Err(error);
+        }
+        self.pending.clear();
+        self.stats.pending_commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// [`Engine::commit_pending`] for callers about to read metadata without the
+    /// writer mutex.
+    pub(crate) fn commit_pending_now(&self) -> Result<()> {
+        self.commit_pending(&mut self.writer.lock())
+    }
+
+    fn fence(&self, error: &EngineError) {
+        let mut fenced = self.fenced.lock();
+        if fenced.is_none() {
+            tracing::error!(
+                "a write batch's metadata transaction failed ({error}); the array takes no more \
+                 I/O until it is restarted, which recovers it to the last flush"
+            );
+            *fenced = Some(error.to_string());
+        }
+        self.pending.clear();
+    }
+
+    pub(crate) fn check_fence(&self) -> Result<()> {
+        match &*self.fenced.lock() {
+            Some(why) => Err(EngineError::Fenced(why.clone())),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
@@ -605,6 +686,7 @@ impl Volume {
     }
 
     fn live(&self) -> Result<()> {
+        self.engine.check_fence()?;
         if self.shared.deleted.load(Ordering::SeqCst) {
             return Err(EngineError::VolumeNotFound(self.shared.name.clone()));
         }
@@ -634,6 +716,14 @@ impl Volume {
             .host_written_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether a write of `length_bytes` will return without cleaning segments
+    /// first (see `make_room`): it then waits at most for the writer mutex,
+    /// which write batches hold for microseconds and a durable commit for
+    /// milliseconds. Transports use it to run small writes on their own task.
+    pub fn write_is_quick(&self, length_bytes: u64) -> bool {
+        self.engine.check_fence().is_ok() && !self.engine.write_may_clean(length_bytes)
     }
 
     /// Deallocates a range; it reads back as zeroes. Metadata-only.

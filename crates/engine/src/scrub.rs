@@ -295,7 +295,11 @@ impl Engine {
 
     /// Records and bytes in the block table now.
     fn stored_totals(&self) -> Result<(u64, u64)> {
-        let live_bytes = self.writer.lock().live_bytes();
+        let live_bytes = {
+            let mut ws = self.writer.lock();
+            self.commit_pending(&mut ws)?;
+            ws.live_bytes()
+        };
         let txn = self.begin_read()?;
         let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;
         let records = redb::ReadableTableMetadata::len(&blocks).map_err(kv_error)?;
@@ -346,6 +350,7 @@ impl Engine {
 
     /// Up to [`BLOCKS_PER_STEP`] block records from id `from` on.
     fn list_blocks(&self, from: u64) -> Result<Vec<(u64, BlockRec)>> {
+        self.commit_pending_now()?;
         let txn = self.begin_read()?;
         let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;
         let mut batch = Vec::with_capacity(BLOCKS_PER_STEP);
@@ -406,6 +411,7 @@ impl Engine {
     /// Whether block `id` still lives where `rec` says (not moved or freed since
     /// it was listed).
     fn still_stored_at(&self, id: u64, rec: &BlockRec) -> Result<bool> {
+        self.commit_pending_now()?;
         let txn = self.begin_read()?;
         let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;
         let Some(value) = blocks.get(id).map_err(kv_error)? else {
@@ -418,6 +424,7 @@ impl Engine {
     /// Every volume range (live, or seen by snapshots) that reads a block in
     /// `bad`: one scan of the mappings and of the history.
     fn affected_ranges(&self, bad: &BTreeSet<u64>) -> Result<Vec<AffectedRange>> {
+        self.commit_pending_now()?;
         let txn = self.begin_read()?;
         let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
         let history = txn.open_table(meta::HISTORY).map_err(kv_error)?;

@@ -74,6 +74,24 @@ pub struct WriterState {
     /// Live bytes by [`meta::BlockClass`] (unique, snapshot-only, shared): kept
     /// exact per commit, recomputed from the block table at open.
     pub class_bytes: [u64; 3],
+    /// The transaction write batches share until it is committed (see
+    /// [`crate::pending`]). Everything above already includes its batches.
+    pub(crate) open_txn: Option<OpenTxn>,
+}
+
+/// The write batches' shared metadata transaction, not yet committed.
+pub(crate) struct OpenTxn {
+    txn: WriteTransaction,
+    /// Grains written in it so far.
+    pub grains: u64,
+}
+
+impl std::fmt::Debug for OpenTxn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenTxn")
+            .field("grains", &self.grains)
+            .finish_non_exhaustive()
+    }
 }
 
 impl WriterState {
@@ -554,13 +572,14 @@ impl TxState {
     }
 
     /// Stores a data grain: a reference to an existing block with the same
-    /// fingerprint, or a new block appended to the open segment.
+    /// fingerprint, or a new block appended to the open segment. Returns the
+    /// block and its record.
     pub fn store_block(
         &mut self,
         ws: &WriterState,
         t: &mut Tables,
         data: &DataGrain,
-    ) -> Result<u64> {
+    ) -> Result<(u64, BlockRec)> {
         if !self.dedup {
             return self.store_new_block(ws, t, data);
         }
@@ -578,7 +597,7 @@ impl TxState {
                 .checked_add(1)
                 .ok_or_else(|| EngineError::Metadata("refcount overflow".into()))?;
             self.put_block(t, id, Some(&before), Some(&rec))?;
-            return Ok(id);
+            return Ok((id, rec));
         }
         self.store_new_block(ws, t, data)
     }
@@ -596,7 +615,7 @@ impl TxState {
         ws: &WriterState,
         t: &mut Tables,
         data: &DataGrain,
-    ) -> Result<u64> {
+    ) -> Result<(u64, BlockRec)> {
         self.next_block_id += 1;
         let id = self.next_block_id;
         let header = RecordHeader {
@@ -631,7 +650,7 @@ impl TxState {
         if self.dedup {
             self.dedup_added.insert(dedup_key(&data.fingerprint), id);
         }
-        Ok(id)
+        Ok((id, rec))
     }
 
     /// Writes (or deletes) a block row and moves its bytes between classes.
@@ -950,6 +969,10 @@ pub fn run<T>(
     ws: &mut WriterState,
     f: impl FnOnce(&mut TxState, &mut Tables, &WriterState) -> Result<T>,
 ) -> Result<(T, u64, u64)> {
+    assert!(
+        ws.open_txn.is_none(),
+        "the write batches' open transaction is committed before any other"
+    );
     let mut txn = db.begin_write().map_err(kv_error)?;
     txn.set_durability(Durability::None).map_err(kv_error)?;
     let mut st = TxState::new(ws);
@@ -957,22 +980,70 @@ pub fn run<T>(
         let mut tables = Tables::open(&txn)?;
         f(&mut st, &mut tables, ws)?
     };
-    let appended_bytes: u64 = st.appends.values().map(|(_, b)| b.len() as u64).sum();
-    if appended_bytes > 0 {
-        crate::room::check_data(store, appended_bytes)?;
-    }
-    for (segment, (offset, bytes)) in &st.appends {
-        store
-            .write_at(*segment, *offset, bytes)
-            .map_err(|e| crate::room::segment_error(format!("writing segment {segment}"), e))?;
-    }
+    let appended_bytes = st.write_appends(store)?;
     txn.commit().map_err(kv_error)?;
     let records_written = st.records_written;
     st.apply_to(ws);
     Ok((value, records_written, appended_bytes))
 }
 
+/// Runs a write batch in the shared open transaction (begun if there is none)
+/// and leaves it open; its effects on `ws` apply at once. The caller has made
+/// sure the batch cannot run out of space. On any error the open transaction
+/// is dropped — with every batch in it, already acknowledged — so the caller
+/// must stop the array from taking further I/O.
+pub fn run_deferred<T>(
+    db: &redb::Database,
+    store: &dyn segment::SegmentStore,
+    ws: &mut WriterState,
+    grains: u64,
+    f: impl FnOnce(&mut TxState, &mut Tables, &WriterState) -> Result<T>,
+) -> Result<(T, u64, u64)> {
+    let mut open = match ws.open_txn.take() {
+        Some(open) => open,
+        None => {
+            let mut txn = db.begin_write().map_err(kv_error)?;
+            txn.set_durability(Durability::None).map_err(kv_error)?;
+            OpenTxn { txn, grains: 0 }
+        }
+    };
+    let mut st = TxState::new(ws);
+    let value = {
+        let mut tables = Tables::open(&open.txn)?;
+        f(&mut st, &mut tables, ws)?
+    };
+    let appended_bytes = st.write_appends(store)?;
+    let records_written = st.records_written;
+    st.apply_to(ws);
+    open.grains += grains;
+    ws.open_txn = Some(open);
+    Ok((value, records_written, appended_bytes))
+}
+
+/// Commits the write batches' open transaction, if there is one.
+pub fn commit_open(ws: &mut WriterState) -> Result<()> {
+    match ws.open_txn.take() {
+        Some(open) => open.txn.commit().map_err(kv_error),
+        None => Ok(()),
+    }
+}
+
 impl TxState {
+    /// Writes the records this transaction appends to their segments, before its
+    /// metadata commits; returns their bytes.
+    fn write_appends(&self, store: &dyn segment::SegmentStore) -> Result<u64> {
+        let appended_bytes: u64 = self.appends.values().map(|(_, b)| b.len() as u64).sum();
+        if appended_bytes > 0 {
+            crate::room::check_data(store, appended_bytes)?;
+        }
+        for (segment, (offset, bytes)) in &self.appends {
+            store
+                .write_at(*segment, *offset, bytes)
+                .map_err(|e| crate::room::segment_error(format!("writing segment {segment}"), e))?;
+        }
+        Ok(appended_bytes)
+    }
+
     /// Applies a committed transaction's effects to the shared writer state.
     fn apply_to(self, ws: &mut WriterState) {
         for (&id, &(written_delta, live_delta)) in &self.seg_delta {

@@ -1022,7 +1022,13 @@ impl Connection {
             let _ = self.dispatch.send(Dispatch { ready, control });
             return;
         };
-        if ready.answer.is_none() && runs_inline(&ready.command) {
+        let inline = runs_inline(&ready.command)
+            || self.target.scsi.runs_quickly(
+                &self.session.nexus,
+                ready.command.lun,
+                &ready.command.cdb,
+            );
+        if ready.answer.is_none() && inline {
             self.execute_here(control, ready, guard);
             return;
         }
@@ -1731,9 +1737,11 @@ const MAX_INLINE_READ_BYTES: u32 = 128 * 1024;
 /// Whether a command runs on the connection's task itself, with no hand-off:
 /// small READs take microseconds (the volume's metadata, the page cache),
 /// less than two trips through the blocking pool, which at queue depth 1 are
-/// most of their latency. Everything else (writes queue behind commits,
-/// SYNCHRONIZE CACHE syncs the disks, copies and unmaps may be long) goes to
-/// the pool, so the connection keeps reading meanwhile.
+/// most of their latency. So do small writes the SCSI layer calls quick
+/// (`ScsiTarget::runs_quickly`; at queue depth 32 running them here gave
+/// 1.3–1.6× the 4 KiB writes per second of the pool). Everything else
+/// (SYNCHRONIZE CACHE and FUA writes sync the disks, copies and unmaps may be
+/// long) goes to the pool, so the connection keeps reading meanwhile.
 fn runs_inline(command: &PendingCommand) -> bool {
     const READ_6: u8 = 0x08;
     const READ_10: u8 = 0x28;

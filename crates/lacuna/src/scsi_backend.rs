@@ -269,6 +269,10 @@ impl LogicalUnit for VolumeUnit {
         Ok(())
     }
 
+    fn write_is_quick(&self, length_bytes: u64) -> bool {
+        self.volume.write_is_quick(length_bytes)
+    }
+
     fn unmap(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), BackendError> {
         self.volume
             .unmap(offset_bytes, len_bytes)

@@ -133,6 +133,12 @@ pub trait LogicalUnit: Send + Sync {
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), BackendError>;
     /// `fua`: durable before returning (Force Unit Access).
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), BackendError>;
+    /// Whether a write of `length_bytes` (not FUA) would return without waiting
+    /// for background work such as cleaning: it may then run on a transport's
+    /// own task. Only a hint; `false` is always safe.
+    fn write_is_quick(&self, _length_bytes: u64) -> bool {
+        false
+    }
     /// Deallocates the range: afterwards it reads as zeros and holds no space.
     fn unmap(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), BackendError>;
     /// Makes the range read as zeros. With `allow_unmap` the blocks may be deallocated;

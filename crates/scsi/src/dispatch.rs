@@ -345,6 +345,9 @@ fn outcome(result: CommandResult, format: SenseFormat) -> CommandOutcome {
     }
 }
 
+/// Largest WRITE that may run on the transport's own task (see `runs_quickly`).
+const MAX_QUICK_WRITE_BYTES: u64 = 64 * 1024;
+
 impl ScsiTarget for ScsiCore {
     fn nexus_created(&self, nexus: &ItNexus) {
         // A reinstated nexus starts over: fresh unit attentions and LUN map.
@@ -411,6 +414,35 @@ impl ScsiTarget for ScsiCore {
         let state = nexus_state.lock();
         let unit = state.lun_map.iter().find(|e| e.lun == lun)?;
         crate::data_out::data_out_bytes(cdb, unit.unit.block_size_bytes())
+    }
+
+    /// Small WRITE (10/16) without FUA, with the write cache on, to a unit that
+    /// says the write will not wait for background work (a durable commit
+    /// still may hold it up for milliseconds).
+    fn runs_quickly(&self, nexus: &ItNexus, lun: u64, cdb: &[u8]) -> bool {
+        const FUA: u8 = 0x08;
+        if !matches!(cdb.first(), Some(&(op::WRITE_10 | op::WRITE_16))) || cdb[1] & FUA != 0 {
+            return false;
+        }
+        let unit = {
+            let nexus_state = self.nexus_state(nexus);
+            let state = nexus_state.lock();
+            match state.lun_map.iter().find(|e| e.lun == lun) {
+                Some(entry) => Arc::clone(&entry.unit),
+                None => return false,
+            }
+        };
+        let Some(length_bytes) = crate::data_out::data_out_bytes(cdb, unit.block_size_bytes())
+        else {
+            return false;
+        };
+        length_bytes <= MAX_QUICK_WRITE_BYTES
+            && self
+                .unit_state(unit.as_ref())
+                .lock()
+                .mode
+                .write_cache_enabled()
+            && unit.write_is_quick(length_bytes)
     }
 
     fn task_management(

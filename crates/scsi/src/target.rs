@@ -108,6 +108,13 @@ pub trait ScsiTarget: Send + Sync {
     fn data_out_bytes(&self, _nexus: &ItNexus, _lun: u64, _cdb: &[u8]) -> Option<u64> {
         None
     }
+    /// Whether `execute` of this command will take microseconds, not wait on
+    /// disks or background work: a transport may then run it on its own task
+    /// instead of handing it to a blocking pool (whose round trip would cost
+    /// more than the command).
+    fn runs_quickly(&self, _nexus: &ItNexus, _lun: u64, _cdb: &[u8]) -> bool {
+        false
+    }
     /// Side effects of task management on the SCSI state (unit attentions, reservations).
     /// Aborting commands still queued in the transport is the transport's own job.
     fn task_management(

@@ -511,7 +511,7 @@ fn reads_never_miss_a_write_while_the_open_transaction_commits() {
             let mut round = 0u64;
             while !done.load(Ordering::SeqCst) {
                 round += 1;
-                if round % 16 == 0 {
+                if round.is_multiple_of(16) {
                     committer.flush().unwrap();
                 } else {
                     committer.extents(0, GRAINS * 4096).unwrap();

@@ -355,3 +355,73 @@ fn cleaning_over_partly_punched_dead_records_reports_no_damage() {
     }
     engine.check_consistency().unwrap();
 }
+
+/// Foreground first, but background never stops: while a host writes without
+/// pause (so the background thread sees busy hosts the whole time and spaces
+/// its reclaim steps), an unmapped volume's dead space is still reclaimed to
+/// the last grain before the host stops, and every write still reads back.
+#[test]
+fn reclaim_finishes_while_a_host_writes_without_pause() {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    const DEAD_GRAINS: u64 = 4096; // 16 MiB
+    const BUSY_GRAINS: u64 = 1024;
+    let tmp = temp_dir("space", "busy-reclaim");
+    let engine = open(tmp.path(), 1024 * MIB);
+    engine.create_volume("dead", DEAD_GRAINS * GRAIN).unwrap();
+    engine.create_volume("busy", BUSY_GRAINS * GRAIN).unwrap();
+    let dead = engine.open_volume("dead").unwrap();
+    for first in (0..DEAD_GRAINS).step_by(256) {
+        let data: Vec<u8> = (first..first + 256).flat_map(|g| grain(g, 1)).collect();
+        dead.write(first * GRAIN, &data).unwrap();
+    }
+    dead.flush().unwrap();
+    let stop = AtomicBool::new(false);
+    let writes = AtomicU64::new(0);
+    let busy = engine.open_volume("busy").unwrap();
+    std::thread::scope(|scope| {
+        let host = scope.spawn(|| {
+            let mut version = 0;
+            while !stop.load(Ordering::SeqCst) {
+                version += 1;
+                let g = (version * 7919) % BUSY_GRAINS;
+                busy.write(g * GRAIN, &grain(g, version)).unwrap();
+                writes.fetch_add(1, Ordering::SeqCst);
+            }
+            version
+        });
+        // The host is writing before the dead space appears.
+        while writes.load(Ordering::SeqCst) < 100 {
+            std::thread::yield_now();
+        }
+        dead.unmap(0, DEAD_GRAINS * GRAIN).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while engine.space().reclaim_backlog_bytes > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "reclaim starved under host writes: {:?}",
+                engine.space()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let writes_when_empty = writes.load(Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            writes.load(Ordering::SeqCst) > writes_when_empty,
+            "the host was still writing when the backlog emptied"
+        );
+        stop.store(true, Ordering::SeqCst);
+        let last_version = host.join().unwrap();
+        // Each grain holds the last version written to it.
+        let mut latest = HashMap::new();
+        for version in 1..=last_version {
+            latest.insert((version * 7919) % BUSY_GRAINS, version);
+        }
+        let mut back = vec![0u8; GRAIN as usize];
+        for (g, version) in latest {
+            busy.read(g * GRAIN, &mut back).unwrap();
+            assert!(back == grain(g, version), "grain {g}");
+        }
+    });
+    engine.check_consistency().unwrap();
+    engine.close().unwrap();
+}

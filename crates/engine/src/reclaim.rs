@@ -25,11 +25,10 @@ use crate::meta::{self, kv_error, HistValue, MapValue, RangeKind};
 use crate::tx::Death;
 use crate::{Engine, Result, GRAIN_BYTES};
 
-/// Mappings dropped per transaction while host I/O is in flight: a step of a
-/// few milliseconds at most, so host writes never queue long behind the writer
-/// mutex; four such steps a second (`MIN_BUSY_RECLAIM_INTERVAL`) reclaim
-/// 16 MiB/s of 4 KiB grains under sustained load.
-const BATCH_MAPPINGS: usize = 1024;
+/// Mappings dropped per transaction while host I/O is in flight: short
+/// transactions (a fraction of a millisecond), so host writes never queue long
+/// behind the writer mutex.
+const BATCH_MAPPINGS: usize = 64;
 /// Mappings dropped per transaction when no host I/O is in flight: commits are
 /// a large part of the cost, so idle time reclaims in bigger steps.
 const IDLE_BATCH_MAPPINGS: usize = 4096;
@@ -45,22 +44,14 @@ const FOREGROUND_YIELD: Duration = Duration::from_micros(100);
 /// each step took: it gets at most a thirtieth of a core (and of the writer
 /// mutex), the hosts the rest. In the seed 001 benchmark (bench/RESULTS.md) a
 /// fifth cost a concurrent 4 KiB write workload up to 20% on its p99, and a
-/// tenth still 12-19% once the workload ran at 10 k IOPS.
+/// tenth still 12-19% once the workload ran at 10 k IOPS. A thirtieth gave
+/// 0.99-1.01x in a trial and 1.05-1.15x in the recorded run, where single runs
+/// differ by up to 20%: not yet shown within 10% at every size. Under load
+/// reclaim still moves, and once hosts are quiet for `HOSTS_QUIET` it runs at
+/// full speed again.
 const BUSY_BACKOFF_FACTOR: u32 = 29;
 /// Longest such pause.
 const MAX_BUSY_PAUSE: Duration = Duration::from_millis(50);
-/// While hosts are doing I/O, reclaim steps of the background thread are at
-/// least this far apart (other background work, cleaning above all, is not
-/// held to it: writes need its free segments). Each step commits the write
-/// batches' open transaction first (see `pending`), and writes wait behind that
-/// commit and the step: with a step every few milliseconds, the writes so
-/// delayed were more than 1% of a 20 k IOPS workload, and its p99 was
-/// 1.4-1.9x (seed 001 record of 2026-11-25). Four steps a second delay a few
-/// dozen writes each second, below what a p99 sees.
-const MIN_BUSY_RECLAIM_INTERVAL: Duration = Duration::from_millis(250);
-/// How often a reclaim step held back by `MIN_BUSY_RECLAIM_INTERVAL` looks
-/// whether hosts have gone idle, when it may run at once.
-const BUSY_RECHECK: Duration = Duration::from_millis(20);
 
 /// How far reclaim of one range record has got: every mapping it shadowed
 /// below `next_grain` is gone. Mappings newer than the record are left where
@@ -130,8 +121,6 @@ pub(crate) fn start(engine: Weak<Engine>) -> JoinHandle<()> {
 }
 
 fn run(weak: Weak<Engine>) {
-    // When the last reclaim step taken while hosts were busy began.
-    let mut last_busy_reclaim: Option<std::time::Instant> = None;
     loop {
         let Some(engine) = weak.upgrade() else {
             return;
@@ -142,28 +131,12 @@ fn run(weak: Weak<Engine>) {
         engine.yield_to_foreground();
         let host_ops_before = engine.foreground_ops.load(Ordering::Relaxed);
         let started = std::time::Instant::now();
-        let busy = !engine.hosts_idle();
-        let reclaim_wait = match last_busy_reclaim {
-            Some(last) if busy => MIN_BUSY_RECLAIM_INTERVAL.checked_sub(last.elapsed()),
-            _ => None,
-        };
-        match engine.background_step_with(reclaim_wait.is_none()) {
-            Ok(Some(step)) => {
-                if step == Step::Reclaim && busy {
-                    last_busy_reclaim = Some(started);
-                }
+        match engine.background_step() {
+            Ok(true) => {
                 engine.back_off_if_busy(started.elapsed(), host_ops_before);
                 continue;
             }
-            Ok(None) => {
-                if let Some(remaining) = reclaim_wait {
-                    // Reclaim waits its turn, or until hosts are idle (looked
-                    // at again every `BUSY_RECHECK`); freeing space waits for
-                    // the background flush (a durable commit per wait would
-                    // cost the hosts more than the reclaim step).
-                    wait(&engine, remaining.min(BUSY_RECHECK));
-                    continue;
-                }
+            Ok(false) => {
                 if engine.writer.lock().has_space_to_free() {
                     if let Err(e) = engine.flush_freeing() {
                         tracing::error!("reclaimer flush failed: {e}");
@@ -178,14 +151,6 @@ fn run(weak: Weak<Engine>) {
             }
         }
     }
-}
-
-/// What a background step did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
-    Reclaim,
-    /// History sweep, data bits, cleaning or lifecycle.
-    Other,
 }
 
 fn wait(engine: &Arc<Engine>, timeout: Duration) {
@@ -203,20 +168,12 @@ impl Engine {
     /// none. The background thread loops on it; tests that turn that thread off
     /// (`EngineConfig::background`) call it themselves.
     pub fn background_step(&self) -> Result<bool> {
-        Ok(self.background_step_with(true)?.is_some())
-    }
-
-    /// One step of background work, reclaim only if `reclaim`; which kind ran.
-    fn background_step_with(&self, reclaim: bool) -> Result<Option<Step>> {
         self.background_flush_if_due();
-        if reclaim && self.reclaim_step()? {
-            return Ok(Some(Step::Reclaim));
-        }
-        let other = self.sweep_step()?
+        Ok(self.reclaim_step()?
+            || self.sweep_step()?
             || self.bits_step()?
             || self.clean_step()?
-            || self.lifecycle_step()?;
-        Ok(other.then_some(Step::Other))
+            || self.lifecycle_step()?)
     }
 
     /// Waits (boundedly) while host I/O is in progress — unless physical space

@@ -334,9 +334,14 @@ impl Engine {
                 GrainContent::Pattern(_) => 0,
             })
             .sum();
-        let relocation_room = crate::provision::cleaning_reserve_bytes(ws.capacity_bytes) / 2;
-        ws.live_bytes() + most_bytes <= ws.thin_limit_bytes()
-            && ws.used_bytes() + most_bytes + relocation_room <= ws.capacity_bytes
+        // The thin limit is the lower one: it answers for thick volumes too.
+        let at = crate::tx::Occupancy {
+            live_bytes: ws.live_bytes(),
+            used_bytes: ws.used_bytes(),
+            capacity_bytes: ws.capacity_bytes,
+            limit_bytes: ws.thin_limit_bytes(),
+        };
+        crate::tx::check_room(at, most_bytes, false).is_ok()
             && crate::room::check_data(self.store.as_ref(), most_bytes).is_ok()
     }
 }
@@ -352,14 +357,20 @@ mod tests {
     }
 
     fn engine() -> (tempfile::TempDir, Arc<Engine>) {
+        engine_of(1 << 30, 64 << 20)
+    }
+
+    /// An engine of `capacity_bytes` without the background thread, with one
+    /// volume `v` of `volume_bytes`.
+    fn engine_of(capacity_bytes: u64, volume_bytes: u64) -> (tempfile::TempDir, Arc<Engine>) {
         let dir = tempfile::Builder::new()
             .prefix("lacuna-batch-")
             .tempdir()
             .unwrap();
-        let mut config = EngineConfig::new(dir.path(), 1 << 30);
+        let mut config = EngineConfig::new(dir.path(), capacity_bytes);
         config.background = false;
         let engine = Engine::open(config).unwrap();
-        engine.create_volume("v", 64 << 20).unwrap();
+        engine.create_volume("v", volume_bytes).unwrap();
         (dir, engine)
     }
 
@@ -594,14 +605,7 @@ mod tests {
         // Near full, a batch that could run out of space must not join the
         // open transaction: its refusal would take the acknowledged batches in
         // it along.
-        let dir = tempfile::Builder::new()
-            .prefix("lacuna-batch-")
-            .tempdir()
-            .unwrap();
-        let mut config = EngineConfig::new(dir.path(), 96 << 20);
-        config.background = false;
-        let engine = Engine::open(config).unwrap();
-        engine.create_volume("v", 256 << 20).unwrap();
+        let (_dir, engine) = engine_of(96 << 20, 256 << 20);
         let volume = engine.open_volume("v").unwrap();
         let chunk_bytes = 256 * GRAIN_BYTES;
         let chunk = |i: u64| -> Vec<u8> {

@@ -421,6 +421,43 @@ pub fn dedup_key(fingerprint: &[u8; 16]) -> u64 {
     u64::from_le_bytes(fingerprint[..8].try_into().expect("8 bytes"))
 }
 
+/// What admission of new records looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Occupancy {
+    pub live_bytes: u64,
+    pub used_bytes: u64,
+    pub capacity_bytes: u64,
+    /// The live bytes allowed to the volume's type (thin or thick).
+    pub limit_bytes: u64,
+}
+
+/// Refuses `record_bytes` of new records when live data would pass the limit
+/// for the volume's type (the array is full), or when stale space the cleaner
+/// has not caught up with leaves no physical room. The one admission rule: a
+/// write batch asks it before it joins the shared open transaction, where a
+/// refusal would be too late (see `Engine::batch_cannot_run_out_of_space`).
+pub fn check_room(at: Occupancy, record_bytes: u64, thick: bool) -> Result<()> {
+    if at.live_bytes + record_bytes > at.limit_bytes {
+        return Err(EngineError::NoSpace(format!(
+            "{} bytes of live data of {} capacity, {} allowed to {} volumes",
+            at.live_bytes,
+            at.capacity_bytes,
+            at.limit_bytes,
+            if thick { "thick" } else { "thin" }
+        )));
+    }
+    // Half the cleaner's reserve (a segment on any but a tiny array) stays
+    // free for it to relocate a victim into.
+    let relocation_room = crate::provision::cleaning_reserve_bytes(at.capacity_bytes) / 2;
+    if at.used_bytes + record_bytes + relocation_room > at.capacity_bytes {
+        return Err(EngineError::NoSpace(format!(
+            "{} of {} bytes occupied: the cleaner has not yet freed the stale space",
+            at.used_bytes, at.capacity_bytes
+        )));
+    }
+    Ok(())
+}
+
 impl TxState {
     pub fn new(ws: &WriterState) -> Self {
         TxState {
@@ -482,24 +519,16 @@ impl TxState {
         } else {
             self.thin_limit_bytes
         };
-        if self.live_bytes + record_bytes > limit_bytes {
-            return Err(EngineError::NoSpace(format!(
-                "{} bytes of live data of {} capacity, {} allowed to {} volumes",
-                self.live_bytes,
-                self.capacity_bytes,
+        check_room(
+            Occupancy {
+                live_bytes: self.live_bytes,
+                used_bytes: self.used_bytes,
+                capacity_bytes: self.capacity_bytes,
                 limit_bytes,
-                if self.thick { "thick" } else { "thin" }
-            )));
-        }
-        // Half the cleaner's reserve (a segment on any but a tiny array) stays
-        // free for it to relocate a victim into.
-        let relocation_room = crate::provision::cleaning_reserve_bytes(self.capacity_bytes) / 2;
-        if self.used_bytes + record_bytes + relocation_room > self.capacity_bytes {
-            return Err(EngineError::NoSpace(format!(
-                "{} of {} bytes occupied: the cleaner has not yet freed the stale space",
-                self.used_bytes, self.capacity_bytes
-            )));
-        }
+            },
+            record_bytes,
+            self.thick,
+        )?;
         let mut offset = self.segment_state(ws, self.open_segment).written_bytes;
         if offset + record_bytes > SEGMENT_TARGET_BYTES {
             self.maybe_dead.insert(self.open_segment);
@@ -980,7 +1009,7 @@ pub fn run<T>(
         let mut tables = Tables::open(&txn)?;
         f(&mut st, &mut tables, ws)?
     };
-    let appended_bytes = st.write_appends(store)?;
+    let appended_bytes = st.write_appends(store, false)?;
     txn.commit().map_err(kv_error)?;
     let records_written = st.records_written;
     st.apply_to(ws);
@@ -989,7 +1018,7 @@ pub fn run<T>(
 
 /// Runs a write batch in the shared open transaction (begun if there is none)
 /// and leaves it open; its effects on `ws` apply at once. The caller has made
-/// sure the batch cannot run out of space. On any error the open transaction
+/// sure the batch cannot run out of space, the filesystem's room included. On any error the open transaction
 /// is dropped — with every batch in it, already acknowledged — so the caller
 /// must stop the array from taking further I/O.
 pub fn run_deferred<T>(
@@ -1012,7 +1041,7 @@ pub fn run_deferred<T>(
         let mut tables = Tables::open(&open.txn)?;
         f(&mut st, &mut tables, ws)?
     };
-    let appended_bytes = st.write_appends(store)?;
+    let appended_bytes = st.write_appends(store, true)?;
     let records_written = st.records_written;
     st.apply_to(ws);
     open.grains += grains;
@@ -1030,10 +1059,11 @@ pub fn commit_open(ws: &mut WriterState) -> Result<()> {
 
 impl TxState {
     /// Writes the records this transaction appends to their segments, before its
-    /// metadata commits; returns their bytes.
-    fn write_appends(&self, store: &dyn segment::SegmentStore) -> Result<u64> {
+    /// metadata commits; returns their bytes. `checked`: the caller has already
+    /// made sure the filesystem has room for at least these bytes.
+    fn write_appends(&self, store: &dyn segment::SegmentStore, checked: bool) -> Result<u64> {
         let appended_bytes: u64 = self.appends.values().map(|(_, b)| b.len() as u64).sum();
-        if appended_bytes > 0 {
+        if appended_bytes > 0 && !checked {
             crate::room::check_data(store, appended_bytes)?;
         }
         for (segment, (offset, bytes)) in &self.appends {

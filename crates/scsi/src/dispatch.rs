@@ -194,6 +194,14 @@ impl ScsiCore {
         state
     }
 
+    /// The unit `nexus` sees at `lun`, if any.
+    fn mapped_unit(&self, nexus: &ItNexus, lun: u64) -> Option<Arc<dyn LogicalUnit>> {
+        let nexus_state = self.nexus_state(nexus);
+        let state = nexus_state.lock();
+        let entry = state.lun_map.iter().find(|e| e.lun == lun)?;
+        Some(Arc::clone(&entry.unit))
+    }
+
     pub(crate) fn unit_state(&self, unit: &dyn LogicalUnit) -> Arc<UnitState> {
         let mut units = self.units.lock();
         Arc::clone(
@@ -410,10 +418,8 @@ impl ScsiTarget for ScsiCore {
     }
 
     fn data_out_bytes(&self, nexus: &ItNexus, lun: u64, cdb: &[u8]) -> Option<u64> {
-        let nexus_state = self.nexus_state(nexus);
-        let state = nexus_state.lock();
-        let unit = state.lun_map.iter().find(|e| e.lun == lun)?;
-        crate::data_out::data_out_bytes(cdb, unit.unit.block_size_bytes())
+        let unit = self.mapped_unit(nexus, lun)?;
+        crate::data_out::data_out_bytes(cdb, unit.block_size_bytes())
     }
 
     /// Small WRITE (10/16) without FUA, with the write cache on, to a unit that
@@ -421,16 +427,12 @@ impl ScsiTarget for ScsiCore {
     /// still may hold it up for milliseconds).
     fn runs_quickly(&self, nexus: &ItNexus, lun: u64, cdb: &[u8]) -> bool {
         const FUA: u8 = 0x08;
-        if !matches!(cdb.first(), Some(&(op::WRITE_10 | op::WRITE_16))) || cdb[1] & FUA != 0 {
+        let write = matches!(cdb.first(), Some(&(op::WRITE_10 | op::WRITE_16)));
+        if !write || cdb.get(1).is_none_or(|flags| flags & FUA != 0) {
             return false;
         }
-        let unit = {
-            let nexus_state = self.nexus_state(nexus);
-            let state = nexus_state.lock();
-            match state.lun_map.iter().find(|e| e.lun == lun) {
-                Some(entry) => Arc::clone(&entry.unit),
-                None => return false,
-            }
+        let Some(unit) = self.mapped_unit(nexus, lun) else {
+            return false;
         };
         let Some(length_bytes) = crate::data_out::data_out_bytes(cdb, unit.block_size_bytes())
         else {

@@ -19,7 +19,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::grain::GrainContent;
 use crate::io::is_data;
 use crate::meta::{MapValue, Target};
-use crate::pending::{PendingGrain, MAX_OPEN_GRAINS};
+use crate::pending::PendingGrain;
 use crate::tx::WriterState;
 use crate::{Engine, Result, VolumeShared};
 
@@ -277,7 +277,7 @@ impl Engine {
             Ok((bits, seq, pending))
         };
         let (bits, seq) = if deferred {
-            let (bits, seq, pending) = self.transact_deferred(ws, grains, apply)?;
+            let (bits, seq, pending) = self.transact_deferred(ws, grains, true, apply)?;
             // Before the writes are acknowledged: readers find them here.
             self.pending.insert(pending);
             (bits, seq)
@@ -308,14 +308,7 @@ impl Engine {
             drop(bitmap);
             job.volume.sync_usage(None);
         }
-        if ws
-            .open_txn
-            .as_ref()
-            .is_some_and(|open| open.grains >= MAX_OPEN_GRAINS)
-        {
-            self.commit_pending(ws)?;
-        }
-        Ok(())
+        self.commit_pending_if_full(ws)
     }
 
     /// Whether a batch may join the shared open transaction: only if it cannot
@@ -349,6 +342,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pending::MAX_OPEN_GRAINS;
     use crate::{EngineConfig, GRAIN_BYTES};
 
     fn data_grain(seed: u8) -> GrainContent {

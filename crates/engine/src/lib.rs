@@ -578,19 +578,23 @@ impl Engine {
         Ok(value)
     }
 
-    /// A write batch in the batches' shared open transaction (see [`pending`]),
-    /// which the caller must make sure cannot run out of space. A failure
-    /// fences the array: writes acknowledged in the transaction are gone.
+    /// A write batch (`foreground`) or a reclaim step in the batches' shared
+    /// open transaction (see [`pending`]), which the caller must make sure
+    /// cannot run out of space; `grains` is what it adds to the transaction's
+    /// size. A failure fences the array: writes acknowledged in the
+    /// transaction are gone. Past [`pending::MAX_OPEN_GRAINS`] the transaction
+    /// is committed.
     pub(crate) fn transact_deferred<T>(
         &self,
         ws: &mut WriterState,
         grains: u64,
+        foreground: bool,
         f: impl FnOnce(&mut tx::TxState, &mut tx::Tables, &WriterState) -> Result<T>,
     ) -> Result<T> {
         self.check_fence()?;
         match tx::run_deferred(&self.db, self.store.as_ref(), ws, grains, f) {
             Ok((value, records, appended_bytes)) => {
-                self.after_commit(ws, true, records, appended_bytes);
+                self.after_commit(ws, foreground, records, appended_bytes);
                 Ok(value)
             }
             Err(error) => {
@@ -598,6 +602,19 @@ impl Engine {
                 Err(error)
             }
         }
+    }
+
+    /// Commits the shared open transaction once it has taken
+    /// [`pending::MAX_OPEN_GRAINS`] grains.
+    pub(crate) fn commit_pending_if_full(&self, ws: &mut WriterState) -> Result<()> {
+        if ws
+            .open_txn
+            .as_ref()
+            .is_some_and(|open| open.grains >= pending::MAX_OPEN_GRAINS)
+        {
+            self.commit_pending(ws)?;
+        }
+        Ok(())
     }
 
     fn after_commit(&self, ws: &WriterState, foreground: bool, records: u64, appended_bytes: u64) {

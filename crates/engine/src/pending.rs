@@ -7,7 +7,9 @@
 //! against 43–49 k with a transaction per 16 k writes). The transaction is
 //! committed before any other metadata change, before every
 //! durable commit (host FLUSH, and the background one each second), and when
-//! it has taken [`MAX_OPEN_GRAINS`] grains.
+//! it has taken [`MAX_OPEN_GRAINS`] grains. Reclaim steps join it too (they
+//! only remove mappings that committed range records already shadow; see
+//! `reclaim`), and count towards that limit.
 //!
 //! Until it is committed, readers (who see only committed state) find the
 //! batches' mappings here. A reader looks here first and opens its read

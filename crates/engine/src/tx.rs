@@ -1016,11 +1016,12 @@ pub fn run<T>(
     Ok((value, records_written, appended_bytes))
 }
 
-/// Runs a write batch in the shared open transaction (begun if there is none)
-/// and leaves it open; its effects on `ws` apply at once. The caller has made
-/// sure the batch cannot run out of space, the filesystem's room included. On any error the open transaction
-/// is dropped — with every batch in it, already acknowledged — so the caller
-/// must stop the array from taking further I/O.
+/// Runs a write batch or a reclaim step in the shared open transaction (begun
+/// if there is none) and leaves it open; its effects on `ws` apply at once.
+/// The caller has made sure it cannot run out of space, the filesystem's room
+/// included. On any error the open transaction is dropped — with every batch
+/// in it, already acknowledged — so the caller must stop the array from taking
+/// further I/O.
 pub fn run_deferred<T>(
     db: &redb::Database,
     store: &dyn segment::SegmentStore,

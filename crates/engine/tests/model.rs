@@ -322,6 +322,70 @@ fn corrupt_record_reads_as_an_error_never_data() {
     drop(engine);
 }
 
+/// A read of many grains reads their records, adjacent in one segment, in one
+/// go: a corrupt record among them fails every read that covers it and no
+/// other, and never turns into data.
+#[test]
+fn a_corrupt_record_among_adjacent_ones_fails_only_the_reads_that_cover_it() {
+    const GRAINS: u64 = 16;
+    let tmp = temp_dir("test", "corrupt-adjacent");
+    let dir = tmp.path();
+    let engine = open(dir);
+    engine.create_volume("v", 1 << 20).unwrap();
+    let vol = engine.open_volume("v").unwrap();
+    let data = fill(3, 7, 0, GRAINS * 4096);
+    vol.write(0, &data).unwrap();
+    vol.flush().unwrap();
+    let mut all = vec![0u8; data.len()];
+    vol.read(0, &mut all).unwrap();
+    assert!(all == data);
+    drop(vol);
+    engine.close().unwrap();
+    drop(engine);
+    let seg = std::fs::read_dir(dir.join("segments"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x10;
+    std::fs::write(&seg, bytes).unwrap();
+    let engine = open(dir);
+    let vol = engine.open_volume("v").unwrap();
+    let err = vol.read(0, &mut all).unwrap_err();
+    assert!(err.to_string().contains("block "), "{err}");
+    let mut failed = Vec::new();
+    let mut grain = vec![0u8; 4096];
+    for g in 0..GRAINS {
+        match vol.read(g * 4096, &mut grain) {
+            Ok(()) => assert!(
+                grain[..] == data[(g * 4096) as usize..][..4096],
+                "grain {g}"
+            ),
+            Err(err) => {
+                assert!(err.to_string().contains("block "), "{err}");
+                failed.push(g);
+            }
+        }
+    }
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    // Reads of the grains on either side, together, still succeed.
+    let bad = failed[0];
+    if bad > 1 {
+        let mut before = vec![0u8; (bad * 4096) as usize];
+        vol.read(0, &mut before).unwrap();
+        assert!(before[..] == data[..before.len()]);
+    }
+    let mut after = vec![0u8; ((GRAINS - bad - 1) * 4096) as usize];
+    vol.read((bad + 1) * 4096, &mut after).unwrap();
+    assert!(after[..] == data[((bad + 1) * 4096) as usize..]);
+    drop(vol);
+    engine.close().unwrap();
+    drop(engine);
+}
+
 /// Threads writing, unmapping and reading their own regions of one volume at once
 /// (batched commits, the reclaimer running): every read matches each thread's
 /// model and the metadata stays consistent.

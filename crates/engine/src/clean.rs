@@ -66,24 +66,13 @@ impl Engine {
     /// quarter of what is used, and more than one segment's worth), and whether
     /// it is urgent: physical free space below twice the cleaner's reserve, so
     /// the reserve is never eaten by stale space while there is any to clean.
-    ///
-    /// Segments already cleaned and waiting for the durable commit that frees
-    /// them count as free, not stale: cleaning more because of them would
-    /// clean more than is due.
     fn cleaning_due(&self) -> (bool, bool) {
         let ws = self.writer.lock();
-        let freeing_bytes: u64 = ws
-            .pending_free
-            .iter()
-            .filter_map(|id| ws.segments.get(id))
-            .map(|s| s.written_bytes - s.live_bytes)
-            .sum();
-        let used = ws.used_bytes() - freeing_bytes;
-        let stale = used - ws.live_bytes();
-        let free = ws.capacity_bytes.saturating_sub(used);
+        let stale = ws.used_bytes() - ws.live_bytes();
+        let free = ws.capacity_bytes.saturating_sub(ws.used_bytes());
         let reserve = crate::provision::cleaning_reserve_bytes(ws.capacity_bytes);
         let urgent = stale > 0 && free < 2 * reserve;
-        let due = urgent || (stale > segment::SEGMENT_TARGET_BYTES && stale * 4 > used);
+        let due = urgent || (stale > segment::SEGMENT_TARGET_BYTES && stale * 4 > ws.used_bytes());
         (due, urgent)
     }
 
@@ -103,13 +92,9 @@ impl Engine {
             return Ok(false);
         };
         self.clean_segment(victim)?;
-        // The victim is freed by the next durable commit: the one each second
-        // (never later, since cleaning commits), or at once when space is
-        // short. A durable commit per victim held host writes for 35-60 ms
-        // (the metadata fsync) every time a segment was cleaned.
-        if urgent {
-            self.flush_freeing()?;
-        }
+        // Free the victim now (at a durable commit), not when work runs out:
+        // under steady overwrites that would be never.
+        self.flush_freeing()?;
         Ok(true)
     }
 

@@ -290,6 +290,21 @@ fn read_beyond_end_is_refused_and_names_are_validated() {
     drop(engine);
 }
 
+/// Flips a bit of the byte at `at(file length)` in the first segment file of
+/// the (closed) array in `dir`.
+fn flip_segment_bit(dir: &std::path::Path, at: impl Fn(usize) -> usize) {
+    let seg = std::fs::read_dir(dir.join("segments"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let i = at(bytes.len());
+    bytes[i] ^= 0x10;
+    std::fs::write(&seg, bytes).unwrap();
+}
+
 #[test]
 fn corrupt_record_reads_as_an_error_never_data() {
     let tmp = temp_dir("test", "corrupt");
@@ -302,16 +317,7 @@ fn corrupt_record_reads_as_an_error_never_data() {
     drop(vol);
     engine.close().unwrap();
     drop(engine);
-    let seg = std::fs::read_dir(dir.join("segments"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let mut bytes = std::fs::read(&seg).unwrap();
-    let last = bytes.len() - 100;
-    bytes[last] ^= 0x10;
-    std::fs::write(&seg, bytes).unwrap();
+    flip_segment_bit(dir, |len| len - 100);
     let engine = open(dir);
     let vol = engine.open_volume("v").unwrap();
     let mut buf = vec![0u8; 4096];
@@ -342,16 +348,7 @@ fn a_corrupt_record_among_adjacent_ones_fails_only_the_reads_that_cover_it() {
     drop(vol);
     engine.close().unwrap();
     drop(engine);
-    let seg = std::fs::read_dir(dir.join("segments"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let mut bytes = std::fs::read(&seg).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0x10;
-    std::fs::write(&seg, bytes).unwrap();
+    flip_segment_bit(dir, |len| len / 2);
     let engine = open(dir);
     let vol = engine.open_volume("v").unwrap();
     let err = vol.read(0, &mut all).unwrap_err();

@@ -475,15 +475,7 @@ mod tests {
 
     /// A grain of incompressible bytes, different for each seed.
     fn grain_bytes(seed: u64) -> Vec<u8> {
-        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..GRAIN_BYTES / 8)
-            .flat_map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state.to_le_bytes()
-            })
-            .collect()
+        crate::testdata::unique_bytes(GRAIN_BYTES as usize, seed)
     }
 
     #[test]

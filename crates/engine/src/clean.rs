@@ -190,6 +190,11 @@ impl Engine {
                 }
                 Ok(st.relocated_bytes)
             })?;
+            // Readers would find the old records stale anyway (see
+            // `locations`); forgetting them spares a failed read each.
+            for record in batch {
+                self.locations.forget(record.block_id);
+            }
             self.stats
                 .relocated_bytes
                 .fetch_add(relocated, Ordering::Relaxed);

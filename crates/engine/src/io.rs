@@ -133,7 +133,10 @@ impl Engine {
         let mut reader = Reader::new(self, &txn)?;
         let (runs, reached) = reader.runs(source, first, end, u64::MAX, 0)?;
         assert_eq!(reached, end, "reads are never cut short");
+        // Reused across grains: a read of many blocks allocates and zeroes
+        // its two work buffers once, not once a grain.
         let mut grain_buf = vec![0u8; GRAIN_BYTES as usize];
+        let mut record_buf = Vec::new();
         let mut fill = |reader: &mut Reader, from: u64, to: u64, content: Fill| -> Result<()> {
             let run_from = (from * GRAIN_BYTES).max(offset_bytes);
             let run_to = (to * GRAIN_BYTES).min(end_bytes);
@@ -152,14 +155,29 @@ impl Engine {
                 Fill::Block(id, rec) => (id, rec),
             };
             assert_eq!(to, from + 1, "a block fills one grain");
-            let rec = match rec {
-                Some(rec) => rec,
-                None => {
-                    reader.count_block_lookup();
-                    Self::block_rec(&reader.blocks, id)?
-                }
+            // A pending block's location comes with it; a committed one's
+            // from the cache, else the block table.
+            let (rec, cached) = match rec {
+                Some(rec) => (rec, false),
+                None => match self.locations.get(id) {
+                    Some(rec) => (rec, true),
+                    None => (self.look_up_block(reader, id)?, false),
+                },
             };
-            self.read_record(id, rec, &mut grain_buf).inspect_err(|e| {
+            // A whole grain decodes straight into the caller's buffer.
+            let whole = out.len() as u64 == GRAIN_BYTES;
+            let into: &mut [u8] = if whole { out } else { &mut grain_buf };
+            let result = match self.read_record(id, rec, &mut record_buf, into, !cached) {
+                // A stale cache entry (the block moved): never data, and not
+                // an error either. Read where the block table says.
+                Err(_) if cached => {
+                    self.locations.forget(id);
+                    let rec = self.look_up_block(reader, id)?;
+                    self.read_record(id, rec, &mut record_buf, into, true)
+                }
+                result => result,
+            };
+            result.inspect_err(|e| {
                 tracing::error!(
                     volume = %label,
                     offset_bytes = run_from,
@@ -167,7 +185,9 @@ impl Engine {
                     "read failed: {e}"
                 )
             })?;
-            out.copy_from_slice(&grain_buf[in_grain..in_grain + out.len()]);
+            if !whole {
+                out.copy_from_slice(&grain_buf[in_grain..in_grain + out.len()]);
+            }
             Ok(())
         };
         let mut pending = pending.into_iter().peekable();
@@ -194,6 +214,14 @@ impl Engine {
         Ok(())
     }
 
+    /// Where a committed block is stored, from the block table; remembered.
+    fn look_up_block(&self, reader: &mut Reader, id: u64) -> Result<BlockRec> {
+        reader.count_block_lookup();
+        let rec = Self::block_rec(&reader.blocks, id)?;
+        self.locations.insert(id, &rec);
+        Ok(rec)
+    }
+
     /// Where a committed block is stored.
     fn block_rec(blocks: &ReadOnlyTable<u64, &'static [u8]>, id: u64) -> Result<BlockRec> {
         let rec = blocks
@@ -203,15 +231,28 @@ impl Engine {
         BlockRec::decode(rec.value())
     }
 
-    /// Reads and verifies one block's record; a mismatch is an error, never data.
-    fn read_record(&self, id: u64, rec: BlockRec, out: &mut [u8]) -> Result<()> {
-        let mut record = vec![0u8; rec.record_bytes() as usize];
+    /// Reads and verifies one block's record (into `record`, a work buffer
+    /// the caller may reuse); a mismatch is an error, never data. `counted`:
+    /// a failure counts as a read or checksum error (not when the location
+    /// came from the cache and may just be stale).
+    fn read_record(
+        &self,
+        id: u64,
+        rec: BlockRec,
+        record: &mut Vec<u8>,
+        out: &mut [u8],
+        counted: bool,
+    ) -> Result<()> {
+        // Every byte is overwritten by the read below (or the read fails).
+        record.resize(rec.record_bytes() as usize, 0);
         self.store
-            .read_at(rec.segment, u64::from(rec.offset_bytes), &mut record)
+            .read_at(rec.segment, u64::from(rec.offset_bytes), record)
             .map_err(|e| {
-                self.stats
-                    .read_errors
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if counted {
+                    self.stats
+                        .read_errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 EngineError::io(
                     format!(
                         "reading block {id} from segment {} at {}",
@@ -226,15 +267,17 @@ impl Engine {
             block_id: id,
         };
         let corrupt = |why: String| {
-            self.stats
-                .checksum_errors
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if counted {
+                self.stats
+                    .checksum_errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             EngineError::Corruption(format!(
                 "block {id} in segment {} at {}: {why}",
                 rec.segment, rec.offset_bytes
             ))
         };
-        let payload = segment::verify_record(&mut record, expected, rec.crc).map_err(corrupt)?;
+        let payload = segment::verify_record(record, expected, rec.crc).map_err(corrupt)?;
         let codec = grain::Codec::of_flags(rec.flags).map_err(corrupt)?;
         grain::decode(payload, codec, out).map_err(corrupt)
     }

@@ -34,6 +34,7 @@ mod fsck;
 pub mod grain;
 mod io;
 mod lifecycle;
+mod locations;
 pub mod meta;
 mod metafile;
 mod pending;
@@ -46,6 +47,8 @@ pub mod room;
 pub mod scrub;
 pub mod segment;
 pub mod snapshot;
+#[cfg(test)]
+mod testdata;
 mod tx;
 mod view;
 
@@ -104,6 +107,9 @@ pub struct EngineConfig {
     /// not up front). Half of it at most buffers pages written since the last
     /// durable commit.
     pub metadata_cache_bytes: u64,
+    /// Most block locations remembered for reads (see [`locations`]); 0 turns
+    /// the cache off.
+    pub block_location_entries: usize,
 }
 
 impl EngineConfig {
@@ -116,6 +122,8 @@ impl EngineConfig {
     /// using, and that workload lost up to a tenth of its IOPS (seed 001
     /// benchmark, bench/RESULTS.md).
     pub const DEFAULT_METADATA_CACHE_BYTES: u64 = 1 << 30;
+    /// About 40 MB of memory, the locations of 4 GiB of distinct data.
+    pub const DEFAULT_BLOCK_LOCATION_ENTRIES: usize = 1 << 20;
 
     /// A configuration with the default policies.
     pub fn new(data_dir: impl Into<PathBuf>, capacity_bytes: u64) -> Self {
@@ -127,6 +135,7 @@ impl EngineConfig {
             clock: Arc::new(rate::SystemClock::default()),
             background: true,
             metadata_cache_bytes: Self::DEFAULT_METADATA_CACHE_BYTES,
+            block_location_entries: Self::DEFAULT_BLOCK_LOCATION_ENTRIES,
         }
     }
 }
@@ -265,6 +274,8 @@ pub struct Engine {
     write_queue: batch::WriteQueue,
     /// Grains of the write batches' open transaction, for readers.
     pending: pending::PendingWrites,
+    /// Where committed blocks are stored, for reads.
+    locations: locations::BlockLocations,
     /// Why the array stopped taking I/O, if it did: a write batch's shared
     /// transaction failed after some of its writes were acknowledged, and only
     /// a restart (back to the last durable commit) makes the state whole.
@@ -299,6 +310,7 @@ impl Engine {
     /// Opens (or creates) the array in `config.data_dir`, recovering from a crash if
     /// there was one, and starts the background reclaimer.
     pub fn open(config: EngineConfig) -> Result<Arc<Engine>> {
+        let locations = locations::BlockLocations::new(config.block_location_entries);
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| EngineError::io(format!("creating {}", config.data_dir.display()), e))?;
         let store = FileSegmentStore::open(&config.data_dir.join("segments"))
@@ -335,6 +347,7 @@ impl Engine {
             writer: Mutex::new(recovered.writer),
             write_queue: batch::WriteQueue::default(),
             pending: pending::PendingWrites::default(),
+            locations,
             fenced: Mutex::new(None),
             io_lock: RwLock::new(()),
             flush_lock: Mutex::new(()),

@@ -1,0 +1,15 @@
+//! Data for the crate's unit tests.
+
+/// Incompressible bytes with no repeated pattern, different for each seed
+/// (xorshift): every 4 KiB grain of them is stored as a distinct block.
+pub(crate) fn unique_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}

@@ -15,120 +15,100 @@
 //! sees them, are cached; the engine also forgets a block wherever it moves or
 //! frees it, so stale entries are rare, not relied on.
 
-use std::collections::HashMap;
-
 use parking_lot::Mutex;
 
 use crate::meta::BlockRec;
-use crate::segment::SegmentId;
 
-/// Shards, so concurrent readers seldom take the same lock.
+/// Shards, so concurrent readers seldom take the same lock (consecutive ids
+/// fall in different shards).
 const SHARDS: usize = 64;
-/// When a shard is full, one entry in this many is evicted at once (a pass
-/// over the shard each `1/EVICT_ONE_IN` of its size in inserts: amortised
-/// O(1) a lookup).
-const EVICT_ONE_IN: u64 = 8;
+/// Words a slot: the block id (0: empty; ids start at 1), then its location
+/// packed in two.
+const SLOT_WORDS: usize = 3;
 
-/// What a read needs to find and verify a block's record (24 bytes an entry
-/// with its key, against 42 for a whole block row).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Location {
-    segment: SegmentId,
-    offset_bytes: u32,
-    payload_len: u32,
-    crc: u32,
-    flags: u16,
-}
-
-struct Shard {
-    entries: HashMap<u64, Location>,
-    /// Varies which entries an eviction pass takes.
-    evictions: u64,
-}
-
+/// Direct-mapped: block `id` can only be in slot `id / SHARDS % slots` of
+/// shard `id % SHARDS`, and a newer block there replaces it. Ids are handed
+/// out in sequence, so the most recent `max_entries` blocks never collide, a
+/// lookup is one memory access with no hashing, and neighbouring blocks (a
+/// sequential read) share cache lines. Slots are zeroed memory, so the pages
+/// of a table nobody has filled yet cost nothing.
 pub(crate) struct BlockLocations {
-    shards: Vec<Mutex<Shard>>,
-    shard_limit: usize,
+    shards: Vec<Mutex<Vec<u64>>>,
+    slots_per_shard: u64,
 }
 
 impl BlockLocations {
     /// A cache of at most `max_entries` locations (rounded up to whole shards;
     /// 0 turns it off).
     pub(crate) fn new(max_entries: usize) -> Self {
+        let slots_per_shard = max_entries.div_ceil(SHARDS);
         BlockLocations {
             shards: (0..SHARDS)
-                .map(|_| {
-                    Mutex::new(Shard {
-                        entries: HashMap::new(),
-                        evictions: 0,
-                    })
-                })
+                .map(|_| Mutex::new(vec![0u64; slots_per_shard * SLOT_WORDS]))
                 .collect(),
-            shard_limit: max_entries.div_ceil(SHARDS),
+            slots_per_shard: slots_per_shard as u64,
         }
     }
 
-    fn shard(&self, id: u64) -> &Mutex<Shard> {
-        // Ids are sequential: the low bits spread them evenly.
-        &self.shards[(id % SHARDS as u64) as usize]
+    /// The shard and the first word of block `id`'s slot.
+    fn slot(&self, id: u64) -> Option<(&Mutex<Vec<u64>>, usize)> {
+        if self.slots_per_shard == 0 {
+            return None;
+        }
+        let shard = &self.shards[(id % SHARDS as u64) as usize];
+        let slot = (id / SHARDS as u64) % self.slots_per_shard;
+        Some((shard, slot as usize * SLOT_WORDS))
     }
 
     /// Where block `id` was stored when last looked up, as a block row fit for
     /// reading (its reference counts and fingerprint are not kept: zero).
     pub(crate) fn get(&self, id: u64) -> Option<BlockRec> {
-        let location = *self.shard(id).lock().entries.get(&id)?;
+        let (shard, at) = self.slot(id)?;
+        let words: [u64; SLOT_WORDS] = shard.lock()[at..at + SLOT_WORDS]
+            .try_into()
+            .expect("a slot is SLOT_WORDS words");
+        if words[0] != id || id == 0 {
+            return None;
+        }
         Some(BlockRec {
-            segment: location.segment,
-            offset_bytes: location.offset_bytes,
-            payload_len: location.payload_len,
-            flags: location.flags,
-            crc: location.crc,
+            segment: words[1] as u32,
+            offset_bytes: (words[1] >> 32) as u32,
+            payload_len: u32::from(words[2] as u16),
+            flags: (words[2] >> 16) as u16,
+            crc: (words[2] >> 32) as u32,
             refcount: 0,
             fingerprint: [0; 16],
             history_refs: 0,
         })
     }
 
-    /// Remembers a committed block's location.
+    /// Remembers a committed block's location (replacing whichever block had
+    /// its slot).
     pub(crate) fn insert(&self, id: u64, rec: &BlockRec) {
-        if self.shard_limit == 0 {
+        assert!(id != 0, "block ids start at 1");
+        let Some((shard, at)) = self.slot(id) else {
             return;
-        }
-        let mut shard = self.shard(id).lock();
-        if shard.entries.len() >= self.shard_limit && !shard.entries.contains_key(&id) {
-            shard.evictions += 1;
-            let salt = shard.evictions;
-            shard.entries.retain(|&key, _| {
-                !(key / SHARDS as u64)
-                    .wrapping_add(salt)
-                    .is_multiple_of(EVICT_ONE_IN)
-            });
-            if shard.entries.len() >= self.shard_limit {
-                // Every key fell in the kept classes: make room regardless.
-                shard.entries.clear();
-            }
-        }
-        shard.entries.insert(
+        };
+        // A record's payload is at most one grain: it packs in 16 bits.
+        let Ok(payload_len) = u16::try_from(rec.payload_len) else {
+            return;
+        };
+        let words = [
             id,
-            Location {
-                segment: rec.segment,
-                offset_bytes: rec.offset_bytes,
-                payload_len: rec.payload_len,
-                crc: rec.crc,
-                flags: rec.flags,
-            },
-        );
-        assert!(shard.entries.len() <= self.shard_limit);
+            u64::from(rec.segment) | u64::from(rec.offset_bytes) << 32,
+            u64::from(payload_len) | u64::from(rec.flags) << 16 | u64::from(rec.crc) << 32,
+        ];
+        shard.lock()[at..at + SLOT_WORDS].copy_from_slice(&words);
     }
 
     /// Forgets block `id` (moved, freed, or found stale).
     pub(crate) fn forget(&self, id: u64) {
-        self.shard(id).lock().entries.remove(&id);
-    }
-
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().entries.len()).sum()
+        if let Some((shard, at)) = self.slot(id) {
+            let mut slots = shard.lock();
+            if slots[at] == id {
+                slots[at] = 0;
+            }
+        }
     }
 }
 
@@ -136,13 +116,13 @@ impl BlockLocations {
 mod tests {
     use super::*;
 
-    fn rec(segment: SegmentId, offset_bytes: u32) -> BlockRec {
+    fn rec(segment: u32, offset_bytes: u32) -> BlockRec {
         BlockRec {
             segment,
             offset_bytes,
-            payload_len: 100,
-            flags: 1,
-            crc: 7,
+            payload_len: 4096,
+            flags: 0x8001,
+            crc: 0xdead_beef,
             refcount: 3,
             fingerprint: [9; 16],
             history_refs: 1,
@@ -153,11 +133,14 @@ mod tests {
     fn a_location_reads_back_until_forgotten() {
         let cache = BlockLocations::new(1024);
         assert!(cache.get(5).is_none());
-        cache.insert(5, &rec(2, 4096));
+        cache.insert(5, &rec(u32::MAX, u32::MAX - 1));
         let got = cache.get(5).expect("cached");
-        assert_eq!((got.segment, got.offset_bytes), (2, 4096));
-        assert_eq!((got.payload_len, got.flags, got.crc), (100, 1, 7));
-        assert_eq!(got.record_bytes(), rec(2, 4096).record_bytes());
+        assert_eq!((got.segment, got.offset_bytes), (u32::MAX, u32::MAX - 1));
+        assert_eq!(
+            (got.payload_len, got.flags, got.crc),
+            (4096, 0x8001, 0xdead_beef)
+        );
+        assert_eq!(got.record_bytes(), rec(0, 0).record_bytes());
         cache.insert(5, &rec(3, 0));
         assert_eq!(cache.get(5).expect("cached").segment, 3);
         cache.forget(5);
@@ -165,17 +148,20 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_never_outgrows_its_limit() {
-        let limit = 64 * 16;
-        let cache = BlockLocations::new(limit);
-        for id in 0..100_000u64 {
+    fn the_most_recent_ids_are_kept_and_a_newer_one_takes_an_older_ones_slot() {
+        let limit = SHARDS as u64 * 16;
+        let cache = BlockLocations::new(limit as usize);
+        for id in 1..=10 * limit {
             cache.insert(id, &rec(1, id as u32));
-            assert!(cache.len() <= limit);
         }
-        // Eviction takes a part, not all: the cache stays mostly full.
-        assert!(cache.len() > limit / 2, "{} of {limit}", cache.len());
-        // The newest entry is always there.
-        assert_eq!(cache.get(99_999).expect("newest").offset_bytes, 99_999);
+        for id in 1..=10 * limit {
+            let kept = cache.get(id).map(|r| r.offset_bytes);
+            let recent = id > 9 * limit;
+            assert_eq!(kept, recent.then_some(id as u32), "id {id}");
+        }
+        // Forgetting an id whose slot a newer one took leaves the newer one.
+        cache.forget(1);
+        assert!(cache.get(1 + 9 * limit).is_some());
     }
 
     #[test]
@@ -183,6 +169,7 @@ mod tests {
         let cache = BlockLocations::new(0);
         cache.insert(1, &rec(1, 0));
         assert!(cache.get(1).is_none());
+        cache.forget(1);
     }
 }
 

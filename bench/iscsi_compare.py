@@ -3,9 +3,10 @@
 side in one run, through a small libiscsi initiator compiled here from the C source below.
 
 Throughput: 4 KiB random write and read (QD32 and QD1), 1 MiB sequential write and read
-(QD4), time based, on a LUN of --size-gib of each target prefilled the same way (~2:1
-compressible data with ~30% duplicate 4 KiB blocks, as bench/nbd_compare.py); IOPS and
-MiB/s, ratio Lacuna / tgt (target >= 1.5 on each). Each job also runs against a tgt LUN with
+(QD4), time based, each run --reps times on each target (alternating) and reported as the
+median run (single runs of the same code varied by up to a third on this shared 2-core
+machine), on a LUN of --size-gib of each target prefilled the same way (~2:1 compressible
+data with ~30% duplicate 4 KiB blocks, as bench/nbd_compare.py); IOPS and MiB/s, ratio Lacuna / tgt (target >= 1.5 on each). Each job also runs against a tgt LUN with
 its null backstore (`--bstype null`: no storage work at all; reads send a buffer nobody read
 from disk, writes are dropped): how much of tgt's figure is its storage and how much its
 transport, the kernel and the client. At QD1 a job is a ping-pong, so where even tgt with no
@@ -27,7 +28,7 @@ Client-issued offloads, each verified by reading samples back:
 Targets for the offloads: milliseconds (seed 004: minutes for a 50 GiB clone, 24 s to zero
 100 GiB).
 
-usage: bench/iscsi_compare.py [--runtime 15] [--size-gib 4] [--xcopy-gib 50] [--zero-gib 100]
+usage: bench/iscsi_compare.py [--runtime 15] [--reps 3] [--size-gib 4] [--xcopy-gib 50] [--zero-gib 100]
                               [--fallback-gib 2] [--tgt-ws-gib 2] [--xcopy-timeout 180] [--no-record]
 Needs: tgt (tgtd, tgtadm), libiscsi-dev and gcc, and a release build
 (CARGO_TARGET_DIR=... cargo build --release -p lacuna; the binary is taken from
@@ -1130,6 +1131,8 @@ def fmt_s(s):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runtime", type=int, default=15, help="seconds per throughput job and target")
+    ap.add_argument("--reps", type=int, default=3,
+                    help="runs of each throughput job on each target (alternating); the median is reported")
     ap.add_argument("--size-gib", type=int, default=4, help="throughput LUN size")
     ap.add_argument("--xcopy-gib", type=int, default=50, help="range written and then copied by EXTENDED COPY")
     ap.add_argument("--zero-gib", type=int, default=100, help="range zeroed by WRITE SAME / UNMAP")
@@ -1148,6 +1151,8 @@ def main():
     X, Z, F, T = args.xcopy_gib, args.zero_gib, args.fallback_gib, args.tgt_ws_gib
     if F > Z or T > Z or F > X:
         sys.exit("--fallback-gib and --tgt-ws-gib must not exceed --zero-gib, nor --fallback-gib --xcopy-gib")
+    if args.reps < 1 or args.runtime < 1:
+        sys.exit("--reps and --runtime must be at least 1")
     off_gib = max(2 * X, Z)
     started = time.time()
     tmp = tempfile.mkdtemp(prefix="lacuna-iscsi-bench-", dir=os.environ.get("BENCH_DIR", "/var/tmp"))
@@ -1182,12 +1187,14 @@ def main():
         seed = 10
         runs = [(t.name, t.url(lun)) for t, lun in targets] + [("tgt-null", tgt.url(tgt.luns["null"]))]
         for name, mode, bs, qd in JOBS:
-            for who, url in runs:
-                seed += 1
-                wait_idle(daemons)
-                r = client("load", url, mode, bs, qd, args.runtime, args.size_gib * GiB, seed)
-                res[(name, who)] = r
-                log(f"{name:20} {who:8} {r['iops']:10.0f} IOPS {r['mib_s']:8.1f} MiB/s  mean {r['mean_lat_us']:8.1f} us")
+            for rep in range(args.reps):
+                for who, url in runs:
+                    seed += 1
+                    wait_idle(daemons)
+                    r = client("load", url, mode, bs, qd, args.runtime, args.size_gib * GiB, seed)
+                    res.setdefault((name, who), []).append(r)
+                    log(f"{name:20} {who:8} run {rep + 1}: {r['iops']:10.0f} IOPS {r['mib_s']:8.1f} MiB/s  "
+                        f"mean {r['mean_lat_us']:8.1f} us")
 
         # ------------------------------------------------------------------ offloads: tgt
         tu = tgt.url(tgt.luns["offload"])
@@ -1309,11 +1316,17 @@ def offload_cell(r, gib=None):
     return cell
 
 
+def median_run(runs, key):
+    """The run whose `key` is the median (the lower middle one of an even count)."""
+    ordered = sorted(runs, key=lambda r: r[key])
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def report(args, info, fills, res, off, minutes):
     X, Z, F, T = args.xcopy_gib, args.zero_gib, args.fallback_gib, args.tgt_ws_gib
     L, G = off["lacuna"], off["tgt"]
     lines = []
-    cmd = (f"bench/iscsi_compare.py --runtime {args.runtime} --size-gib {args.size_gib} --xcopy-gib {X} "
+    cmd = (f"bench/iscsi_compare.py --runtime {args.runtime} --reps {args.reps} --size-gib {args.size_gib} --xcopy-gib {X} "
            f"--zero-gib {Z} --fallback-gib {F} --tgt-ws-gib {T} --xcopy-timeout {args.xcopy_timeout}")
     lines.append(f"\n## {datetime.date.today().isoformat()} — iSCSI: `{cmd}`\n")
     rev = os.environ.get("LACUNA_REV")
@@ -1325,11 +1338,13 @@ def report(args, info, fills, res, off, minutes):
                  f"--capacity 1T`); tgt {tgt_version} (`tgtd`, file backstore `--bstype rdwr`, sparse files). "
                  f"Client: a libiscsi 1.19 initiator compiled by the script (one session, no digests). "
                  f"Run time {minutes:.1f} min.\n")
-    lines.append(f"### Throughput ({args.size_gib} GiB LUN of each, {args.runtime} s per job)\n")
+    lines.append(f"### Throughput ({args.size_gib} GiB LUN of each, {args.runtime} s per job, median of {args.reps} runs)\n")
     lines.append(f"Both LUNs are first written end to end with the same data (1 MiB writes at QD8, then SYNCHRONIZE "
                  f"CACHE; ~2:1 compressible 4 KiB blocks, ~30% of them duplicates from a pool of 64). Writes carry fresh "
                  f"data of the same kind; no FLUSH inside a job. Before every job the script waits until both daemons "
-                 f"are idle and the kernel holds < 64 MiB of dirty pages; the targets alternate job by job. "
+                 f"are idle and the kernel holds < 64 MiB of dirty pages; the targets alternate run by run, each job runs "
+                 f"{args.reps} times on each, and each cell is the median run (the range of all runs in brackets; "
+                 f"the mean latency is the median run's). "
                  f"\"tgt null\" is tgt's null backstore (LUN 3, `--bstype null`): tgt's transport with no "
                  f"storage work at all.\n")
     lines.append("| job | lacuna | tgt | lacuna ÷ tgt | ≥ 1.5 | tgt null (no storage) | tgt null ÷ tgt |")
@@ -1340,15 +1355,20 @@ def report(args, info, fills, res, off, minutes):
                  f"{ft['seconds'] / fl['seconds']:.2f} | (not a target) | — | — |")
     ratios = []
     for name, mode, bs, qd in JOBS:
-        l, t, n = res[(name, "lacuna")], res[(name, "tgt")], res[(name, "tgt-null")]
         key = "iops" if bs == 4096 else "mib_s"
         unit = "IOPS" if bs == 4096 else "MiB/s"
+        l, t, n = (median_run(res[(name, who)], key) for who in ("lacuna", "tgt", "tgt-null"))
         ratio = l[key] / t[key]
         null_ratio = n[key] / t[key]
         ratios.append((name, ratio, null_ratio))
-        lines.append(f"| {name} | {l[key]:.0f} {unit} ({l['mean_lat_us']:.0f} µs) | {t[key]:.0f} {unit} "
-                     f"({t['mean_lat_us']:.0f} µs) | {ratio:.2f} | {'met' if ratio >= 1.5 else '**not met**'} | "
-                     f"{n[key]:.0f} {unit} ({n['mean_lat_us']:.0f} µs) | {null_ratio:.2f} |")
+
+        def cell(who, r):
+            values = [run[key] for run in res[(name, who)]]
+            spread = f"; {min(values):.0f}–{max(values):.0f}" if len(values) > 1 else ""
+            return f"{r[key]:.0f} {unit} ({r['mean_lat_us']:.0f} µs{spread})"
+
+        lines.append(f"| {name} | {cell('lacuna', l)} | {cell('tgt', t)} | {ratio:.2f} | "
+                     f"{'met' if ratio >= 1.5 else '**not met**'} | {cell('tgt-null', n)} | {null_ratio:.2f} |")
     lines.append("")
     li, ti = info["lacuna-offload"], info["tgt-offload"]
     lines.append(f"### Offloads issued by the client (EXTENDED COPY of {X} GiB written, zeroing {Z} GiB)\n")

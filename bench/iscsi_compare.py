@@ -6,8 +6,9 @@ Throughput: 4 KiB random write and read (QD32 and QD1), 1 MiB sequential write a
 (QD4), time based, each run --reps times on each target (alternating) and reported as the
 median run (single runs of the same code varied by up to a third on this shared 2-core
 machine), on a LUN of --size-gib of each target prefilled the same way (~2:1 compressible
-data with ~30% duplicate 4 KiB blocks, as bench/nbd_compare.py); IOPS and MiB/s, ratio Lacuna / tgt (target >= 1.5 on each). Each job also runs against a tgt LUN with
-its null backstore (`--bstype null`: no storage work at all; reads send a buffer nobody read
+data with ~30% duplicate 4 KiB blocks, as bench/nbd_compare.py); IOPS and MiB/s, ratio
+Lacuna / tgt (target >= 1.5 on each). Each job also runs against a tgt LUN with its null
+backstore (`--bstype null`: no storage work at all; reads send a buffer nobody read
 from disk, writes are dropped): how much of tgt's figure is its storage and how much its
 transport, the kernel and the client. At QD1 a job is a ping-pong, so where even tgt with no
 storage is not 1.5 x tgt, the client's and the kernel's share of a round trip alone leaves no
@@ -1343,8 +1344,8 @@ def report(args, info, fills, res, off, minutes):
                  f"CACHE; ~2:1 compressible 4 KiB blocks, ~30% of them duplicates from a pool of 64). Writes carry fresh "
                  f"data of the same kind; no FLUSH inside a job. Before every job the script waits until both daemons "
                  f"are idle and the kernel holds < 64 MiB of dirty pages; the targets alternate run by run, each job runs "
-                 f"{args.reps} times on each, and each cell is the median run (the range of all runs in brackets; "
-                 f"the mean latency is the median run's). "
+                 f"{args.reps} times on each, and each cell is the median run (its mean latency, then the range of "
+                 f"all runs). "
                  f"\"tgt null\" is tgt's null backstore (LUN 3, `--bstype null`): tgt's transport with no "
                  f"storage work at all.\n")
     lines.append("| job | lacuna | tgt | lacuna ÷ tgt | ≥ 1.5 | tgt null (no storage) | tgt null ÷ tgt |")

@@ -167,17 +167,18 @@ impl Engine {
             // A whole grain decodes straight into the caller's buffer.
             let whole = out.len() as u64 == GRAIN_BYTES;
             let into: &mut [u8] = if whole { out } else { &mut grain_buf };
-            let result = match self.read_record(id, rec, &mut record_buf, into, !cached) {
+            let result = match self.read_record(id, rec, &mut record_buf, into) {
                 // A stale cache entry (the block moved): never data, and not
                 // an error either. Read where the block table says.
                 Err(_) if cached => {
                     self.locations.forget(id);
                     let rec = self.look_up_block(reader, id)?;
-                    self.read_record(id, rec, &mut record_buf, into, true)
+                    self.read_record(id, rec, &mut record_buf, into)
                 }
                 result => result,
             };
             result.inspect_err(|e| {
+                self.count_read_failure(e);
                 tracing::error!(
                     volume = %label,
                     offset_bytes = run_from,
@@ -231,28 +232,33 @@ impl Engine {
         BlockRec::decode(rec.value())
     }
 
+    /// Counts a failed record read as a read error (I/O) or a checksum error
+    /// (the record is not what its block row says).
+    fn count_read_failure(&self, error: &EngineError) {
+        let counter = match error {
+            EngineError::Io { .. } => &self.stats.read_errors,
+            EngineError::Corruption(_) => &self.stats.checksum_errors,
+            _ => return,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Reads and verifies one block's record (into `record`, a work buffer
-    /// the caller may reuse); a mismatch is an error, never data. `counted`:
-    /// a failure counts as a read or checksum error (not when the location
-    /// came from the cache and may just be stale).
+    /// the caller may reuse); a mismatch is an error, never data. The caller
+    /// counts a failure: one read at a location from the cache may just have
+    /// been stale.
     fn read_record(
         &self,
         id: u64,
         rec: BlockRec,
         record: &mut Vec<u8>,
         out: &mut [u8],
-        counted: bool,
     ) -> Result<()> {
         // Every byte is overwritten by the read below (or the read fails).
         record.resize(rec.record_bytes() as usize, 0);
         self.store
             .read_at(rec.segment, u64::from(rec.offset_bytes), record)
             .map_err(|e| {
-                if counted {
-                    self.stats
-                        .read_errors
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
                 EngineError::io(
                     format!(
                         "reading block {id} from segment {} at {}",
@@ -267,11 +273,6 @@ impl Engine {
             block_id: id,
         };
         let corrupt = |why: String| {
-            if counted {
-                self.stats
-                    .checksum_errors
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
             EngineError::Corruption(format!(
                 "block {id} in segment {} at {}: {why}",
                 rec.segment, rec.offset_bytes

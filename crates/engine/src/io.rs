@@ -5,9 +5,9 @@ use std::sync::Arc;
 use redb::ReadOnlyTable;
 
 use crate::bitmap::DataBitmap;
+use crate::fill::{Fill, Filler};
 use crate::grain::{self, GrainContent};
 use crate::meta::{self, kv_error, BlockRec, RangeKind, RangeRec, Target};
-use crate::pending::PendingGrain;
 use crate::segment::{self, RecordHeader};
 use crate::snapshot::SnapshotShared;
 use crate::view::{Content, Reader, Source};
@@ -17,34 +17,6 @@ use crate::{
 
 /// Most mappings one block-status call examines before answering with a prefix.
 const MAX_EXTENT_SCAN_GRAINS: u64 = 1 << 16;
-
-/// What fills a piece of a read: committed content, or a pending grain's.
-#[derive(Debug, Clone, Copy)]
-enum Fill {
-    Hole,
-    Pattern(u64),
-    /// A block, and where it is stored when it is not committed yet.
-    Block(u64, Option<BlockRec>),
-}
-
-impl From<Content> for Fill {
-    fn from(content: Content) -> Self {
-        match content {
-            Content::Hole => Fill::Hole,
-            Content::Pattern(p) => Fill::Pattern(p),
-            Content::Block(id) => Fill::Block(id, None),
-        }
-    }
-}
-
-impl From<PendingGrain> for Fill {
-    fn from(held: PendingGrain) -> Self {
-        match held {
-            PendingGrain::Pattern(p) => Fill::Pattern(p),
-            PendingGrain::Block { id, rec } => Fill::Block(id, Some(rec)),
-        }
-    }
-}
 
 /// Whether a mapping target counts as data (for `written_bytes`).
 pub(crate) fn is_data(target: Target) -> bool {
@@ -133,64 +105,7 @@ impl Engine {
         let mut reader = Reader::new(self, &txn)?;
         let (runs, reached) = reader.runs(source, first, end, u64::MAX, 0)?;
         assert_eq!(reached, end, "reads are never cut short");
-        // Reused across grains: a read of many blocks allocates and zeroes
-        // its two work buffers once, not once a grain.
-        let mut grain_buf = vec![0u8; GRAIN_BYTES as usize];
-        let mut record_buf = Vec::new();
-        let mut fill = |reader: &mut Reader, from: u64, to: u64, content: Fill| -> Result<()> {
-            let run_from = (from * GRAIN_BYTES).max(offset_bytes);
-            let run_to = (to * GRAIN_BYTES).min(end_bytes);
-            let out =
-                &mut buf[(run_from - offset_bytes) as usize..(run_to - offset_bytes) as usize];
-            let in_grain = (run_from % GRAIN_BYTES) as usize;
-            let (id, rec) = match content {
-                Fill::Hole => {
-                    out.fill(0);
-                    return Ok(());
-                }
-                Fill::Pattern(p) => {
-                    grain::fill_pattern(p, in_grain, out);
-                    return Ok(());
-                }
-                Fill::Block(id, rec) => (id, rec),
-            };
-            assert_eq!(to, from + 1, "a block fills one grain");
-            // A pending block's location comes with it; a committed one's
-            // from the cache, else the block table.
-            let (rec, cached) = match rec {
-                Some(rec) => (rec, false),
-                None => match self.locations.get(id) {
-                    Some(rec) => (rec, true),
-                    None => (self.look_up_block(reader, id)?, false),
-                },
-            };
-            // A whole grain decodes straight into the caller's buffer.
-            let whole = out.len() as u64 == GRAIN_BYTES;
-            let into: &mut [u8] = if whole { out } else { &mut grain_buf };
-            let result = match self.read_record(id, rec, &mut record_buf, into) {
-                // A stale cache entry (the block moved): never data, and not
-                // an error either. Read where the block table says.
-                Err(_) if cached => {
-                    self.locations.forget(id);
-                    let rec = self.look_up_block(reader, id)?;
-                    self.read_record(id, rec, &mut record_buf, into)
-                }
-                result => result,
-            };
-            result.inspect_err(|e| {
-                self.count_read_failure(e);
-                tracing::error!(
-                    volume = %label,
-                    offset_bytes = run_from,
-                    length_bytes = GRAIN_BYTES,
-                    "read failed: {e}"
-                )
-            })?;
-            if !whole {
-                out.copy_from_slice(&grain_buf[in_grain..in_grain + out.len()]);
-            }
-            Ok(())
-        };
+        let mut filler = Filler::new(self, label, offset_bytes, buf);
         let mut pending = pending.into_iter().peekable();
         let mut grain = first;
         for run in runs {
@@ -206,17 +121,17 @@ impl Engine {
                     Some(&(at, _)) if at < run_end => (at, Fill::from(run.content)),
                     _ => (run_end, Fill::from(run.content)),
                 };
-                fill(&mut reader, grain, to, content)?;
+                filler.fill(&mut reader, grain, to, content)?;
                 grain = to;
             }
         }
         assert!(pending.next().is_none(), "pending grains lie in the read");
         assert_eq!(grain, end);
-        Ok(())
+        filler.finish(&mut reader)
     }
 
     /// Where a committed block is stored, from the block table; remembered.
-    fn look_up_block(&self, reader: &mut Reader, id: u64) -> Result<BlockRec> {
+    pub(crate) fn look_up_block(&self, reader: &mut Reader, id: u64) -> Result<BlockRec> {
         reader.count_block_lookup();
         let rec = Self::block_rec(&reader.blocks, id)?;
         self.locations.insert(id, &rec);
@@ -234,7 +149,7 @@ impl Engine {
 
     /// Counts a failed record read as a read error (I/O) or a checksum error
     /// (the record is not what its block row says).
-    fn count_read_failure(&self, error: &EngineError) {
+    pub(crate) fn count_read_failure(&self, error: &EngineError) {
         let counter = match error {
             EngineError::Io { .. } => &self.stats.read_errors,
             EngineError::Corruption(_) => &self.stats.checksum_errors,
@@ -247,7 +162,7 @@ impl Engine {
     /// the caller may reuse); a mismatch is an error, never data. The caller
     /// counts a failure: one read at a location from the cache may just have
     /// been stale.
-    fn read_record(
+    pub(crate) fn read_record(
         &self,
         id: u64,
         rec: BlockRec,
@@ -256,6 +171,9 @@ impl Engine {
     ) -> Result<()> {
         // Every byte is overwritten by the read below (or the read fails).
         record.resize(rec.record_bytes() as usize, 0);
+        self.stats
+            .record_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.store
             .read_at(rec.segment, u64::from(rec.offset_bytes), record)
             .map_err(|e| {
@@ -267,6 +185,18 @@ impl Engine {
                     e,
                 )
             })?;
+        self.decode_record(id, rec, record, out)
+    }
+
+    /// Verifies a record read from `rec`'s location against it and decodes
+    /// its payload into `out` (a whole grain).
+    pub(crate) fn decode_record(
+        &self,
+        id: u64,
+        rec: BlockRec,
+        record: &mut [u8],
+        out: &mut [u8],
+    ) -> Result<()> {
         let expected = RecordHeader {
             flags: rec.flags,
             payload_len: rec.payload_len,

@@ -30,6 +30,7 @@ pub mod container;
 pub mod copy;
 pub mod error;
 mod fault;
+mod fill;
 mod fsck;
 pub mod grain;
 mod io;
@@ -164,6 +165,9 @@ pub struct EngineStats {
     /// Key-value operations (lookups, range scans and entries visited) done by
     /// reads: the snapshot-depth test compares these.
     pub read_kv_ops: AtomicU64,
+    /// Segment reads made for host reads: one per record read alone, one per
+    /// span of adjacent records (see `fill`). The span test counts these.
+    pub record_reads: AtomicU64,
     /// Unmap requests (UNMAP, TRIM, WRITE SAME / WRITE ZEROES that may unmap)
     /// and the logical bytes they covered.
     pub unmap_commands: AtomicU64,

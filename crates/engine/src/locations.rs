@@ -178,9 +178,6 @@ mod engine_tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
-    use redb::ReadableTable;
-
-    use crate::meta::{self, BlockRec};
     use crate::{Engine, EngineConfig, Volume, GRAIN_BYTES};
 
     const GRAINS: u64 = 64;
@@ -208,19 +205,6 @@ mod engine_tests {
         (dir, engine, volume, written)
     }
 
-    fn block_rows(engine: &Engine) -> Vec<(u64, BlockRec)> {
-        let txn = engine.begin_read().unwrap();
-        let blocks = txn.open_table(meta::BLOCKS).unwrap();
-        blocks
-            .iter()
-            .unwrap()
-            .map(|item| {
-                let (id, value) = item.unwrap();
-                (id.value(), BlockRec::decode(value.value()).unwrap())
-            })
-            .collect()
-    }
-
     fn errors(engine: &Engine) -> (u64, u64) {
         (
             engine.stats.checksum_errors.load(Ordering::Relaxed),
@@ -241,7 +225,7 @@ mod engine_tests {
     #[test]
     fn a_stale_location_reads_the_block_from_the_table() {
         let (_dir, engine, volume, written) = written(1);
-        let rows = block_rows(&engine);
+        let rows = crate::testdata::block_rows(&engine);
         assert_eq!(rows.len() as u64, GRAINS);
         for (id, rec) in &rows {
             let cached = engine
@@ -280,7 +264,7 @@ mod engine_tests {
     #[test]
     fn reads_follow_blocks_the_cleaner_moved() {
         let (_dir, engine, volume, first) = written(2);
-        let old_rows = block_rows(&engine);
+        let old_rows = crate::testdata::block_rows(&engine);
         // Overwrite every other grain: their old records go stale, and the
         // segment is worth cleaning.
         let mut expected = first.clone();
@@ -293,7 +277,7 @@ mod engine_tests {
         }
         volume.flush().unwrap();
         assert!(engine.clean_now().unwrap() > 0);
-        let moved: Vec<_> = block_rows(&engine)
+        let moved: Vec<_> = crate::testdata::block_rows(&engine)
             .into_iter()
             .filter(|(id, rec)| {
                 old_rows

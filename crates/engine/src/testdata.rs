@@ -13,3 +13,21 @@ pub(crate) fn unique_bytes(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Every row of the block table, in block id order.
+pub(crate) fn block_rows(engine: &crate::Engine) -> Vec<(u64, crate::meta::BlockRec)> {
+    use redb::ReadableTable;
+    let txn = engine.begin_read().unwrap();
+    let blocks = txn.open_table(crate::meta::BLOCKS).unwrap();
+    blocks
+        .iter()
+        .unwrap()
+        .map(|item| {
+            let (id, value) = item.unwrap();
+            (
+                id.value(),
+                crate::meta::BlockRec::decode(value.value()).unwrap(),
+            )
+        })
+        .collect()
+}

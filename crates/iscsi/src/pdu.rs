@@ -1013,23 +1013,48 @@ pub async fn write_pdu<W: AsyncWrite + Unpin>(
     let data_len_bytes = u32::try_from(data.len()).expect("data segment length fits in u32");
     assert!(data_len_bytes <= DATA_SEGMENT_MAX_BYTES);
     let bhs = header.encode(ahs.len(), data_len_bytes);
-    writer.write_all(&bhs).await?;
-    writer.write_all(ahs).await?;
-    if digests.header {
-        writer
-            .write_all(&digest(&[&bhs, ahs]).to_le_bytes())
-            .await?;
-    }
-    if !data.is_empty() {
-        let padding = [0u8; 3];
-        let padding = &padding[..padding_len_bytes(data.len())];
-        writer.write_all(data).await?;
-        writer.write_all(padding).await?;
-        if digests.data {
-            writer
-                .write_all(&digest(&[data, padding]).to_le_bytes())
-                .await?;
+    let header_digest = digest(&[&bhs, ahs]).to_le_bytes();
+    let padding = [0u8; 3];
+    let padding = &padding[..padding_len_bytes(data.len())];
+    let data_digest = if digests.data && !data.is_empty() {
+        digest(&[data, padding]).to_le_bytes()
+    } else {
+        [0; 4]
+    };
+    let parts: [&[u8]; 6] = [
+        &bhs,
+        ahs,
+        if digests.header { &header_digest } else { &[] },
+        data,
+        padding,
+        if digests.data && !data.is_empty() {
+            &data_digest
+        } else {
+            &[]
+        },
+    ];
+    write_all_vectored(writer, &parts).await
+}
+
+/// Writes `parts` in order with as few calls as the writer allows: one
+/// `writev` for a PDU's header and data, where `write_all` of each would put
+/// the 48-byte header in a TCP segment of its own (the socket has Nagle off).
+async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    parts: &[&[u8]],
+) -> std::io::Result<()> {
+    let mut slices: Vec<std::io::IoSlice> = parts
+        .iter()
+        .filter(|part| !part.is_empty())
+        .map(|part| std::io::IoSlice::new(part))
+        .collect();
+    let mut slices = &mut slices[..];
+    while !slices.is_empty() {
+        let written = writer.write_vectored(slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
         }
+        std::io::IoSlice::advance_slices(&mut slices, written);
     }
     Ok(())
 }

@@ -187,7 +187,7 @@ mod engine_tests {
     }
 
     /// An engine (no background thread) whose volume holds `data(seed)`,
-    /// committed and read once (so its block locations are cached).
+    /// committed and read once.
     fn written(seed: u64) -> (tempfile::TempDir, Arc<Engine>, Volume, Vec<u8>) {
         let dir = tempfile::Builder::new()
             .prefix("lacuna-loc-")
@@ -218,6 +218,34 @@ mod engine_tests {
         back
     }
 
+    /// A write leaves its blocks' locations in the cache: reading them back
+    /// looks up no block in the block table (with the cache emptied, the same
+    /// read looks up every one).
+    #[test]
+    fn written_blocks_are_read_without_block_table_lookups() {
+        let (_dir, engine, volume, written) = written(4);
+        let kv_ops = || engine.stats.read_kv_ops.load(Ordering::Relaxed);
+        let before = kv_ops();
+        assert_eq!(read_all(&volume), written);
+        let cached_ops = kv_ops() - before;
+        let rows = crate::testdata::block_rows(&engine);
+        for (id, _) in &rows {
+            engine.locations.forget(*id);
+        }
+        let before = kv_ops();
+        assert_eq!(read_all(&volume), written);
+        let uncached_ops = kv_ops() - before;
+        assert_eq!(uncached_ops - cached_ops, GRAINS, "one lookup a block");
+        // An overwrite, never read before: reading it back looks up nothing.
+        let second = data(5);
+        volume.write(0, &second).unwrap();
+        volume.flush().unwrap();
+        let before = kv_ops();
+        assert_eq!(read_all(&volume), second);
+        assert_eq!(kv_ops() - before, cached_ops, "no block looked up");
+        engine.close().unwrap();
+    }
+
     /// A cached location that no longer holds the block (here: every entry
     /// pointing somewhere wrong, past the end of its segment or into another
     /// record) reads the right bytes, counts no error, and is replaced by the
@@ -231,7 +259,7 @@ mod engine_tests {
             let cached = engine
                 .locations
                 .get(*id)
-                .expect("a read caches what it looked up");
+                .expect("cached by the write or the read");
             assert_eq!(
                 (cached.segment, cached.offset_bytes),
                 (rec.segment, rec.offset_bytes)

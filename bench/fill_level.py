@@ -36,7 +36,10 @@ def fio(uri, rw, bs, depth, size_mib, offset_mib=0, runtime=None):
            "--buffer_compress_percentage=0", "--randrepeat=0", "--output-format=json"]
     if runtime:
         cmd += [f"--runtime={runtime}", "--time_based"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"fio failed ({run.returncode}): {' '.join(cmd)}\n{run.stderr[-2000:]}{run.stdout[-2000:]}")
+    out = run.stdout
     job = json.loads(out[out.index("{"):])["jobs"][0]["write"]
     return job["iops"], job["clat_ns"]["percentile"]["99.000000"] / 1000.0
 

@@ -31,6 +31,15 @@ const MAX_URGENT_UTILIZATION: f64 = 0.98;
 /// Most victims a writer cleans itself before giving up on making room.
 const MAX_WRITER_CLEANS: usize = 8;
 
+/// A cleaner's turn (the engine's `cleaner` mutex held): picking a victim
+/// needs one. Two writers short of room used to clean at once: either both
+/// picked the same victim, and the first to finish freed it (removed its
+/// file) while the other still read it, or they picked two, and their
+/// relocations together outgrew the reserve, which holds one victim's live
+/// records. Each failed a host write (seen at 90% full under 40 k small
+/// writes a second).
+type Turn<'e> = parking_lot::MutexGuard<'e, ()>;
+
 /// One record found while walking a victim segment.
 struct Found {
     block_id: u64,
@@ -41,7 +50,7 @@ struct Found {
 impl Engine {
     /// Picks the best victim: sealed, with stale bytes, utilization at most
     /// `max_utilization`, highest cost-benefit score.
-    fn pick_victim(&self, max_utilization: f64) -> Option<SegmentId> {
+    fn pick_victim(&self, _turn: &Turn, max_utilization: f64) -> Option<SegmentId> {
         let ws = self.writer.lock();
         let newest = ws.next_segment_id;
         ws.segments
@@ -112,7 +121,8 @@ impl Engine {
         } else {
             MAX_BACKGROUND_UTILIZATION
         };
-        let Some(victim) = self.pick_victim(max_utilization) else {
+        let turn = self.cleaner.lock();
+        let Some(victim) = self.pick_victim(&turn, max_utilization) else {
             return Ok(false);
         };
         self.clean_segment(victim)?;
@@ -139,6 +149,8 @@ impl Engine {
         let reserve = crate::provision::cleaning_reserve_bytes(self.config.capacity_bytes);
         let wanted = bytes.saturating_add(reserve);
         for _ in 0..MAX_WRITER_CLEANS {
+            // Another cleaner may make the room meanwhile: checked after.
+            let turn = self.cleaner.lock();
             let cleaned_waiting = {
                 let ws = self.writer.lock();
                 let free = ws.capacity_bytes.saturating_sub(ws.used_bytes());
@@ -154,7 +166,7 @@ impl Engine {
                 self.flush_freeing()?;
                 continue;
             }
-            let Some(victim) = self.pick_victim(MAX_URGENT_UTILIZATION) else {
+            let Some(victim) = self.pick_victim(&turn, MAX_URGENT_UTILIZATION) else {
                 return Ok(());
             };
             self.stats.writer_cleans.fetch_add(1, Ordering::Relaxed);
@@ -195,7 +207,8 @@ impl Engine {
         }
         let mut cleaned = 0;
         let mut tried = std::collections::BTreeSet::new();
-        while let Some(victim) = self.pick_victim(1.0) {
+        let turn = self.cleaner.lock();
+        while let Some(victim) = self.pick_victim(&turn, 1.0) {
             if !tried.insert(victim) {
                 break; // a record that cannot move (corrupt) keeps it alive
             }

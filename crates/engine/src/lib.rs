@@ -273,6 +273,9 @@ pub struct Engine {
     bits_in_progress: Mutex<Option<u64>>,
     /// Serialises taking pins with dropping unreferenced ones.
     pin_lock: Mutex<()>,
+    /// One cleaner at a time, background or a writer short of room: the
+    /// cleaner's reserve holds one victim's live records (see `clean`).
+    cleaner: Mutex<()>,
     /// Whether physical use is above the soft threshold (for edge detection).
     above_soft_threshold: AtomicBool,
     writer: Mutex<WriterState>,
@@ -346,6 +349,7 @@ impl Engine {
             snapshots: RwLock::new(recovered.snapshots),
             sweep_pending: Mutex::new(recovered.sweep_pending),
             pin_lock: Mutex::new(()),
+            cleaner: Mutex::new(()),
             bits_pending: Mutex::new(std::collections::VecDeque::new()),
             bits_in_progress: Mutex::new(None),
             above_soft_threshold: AtomicBool::new(false),

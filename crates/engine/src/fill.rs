@@ -6,11 +6,10 @@
 //! CPU of 1 MiB reads in system calls. A read's whole-grain blocks are gathered,
 //! sorted by where their records lie, and each run of records close together
 //! is read with one call (a span); then each record is verified and decoded
-//! from it. Anything
-//! unusual (a failed span read, a record that does not verify, say from a
-//! stale cached location) sends that record down the one-record path, which
-//! decides what it is; so the span changes how many calls are made, never what
-//! a read returns or which errors are counted.
+//! from it. Anything unusual (a failed span read, a record that does not
+//! verify, say from a stale cached location) sends that record down the
+//! one-record path, which decides what it is; so spans change how many calls
+//! are made, never what a read returns or which errors are counted.
 
 use crate::meta::BlockRec;
 use crate::pending::PendingGrain;
@@ -126,8 +125,9 @@ impl<'a> Filler<'a> {
         }
     }
 
-    /// Fills grains [from, to) (clipped to the read) with `content`. A block
-    /// may wait in the span until [`Filler::finish`].
+    /// Fills grains [from, to) (clipped to the read) with `content`. A whole
+    /// grain's block may be gathered and read later, by [`Filler::finish`] at
+    /// the latest.
     pub(crate) fn fill(
         &mut self,
         reader: &mut Reader,
@@ -185,7 +185,7 @@ impl<'a> Filler<'a> {
         result
     }
 
-    /// Reads what still waits in the span.
+    /// Reads the blocks still gathered.
     pub(crate) fn finish(mut self, reader: &mut Reader) -> Result<()> {
         self.read_gathered(reader)
     }

@@ -1013,25 +1013,19 @@ pub async fn write_pdu<W: AsyncWrite + Unpin>(
     let data_len_bytes = u32::try_from(data.len()).expect("data segment length fits in u32");
     assert!(data_len_bytes <= DATA_SEGMENT_MAX_BYTES);
     let bhs = header.encode(ahs.len(), data_len_bytes);
-    let header_digest = digest(&[&bhs, ahs]).to_le_bytes();
     let padding = [0u8; 3];
     let padding = &padding[..padding_len_bytes(data.len())];
-    let data_digest = if digests.data && !data.is_empty() {
-        digest(&[data, padding]).to_le_bytes()
-    } else {
-        [0; 4]
-    };
+    // Digests only when negotiated: each is a CRC32C over what it covers.
+    let header_digest = digests.header.then(|| digest(&[&bhs, ahs]).to_le_bytes());
+    let data_digest =
+        (digests.data && !data.is_empty()).then(|| digest(&[data, padding]).to_le_bytes());
     let parts: [&[u8]; 6] = [
         &bhs,
         ahs,
-        if digests.header { &header_digest } else { &[] },
+        header_digest.as_ref().map_or(&[], |d| &d[..]),
         data,
         padding,
-        if digests.data && !data.is_empty() {
-            &data_digest
-        } else {
-            &[]
-        },
+        data_digest.as_ref().map_or(&[], |d| &d[..]),
     ];
     write_all_vectored(writer, &parts).await
 }

@@ -354,7 +354,7 @@ impl Engine {
 mod tests {
     use super::*;
     use crate::pending::MAX_OPEN_GRAINS;
-    use crate::{EngineConfig, GRAIN_BYTES};
+    use crate::GRAIN_BYTES;
 
     fn data_grain(seed: u8) -> GrainContent {
         let grain: Vec<u8> = (0..GRAIN_BYTES).map(|i| (i % 251) as u8 ^ seed).collect();
@@ -368,13 +368,8 @@ mod tests {
     /// An engine of `capacity_bytes` without the background thread, with one
     /// volume `v` of `volume_bytes`.
     fn engine_of(capacity_bytes: u64, volume_bytes: u64) -> (tempfile::TempDir, Arc<Engine>) {
-        let dir = tempfile::Builder::new()
-            .prefix("lacuna-batch-")
-            .tempdir()
-            .unwrap();
-        let mut config = EngineConfig::new(dir.path(), capacity_bytes);
-        config.background = false;
-        let engine = Engine::open(config).unwrap();
+        let dir = crate::testdata::data_dir("batch");
+        let engine = crate::testdata::quiet_engine(dir.path(), capacity_bytes);
         engine.create_volume("v", volume_bytes).unwrap();
         (dir, engine)
     }
@@ -563,9 +558,7 @@ mod tests {
         engine.check_consistency().unwrap();
         engine.close().unwrap();
         drop((volume, engine));
-        let mut config = EngineConfig::new(dir.path(), 1 << 30);
-        config.background = false;
-        let engine = Engine::open(config).unwrap();
+        let engine = crate::testdata::quiet_engine(dir.path(), 1 << 30);
         check(&engine.open_volume("v").unwrap());
         engine.check_consistency().unwrap();
         engine.close().unwrap();

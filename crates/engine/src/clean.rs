@@ -366,7 +366,7 @@ mod tests {
     use std::sync::Arc;
 
     use crate::testdata::unique_bytes;
-    use crate::{Engine, EngineConfig, Volume, GRAIN_BYTES};
+    use crate::{Engine, Volume, GRAIN_BYTES};
 
     const MIB: u64 = 1 << 20;
 
@@ -377,11 +377,8 @@ mod tests {
         capacity_bytes: u64,
         written_mib: u64,
     ) -> (tempfile::TempDir, Arc<Engine>, Volume, Vec<u8>) {
-        let dir = tempfile::Builder::new()
-            .prefix("lacuna-clean-")
-            .tempdir()
-            .unwrap();
-        let engine = open(&dir, capacity_bytes);
+        let dir = crate::testdata::data_dir("clean");
+        let engine = crate::testdata::quiet_engine(dir.path(), capacity_bytes);
         engine.create_volume("v", written_mib * MIB).unwrap();
         let volume = engine.open_volume("v").unwrap();
         let mut expected = unique_bytes((written_mib * MIB) as usize, 1);
@@ -394,12 +391,6 @@ mod tests {
         }
         volume.flush().unwrap();
         (dir, engine, volume, expected)
-    }
-
-    fn open(dir: &tempfile::TempDir, capacity_bytes: u64) -> Arc<Engine> {
-        let mut config = EngineConfig::new(dir.path(), capacity_bytes);
-        config.background = false;
-        Engine::open(config).unwrap()
     }
 
     /// Reads back, checks consistency and closes.
@@ -453,7 +444,7 @@ mod tests {
         );
         check_and_close(&engine, &volume, &expected);
         drop((volume, engine));
-        let engine = open(&dir, 1 << 30);
+        let engine = crate::testdata::quiet_engine(dir.path(), 1 << 30);
         check_and_close(&engine, &engine.open_volume("v").unwrap(), &expected);
     }
 

@@ -290,19 +290,14 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
-    use crate::{Engine, EngineConfig, Volume, GRAIN_BYTES};
+    use crate::{Engine, Volume, GRAIN_BYTES};
 
     /// Grains written in one go: their records lie side by side.
     const GRAINS: u64 = 512;
 
     fn engine() -> (tempfile::TempDir, Arc<Engine>, Volume) {
-        let dir = tempfile::Builder::new()
-            .prefix("lacuna-fill-")
-            .tempdir()
-            .unwrap();
-        let mut config = EngineConfig::new(dir.path(), 1 << 30);
-        config.background = false;
-        let engine = Engine::open(config).unwrap();
+        let dir = crate::testdata::data_dir("fill");
+        let engine = crate::testdata::quiet_engine(dir.path(), 1 << 30);
         engine.create_volume("v", 4 * GRAINS * GRAIN_BYTES).unwrap();
         let volume = engine.open_volume("v").unwrap();
         (dir, engine, volume)

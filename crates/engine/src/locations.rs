@@ -178,7 +178,7 @@ mod engine_tests {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
-    use crate::{Engine, EngineConfig, Volume, GRAIN_BYTES};
+    use crate::{Engine, Volume, GRAIN_BYTES};
 
     const GRAINS: u64 = 64;
 
@@ -189,13 +189,8 @@ mod engine_tests {
     /// An engine (no background thread) whose volume holds `data(seed)`,
     /// committed and read once.
     fn written(seed: u64) -> (tempfile::TempDir, Arc<Engine>, Volume, Vec<u8>) {
-        let dir = tempfile::Builder::new()
-            .prefix("lacuna-loc-")
-            .tempdir()
-            .unwrap();
-        let mut config = EngineConfig::new(dir.path(), 1 << 30);
-        config.background = false;
-        let engine = Engine::open(config).unwrap();
+        let dir = crate::testdata::data_dir("loc");
+        let engine = crate::testdata::quiet_engine(dir.path(), 1 << 30);
         engine.create_volume("v", 2 * GRAINS * GRAIN_BYTES).unwrap();
         let volume = engine.open_volume("v").unwrap();
         let written = data(seed);

@@ -548,7 +548,7 @@ impl Engine {
 mod tests {
     use std::sync::atomic::Ordering;
 
-    use crate::{Engine, EngineConfig, GRAIN_BYTES};
+    use crate::GRAIN_BYTES;
 
     /// A reclaim step joins the write batches' open transaction instead of
     /// committing it first and then committing itself: two redb commits a
@@ -559,15 +559,8 @@ mod tests {
     #[test]
     fn a_reclaim_step_joins_the_open_transaction() {
         const GRAINS: u64 = 3 * super::IDLE_BATCH_MAPPINGS as u64;
-        let dir = tempfile::Builder::new()
-            .prefix("lacuna-reclaim-")
-            .tempdir()
-            .unwrap();
-        let open = || {
-            let mut config = EngineConfig::new(dir.path(), 1 << 30);
-            config.background = false;
-            Engine::open(config).unwrap()
-        };
+        let dir = crate::testdata::data_dir("reclaim");
+        let open = || crate::testdata::quiet_engine(dir.path(), 1 << 30);
         let engine = open();
         engine.create_volume("v", 2 * GRAINS * GRAIN_BYTES).unwrap();
         let volume = engine.open_volume("v").unwrap();

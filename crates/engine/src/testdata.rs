@@ -31,3 +31,23 @@ pub(crate) fn block_rows(engine: &crate::Engine) -> Vec<(u64, crate::meta::Block
         })
         .collect()
 }
+
+/// A fresh data directory, `lacuna-<name>-…` in the system's temporary
+/// directory, removed when dropped.
+pub(crate) fn data_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("lacuna-{name}-"))
+        .tempdir()
+        .unwrap()
+}
+
+/// An engine of `capacity_bytes` on `dir` without the background thread: the
+/// tests run background steps themselves, when they mean to.
+pub(crate) fn quiet_engine(
+    dir: &std::path::Path,
+    capacity_bytes: u64,
+) -> std::sync::Arc<crate::Engine> {
+    let mut config = crate::EngineConfig::new(dir, capacity_bytes);
+    config.background = false;
+    crate::Engine::open(config).unwrap()
+}

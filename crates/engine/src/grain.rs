@@ -238,6 +238,32 @@ mod tests {
         }
     }
 
+    /// Decoding bytes that are not what the encoder wrote (only a bug could
+    /// get them past the record's checksum) is an error, never a panic or a
+    /// grain made of some earlier buffer's bytes.
+    #[test]
+    fn malformed_lz4_is_refused() {
+        let mut out = vec![0xAAu8; GRAIN_BYTES as usize];
+        let cases: [&[u8]; 4] = [
+            &[],
+            // A literal run longer than the input holds.
+            &[0xF0, 0xFF, 0xFF, 1, 2, 3],
+            // A match whose offset reaches before the output's start.
+            &[0x10, b'a', 0xFF, 0x00],
+            // A match with offset zero.
+            &[0x10, b'a', 0x00, 0x00],
+        ];
+        for payload in cases {
+            assert!(
+                decode(payload, Codec::Lz4, &mut out).is_err(),
+                "{payload:?}"
+            );
+        }
+        // A valid block of fewer bytes than a grain is refused too.
+        let short = lz4_flex::block::compress(&[7u8; 100]);
+        assert!(decode(&short, Codec::Lz4, &mut out).is_err());
+    }
+
     #[test]
     fn random_data_is_stored_raw() {
         let mut state = 0x1234_5678_9abc_def0u64;

@@ -240,7 +240,7 @@ mod tests {
 
     /// Decoding bytes that are not what the encoder wrote (only a bug could
     /// get them past the record's checksum) is an error, never a panic or a
-    /// grain made of some earlier buffer's bytes.
+    /// grain reported as decoded.
     #[test]
     fn malformed_lz4_is_refused() {
         let mut out = vec![0xAAu8; GRAIN_BYTES as usize];

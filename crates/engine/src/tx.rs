@@ -388,6 +388,12 @@ pub struct TxState {
     /// Their records: (segment, offset, length).
     freed_records: Vec<(SegmentId, u64, u64)>,
     freed_keys: Vec<(u64, u64)>,
+    /// Rows of blocks created since [`TxState::begin_new_rows`], in id order, not
+    /// yet in the block table: a write of many grains adds them in one ordered
+    /// pass at the table's end (new ids are the largest), not a descent each.
+    new_rows: Vec<(u64, BlockRec)>,
+    /// Whether new blocks' rows go to `new_rows` rather than the table.
+    buffering_new_rows: bool,
 }
 
 /// The dedup index: fingerprint prefix → block id.
@@ -485,6 +491,8 @@ impl TxState {
             freed_blocks: std::collections::HashSet::new(),
             freed_records: Vec::new(),
             freed_keys: Vec::new(),
+            new_rows: Vec::new(),
+            buffering_new_rows: false,
         }
     }
 
@@ -555,6 +563,7 @@ impl TxState {
         rec: BlockRec,
         record: &[u8],
     ) -> Result<()> {
+        self.assert_rows_in_table();
         let record_bytes = record.len() as u64;
         assert_eq!(record_bytes, rec.record_bytes());
         // The cleaner may use the whole capacity: it is what gives space back.
@@ -675,7 +684,15 @@ impl TxState {
             fingerprint: data.fingerprint,
             history_refs: 0,
         };
-        self.put_block(t, id, None, Some(&rec))?;
+        if self.buffering_new_rows {
+            self.account_block_change(None, Some(&rec));
+            if let Some(&(last, _)) = self.new_rows.last() {
+                assert_eq!(last + 1, id, "new rows are buffered in id order");
+            }
+            self.new_rows.push((id, rec));
+        } else {
+            self.put_block(t, id, None, Some(&rec))?;
+        }
         if self.dedup {
             self.dedup_added.insert(dedup_key(&data.fingerprint), id);
         }
@@ -690,24 +707,94 @@ impl TxState {
         before: Option<&BlockRec>,
         after: Option<&BlockRec>,
     ) -> Result<()> {
-        if let Some(b) = before {
-            self.class_delta[b.class() as usize] -= b.record_bytes() as i64;
+        if let Some(index) = self.new_row_index(id) {
+            // A block created in this run and referenced again (dedup within
+            // the run): only its buffered row changes.
+            let after = after.expect("a block of the run is not deleted within it");
+            self.account_block_change(before, Some(after));
+            self.new_rows[index].1 = *after;
+            return Ok(());
         }
+        self.account_block_change(before, after);
         match after {
             Some(a) => {
-                assert!(a.history_refs <= a.refcount && a.refcount > 0);
-                self.class_delta[a.class() as usize] += a.record_bytes() as i64;
                 t.blocks.insert(id, &a.encode()[..]).map_err(kv_error)?;
             }
             None => {
                 t.blocks.remove(id).map_err(kv_error)?;
             }
         }
-        self.records_written += 1;
         Ok(())
     }
 
+    /// Moves a block's bytes between classes as its row changes from `before`
+    /// to `after`, and counts the row written.
+    fn account_block_change(&mut self, before: Option<&BlockRec>, after: Option<&BlockRec>) {
+        if let Some(b) = before {
+            self.class_delta[b.class() as usize] -= b.record_bytes() as i64;
+        }
+        if let Some(a) = after {
+            assert!(a.history_refs <= a.refcount && a.refcount > 0);
+            self.class_delta[a.class() as usize] += a.record_bytes() as i64;
+        }
+        self.records_written += 1;
+    }
+
+    /// Where block `id`'s row is in `new_rows`, if it is buffered there.
+    fn new_row_index(&self, id: u64) -> Option<usize> {
+        let &(first, _) = self.new_rows.first()?;
+        let index = usize::try_from(id.checked_sub(first)?).ok()?;
+        let &(found, _) = self.new_rows.get(index)?;
+        assert_eq!(found, id, "buffered ids are consecutive");
+        Some(index)
+    }
+
+    /// From here until [`TxState::flush_new_rows`], rows of new blocks wait in
+    /// memory. Only storing blocks may happen meanwhile: nothing else reads
+    /// the block table past them.
+    pub fn begin_new_rows(&mut self) {
+        assert!(!self.buffering_new_rows && self.new_rows.is_empty());
+        self.buffering_new_rows = true;
+    }
+
+    /// Adds the buffered rows to the block table in one ordered pass at its
+    /// end: redb applies a run of cursor inserts as one splice per leaf.
+    pub fn flush_new_rows(&mut self, t: &mut Tables) -> Result<()> {
+        assert!(self.buffering_new_rows);
+        self.buffering_new_rows = false;
+        let rows = std::mem::take(&mut self.new_rows);
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut cursor = t
+            .blocks
+            .upper_bound_mut(std::ops::Bound::<u64>::Unbounded)
+            .map_err(kv_error)?;
+        for (id, rec) in &rows {
+            cursor
+                .insert_before(*id, &rec.encode()[..])
+                .map_err(|error| {
+                    cursor_insert_error(error, || {
+                        format!("block {id} is new, but the block table holds an id as large")
+                    })
+                })?;
+        }
+        cursor.close().map_err(kv_error)
+    }
+
+    /// Asserts that no new block row waits outside the table: everything that
+    /// reads or removes rows other than storing blocks needs them there.
+    fn assert_rows_in_table(&self) {
+        assert!(
+            !self.buffering_new_rows && self.new_rows.is_empty(),
+            "block rows of a run are still buffered"
+        );
+    }
+
     pub fn block(&self, t: &Tables, id: u64) -> Result<BlockRec> {
+        if let Some(index) = self.new_row_index(id) {
+            return Ok(self.new_rows[index].1);
+        }
         let value = t.blocks.get(id).map_err(kv_error)?;
         let value = value.ok_or_else(|| {
             EngineError::Corruption(format!("block {id} is referenced but missing"))
@@ -730,6 +817,7 @@ impl TxState {
         let Target::Block(id) = target else {
             return Ok(());
         };
+        self.assert_rows_in_table();
         // Removed first and put back if still referenced: most released blocks
         // are freed, and this way they cost one descent of the tree, not two.
         let before = Self::take_block(t, id)?;
@@ -780,10 +868,11 @@ impl TxState {
     }
 
     /// Drops the references of many mappings at once (`targets`, one per
-    /// mapping, not held by history). Blocks are taken out of the table in one
-    /// pass over their id range when the ids are dense — as they are for data
-    /// written in order, the common case of a volume deleted or unmapped whole —
-    /// and one by one otherwise.
+    /// mapping, not held by history). Ids that lie close together — data
+    /// written in order, as a volume deleted or unmapped whole, or a large
+    /// write replacing one — are taken out of the table in one pass over their
+    /// id range; ids on their own (a block shared through dedup, say) one by
+    /// one.
     fn release_many(&mut self, t: &mut Tables, targets: &[Target]) -> Result<()> {
         // (block id, references dropped), sorted by id.
         let mut ids: Vec<u64> = targets
@@ -793,6 +882,10 @@ impl TxState {
                 Target::Pattern(_) => None,
             })
             .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.assert_rows_in_table();
         ids.sort_unstable();
         let mut counts: Vec<(u64, u32)> = Vec::with_capacity(ids.len());
         for id in ids {
@@ -801,17 +894,28 @@ impl TxState {
                 _ => counts.push((id, 1)),
             }
         }
+        let mut rest = &counts[..];
+        while !rest.is_empty() {
+            let cluster = dense_prefix(rest);
+            if cluster.len() >= MIN_EXTRACTED_BLOCKS {
+                self.release_dense(t, cluster)?;
+            } else {
+                for &(id, count) in cluster {
+                    let before = Self::take_block(t, id)?;
+                    self.drop_references(t, id, before, count, false)?;
+                }
+            }
+            rest = &rest[cluster.len()..];
+        }
+        Ok(())
+    }
+
+    /// Drops the references `counts` (sorted by id, close together) in one
+    /// extraction over their id range.
+    fn release_dense(&mut self, t: &mut Tables, counts: &[(u64, u32)]) -> Result<()> {
         let (Some(&(first, _)), Some(&(last, _))) = (counts.first(), counts.last()) else {
             return Ok(());
         };
-        let dense = last - first < 4 * counts.len() as u64;
-        if !dense {
-            for &(id, count) in &counts {
-                let before = Self::take_block(t, id)?;
-                self.drop_references(t, id, before, count, false)?;
-            }
-            return Ok(());
-        }
         // The extraction visits ids in ascending order: a cursor over `counts`
         // answers each in O(1).
         let mut cursor = 0;
@@ -839,7 +943,7 @@ impl TxState {
                 "block {missing} is referenced but missing"
             )));
         }
-        for ((id, before), &(counted_id, count)) in taken.into_iter().zip(&counts) {
+        for ((id, before), &(counted_id, count)) in taken.into_iter().zip(counts) {
             assert_eq!(id, counted_id, "taken in id order");
             self.drop_references(t, id, before, count, false)?;
         }
@@ -882,6 +986,37 @@ impl TxState {
             Some(old) => self.retire(t, volume, grain, old, value.seq, snapshot_seqs)?,
             None => *self.mapping_delta.entry(volume).or_default() += 1,
         }
+        Ok(())
+    }
+
+    /// Inserts the point mappings of the adjacent grains `[first, first + n)` of
+    /// `volume`, which hold none (the caller removed them with
+    /// [`TxState::remove_mappings_in`]): through one cursor, whose run of
+    /// inserts redb applies a leaf at a time rather than a descent each.
+    pub fn insert_mappings(
+        &mut self,
+        t: &mut Tables,
+        volume: u64,
+        first: u64,
+        values: &[MapValue],
+    ) -> Result<()> {
+        let end = first + values.len() as u64;
+        let mut cursor = t
+            .maps
+            .lower_bound_mut(std::ops::Bound::Included((volume, first)))
+            .map_err(kv_error)?;
+        for (grain, value) in (first..end).zip(values) {
+            cursor
+                .insert_before((volume, grain), &value.encode()[..])
+                .map_err(|error| {
+                    cursor_insert_error(error, || {
+                        format!("volume {volume} grain {grain}: a mapping survived its removal")
+                    })
+                })?;
+        }
+        cursor.close().map_err(kv_error)?;
+        *self.mapping_delta.entry(volume).or_default() += values.len() as i64;
+        self.records_written += values.len() as u64;
         Ok(())
     }
 
@@ -980,6 +1115,37 @@ impl TxState {
             .map_err(kv_error)?;
         self.records_written += 1;
         Ok(())
+    }
+}
+
+/// Fewest blocks taken out of the table by one extraction over their id range
+/// rather than one by one (a descent each).
+const MIN_EXTRACTED_BLOCKS: usize = 8;
+
+/// Most ids an extraction may visit per id it takes: the gap allowed between
+/// neighbours in a cluster.
+const MAX_CLUSTER_GAP: u64 = 4;
+
+/// The longest prefix of `counts` (sorted by id) whose neighbours lie at most
+/// [`MAX_CLUSTER_GAP`] ids apart: at least one entry.
+fn dense_prefix(counts: &[(u64, u32)]) -> &[(u64, u32)] {
+    assert!(!counts.is_empty());
+    let end = counts
+        .windows(2)
+        .position(|pair| pair[1].0 - pair[0].0 > MAX_CLUSTER_GAP)
+        .map_or(counts.len(), |gap| gap + 1);
+    &counts[..end]
+}
+
+/// A cursor insert refused: a key out of order means the table holds what the
+/// engine's own bookkeeping says it cannot (`unordered` says what).
+fn cursor_insert_error(
+    error: redb::CursorError,
+    unordered: impl FnOnce() -> String,
+) -> EngineError {
+    match error {
+        redb::CursorError::UnorderedKey => EngineError::Corruption(unordered()),
+        other => kv_error(other),
     }
 }
 

@@ -240,7 +240,18 @@ impl Engine {
         Self::check_batch_quota(batch)?;
         let grains: u64 = batch.iter().map(|job| job.contents.len() as u64).sum();
         let deferred = self.batch_cannot_run_out_of_space(ws, batch);
+        let append_bytes: usize = batch
+            .iter()
+            .flat_map(|job| job.contents.iter())
+            .map(|content| match content {
+                GrainContent::Data(data) => {
+                    crate::segment::RECORD_HEADER_BYTES + data.payload.len()
+                }
+                GrainContent::Pattern(_) => 0,
+            })
+            .sum();
         let apply = |st: &mut crate::tx::TxState, t: &mut crate::tx::Tables, ws: &WriterState| {
+            st.expect_appends(append_bytes);
             let seq = st.take_seq();
             let mut bits = Vec::with_capacity(batch.len());
             let mut pending = Vec::with_capacity(if deferred { grains as usize } else { 0 });

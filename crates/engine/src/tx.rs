@@ -394,6 +394,8 @@ pub struct TxState {
     new_rows: Vec<(u64, BlockRec)>,
     /// Whether new blocks' rows go to `new_rows` rather than the table.
     buffering_new_rows: bool,
+    /// Bytes the write path expects to append (see [`TxState::expect_appends`]).
+    expected_append_bytes: usize,
 }
 
 /// The dedup index: fingerprint prefix → block id.
@@ -493,7 +495,15 @@ impl TxState {
             freed_keys: Vec::new(),
             new_rows: Vec::new(),
             buffering_new_rows: false,
+            expected_append_bytes: 0,
         }
+    }
+
+    /// Says how many bytes of records this transaction will most likely
+    /// append, so that the buffer they collect in is allocated once, not grown
+    /// (and copied) as a large write fills it.
+    pub fn expect_appends(&mut self, bytes: usize) {
+        self.expected_append_bytes = bytes;
     }
 
     pub fn take_seq(&mut self) -> u64 {
@@ -668,10 +678,11 @@ impl TxState {
         };
         let record_bytes = (segment::RECORD_HEADER_BYTES + data.payload.len()) as u64;
         let (segment_id, offset) = self.allocate(ws, record_bytes)?;
+        let expected = self.expected_append_bytes;
         let (start, buf) = self
             .appends
             .entry(segment_id)
-            .or_insert_with(|| (offset, Vec::new()));
+            .or_insert_with(|| (offset, Vec::with_capacity(expected)));
         assert_eq!(*start + buf.len() as u64, offset, "appends are contiguous");
         let crc = segment::encode_record(header, &data.payload, buf);
         let rec = BlockRec {

@@ -1032,12 +1032,13 @@ impl TxState {
     }
 
     /// Removes point mappings that died at `died_seq` (a range record shadows
-    /// them, or their volume is gone), in one pass over the mapping table: the
-    /// mappings of
-    /// `volume` in grains `[first, end)` that `dies(value)` selects, at most
-    /// `limit` of them: released, or kept in the history for snapshots. Cheaper
-    /// per mapping than `remove_mapping` (no descent of the tree per key), which
-    /// is what makes reclaim of large ranges fast. Returns the grains removed.
+    /// them, their volume is gone, or a write of many grains replaces them), in
+    /// one pass over the mapping table: the mappings of `volume` in grains
+    /// `[first, end)` that `dies(value)` selects, at most `limit` of them:
+    /// released, or kept in the history for snapshots. Cheaper per mapping
+    /// than one removal each (no descent of the tree per key), which is what
+    /// makes reclaim of large ranges and large writes fast. Returns the grains
+    /// removed.
     pub fn remove_mappings_in(
         &mut self,
         t: &mut Tables,

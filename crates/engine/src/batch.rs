@@ -257,62 +257,8 @@ impl Engine {
             let mut pending = Vec::with_capacity(if deferred { grains as usize } else { 0 });
             let mut stored = Vec::with_capacity(grains as usize);
             for job in batch {
-                let snapshot_seqs = job.volume.snapshot_seqs.lock().clone();
-                st.thick = job.volume.provisioning.is_thick();
-                st.dedup = job.volume.container.policy.read().dedup;
-                let mut job_bits = Vec::with_capacity(job.contents.len());
-                // A write of many grains works in ordered passes: its old
-                // mappings come out in one extraction and their blocks are
-                // released in one pass over their ids (first, so that the array
-                // never holds both at once: near full, that matters), then its
-                // blocks' rows and its mappings go in through one cursor each.
-                // A write of one grain does it all in place.
-                let run = job.contents.len() > 1;
-                if run {
-                    let end = job.first_grain + job.contents.len() as u64;
-                    let death = crate::tx::Death {
-                        seq,
-                        snapshot_seqs: &snapshot_seqs,
-                    };
-                    st.remove_mappings_in(
-                        t,
-                        job.volume.id,
-                        (job.first_grain, end),
-                        usize::MAX,
-                        death,
-                        |_| true,
-                    )?;
-                    st.begin_new_rows();
-                }
-                let mut values = Vec::with_capacity(job.contents.len());
-                for (i, content) in job.contents.iter().enumerate() {
-                    let grain = job.first_grain + i as u64;
-                    let (target, held) = match content {
-                        GrainContent::Pattern(p) => {
-                            (Target::Pattern(*p), PendingGrain::Pattern(*p))
-                        }
-                        GrainContent::Data(data) => {
-                            let (id, rec) = st.store_block(ws, t, data)?;
-                            stored.push((id, rec));
-                            (Target::Block(id), PendingGrain::Block { id, rec })
-                        }
-                    };
-                    job_bits.push(is_data(target));
-                    values.push(MapValue { seq, target });
-                    if deferred {
-                        pending.push((job.volume.id, grain, held));
-                    }
-                }
-                if run {
-                    st.flush_new_rows(t)?;
-                    st.insert_mappings(t, job.volume.id, job.first_grain, &values)?;
-                } else {
-                    for (i, value) in values.into_iter().enumerate() {
-                        let grain = job.first_grain + i as u64;
-                        st.set_mapping(t, job.volume.id, grain, value, &snapshot_seqs)?;
-                    }
-                }
-                bits.push(job_bits);
+                let held = deferred.then_some(&mut pending);
+                bits.push(transact_job(st, t, ws, job, seq, held, &mut stored)?);
             }
             Ok((bits, seq, pending, stored))
         };
@@ -386,6 +332,74 @@ impl Engine {
         crate::tx::check_room(at, most_bytes, false).is_ok()
             && crate::room::check_data(self.store.as_ref(), most_bytes).is_ok()
     }
+}
+
+/// One write's part of a batch's transaction, at sequence number `seq`: its
+/// blocks stored (each new one also pushed to `stored`), its mappings replaced.
+/// `pending`, when the batch joins the shared open transaction: where the
+/// write's grains are listed for readers. Returns which grains hold data.
+fn transact_job(
+    st: &mut crate::tx::TxState,
+    t: &mut crate::tx::Tables,
+    ws: &WriterState,
+    job: &WriteJob,
+    seq: u64,
+    mut pending: Option<&mut Vec<(u64, u64, PendingGrain)>>,
+    stored: &mut Vec<(u64, crate::meta::BlockRec)>,
+) -> Result<Vec<bool>> {
+    let snapshot_seqs = job.volume.snapshot_seqs.lock().clone();
+    st.thick = job.volume.provisioning.is_thick();
+    st.dedup = job.volume.container.policy.read().dedup;
+    // A write of many grains works in ordered passes: its old mappings come
+    // out in one extraction and their blocks are released in one pass over
+    // their ids (first, so that the array never holds both at once: near full,
+    // that matters), then its blocks' rows and its mappings go in through one
+    // cursor each. A write of one grain does it all in place.
+    let run = job.contents.len() > 1;
+    if run {
+        let end = job.first_grain + job.contents.len() as u64;
+        let death = crate::tx::Death {
+            seq,
+            snapshot_seqs: &snapshot_seqs,
+        };
+        st.remove_mappings_in(
+            t,
+            job.volume.id,
+            (job.first_grain, end),
+            usize::MAX,
+            death,
+            |_| true,
+        )?;
+        st.begin_new_rows();
+    }
+    let mut bits = Vec::with_capacity(job.contents.len());
+    let mut values = Vec::with_capacity(job.contents.len());
+    for (i, content) in job.contents.iter().enumerate() {
+        let grain = job.first_grain + i as u64;
+        let (target, held) = match content {
+            GrainContent::Pattern(p) => (Target::Pattern(*p), PendingGrain::Pattern(*p)),
+            GrainContent::Data(data) => {
+                let (id, rec) = st.store_block(ws, t, data)?;
+                stored.push((id, rec));
+                (Target::Block(id), PendingGrain::Block { id, rec })
+            }
+        };
+        bits.push(is_data(target));
+        values.push(MapValue { seq, target });
+        if let Some(pending) = pending.as_deref_mut() {
+            pending.push((job.volume.id, grain, held));
+        }
+    }
+    if run {
+        st.flush_new_rows(t)?;
+        st.insert_mappings(t, job.volume.id, job.first_grain, &values)?;
+    } else {
+        for (i, value) in values.into_iter().enumerate() {
+            let grain = job.first_grain + i as u64;
+            st.set_mapping(t, job.volume.id, grain, value, &snapshot_seqs)?;
+        }
+    }
+    Ok(bits)
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@ pub(crate) struct WriteJob {
     volume: Arc<VolumeShared>,
     first_grain: u64,
     contents: Vec<GrainContent>,
+    /// Bytes of segment records its data grains take, if each is stored as a
+    /// new block (worked out here, before the writer mutex).
+    record_bytes: u64,
     done: Mutex<Option<Result<()>>>,
     completed: Condvar,
 }
@@ -42,10 +45,20 @@ impl WriteJob {
         first_grain: u64,
         contents: Vec<GrainContent>,
     ) -> Arc<WriteJob> {
+        let record_bytes = contents
+            .iter()
+            .map(|content| match content {
+                GrainContent::Data(data) => {
+                    (crate::segment::RECORD_HEADER_BYTES + data.payload.len()) as u64
+                }
+                GrainContent::Pattern(_) => 0,
+            })
+            .sum();
         Arc::new(WriteJob {
             volume,
             first_grain,
             contents,
+            record_bytes,
             done: Mutex::new(None),
             completed: Condvar::new(),
         })
@@ -239,19 +252,10 @@ impl Engine {
     fn transact_jobs(&self, ws: &mut WriterState, batch: &[Arc<WriteJob>]) -> Result<()> {
         Self::check_batch_quota(batch)?;
         let grains: u64 = batch.iter().map(|job| job.contents.len() as u64).sum();
-        let deferred = self.batch_cannot_run_out_of_space(ws, batch);
-        let append_bytes: usize = batch
-            .iter()
-            .flat_map(|job| job.contents.iter())
-            .map(|content| match content {
-                GrainContent::Data(data) => {
-                    crate::segment::RECORD_HEADER_BYTES + data.payload.len()
-                }
-                GrainContent::Pattern(_) => 0,
-            })
-            .sum();
+        let record_bytes: u64 = batch.iter().map(|job| job.record_bytes).sum();
+        let deferred = self.batch_cannot_run_out_of_space(ws, record_bytes);
         let apply = |st: &mut crate::tx::TxState, t: &mut crate::tx::Tables, ws: &WriterState| {
-            st.expect_appends(append_bytes);
+            st.expect_appends(record_bytes as usize);
             let seq = st.take_seq();
             let mut bits = Vec::with_capacity(batch.len());
             let mut pending = Vec::with_capacity(if deferred { grains as usize } else { 0 });
@@ -306,22 +310,13 @@ impl Engine {
         self.commit_pending_if_full(ws)
     }
 
-    /// Whether a batch may join the shared open transaction: only if it cannot
-    /// fail for want of space (a failure there would take the transaction's
-    /// earlier, acknowledged, batches with it). Counts every data grain as a new
-    /// block, which overstates what dedup leaves to store. Otherwise the batch
-    /// commits alone, where a refusal costs nothing else.
-    fn batch_cannot_run_out_of_space(&self, ws: &WriterState, batch: &[Arc<WriteJob>]) -> bool {
-        let most_bytes: u64 = batch
-            .iter()
-            .flat_map(|job| job.contents.iter())
-            .map(|content| match content {
-                GrainContent::Data(data) => {
-                    (crate::segment::RECORD_HEADER_BYTES + data.payload.len()) as u64
-                }
-                GrainContent::Pattern(_) => 0,
-            })
-            .sum();
+    /// Whether a batch whose data grains take `most_bytes` of records (every
+    /// one counted as a new block, which overstates what dedup leaves to
+    /// store) may join the shared open transaction: only if it cannot fail for
+    /// want of space (a failure there would take the transaction's earlier,
+    /// acknowledged, batches with it). Otherwise the batch commits alone, where
+    /// a refusal costs nothing else.
+    fn batch_cannot_run_out_of_space(&self, ws: &WriterState, most_bytes: u64) -> bool {
         // The thin limit is the lower one: it answers for thick volumes too.
         let at = crate::tx::Occupancy {
             live_bytes: ws.live_bytes(),

@@ -431,14 +431,18 @@ impl Engine {
         self.durable_commit(false, 1)
     }
 
-    /// [`Engine::flush`], or with `to_free` [`Engine::flush_freeing`], when no
-    /// host waits for it (the background thread's): its segment sync may take
-    /// several passes before the writer mutex, each covering what arrived
-    /// during the one before, so that writers wait as little as possible.
-    pub(crate) fn flush_in_background(&self, to_free: bool) -> Result<()> {
-        self.durable_commit(to_free, MAX_UNLOCKED_SYNC_PASSES)?;
-        drop(self.files_lock.lock());
-        Ok(())
+    /// [`Engine::flush`] when no host waits for it (the background thread's):
+    /// its segment sync may take several passes before the writer mutex, each
+    /// covering what arrived during the one before, so that writers wait as
+    /// little as possible.
+    pub(crate) fn flush_in_background(&self) -> Result<()> {
+        self.durable_commit(false, MAX_UNLOCKED_SYNC_PASSES)
+    }
+
+    /// [`Engine::flush_freeing`] when no host waits for it, in passes as
+    /// [`Engine::flush_in_background`].
+    pub(crate) fn flush_freeing_in_background(&self) -> Result<()> {
+        self.freeing_commit(MAX_UNLOCKED_SYNC_PASSES)
     }
 
     /// A durable commit even when every write is durable already, if some space
@@ -447,7 +451,11 @@ impl Engine {
     /// and what a caller about to measure the data directory wants. Host
     /// flushes do not wait for that (see `durable_commit`).
     pub fn flush_freeing(&self) -> Result<()> {
-        self.durable_commit(true, 1)?;
+        self.freeing_commit(1)
+    }
+
+    fn freeing_commit(&self, unlocked_passes: usize) -> Result<()> {
+        self.durable_commit(true, unlocked_passes)?;
         // Another caller's cuts may still be under way.
         drop(self.files_lock.lock());
         Ok(())

@@ -148,7 +148,7 @@ fn run(weak: Weak<Engine>) {
             }
             Ok(false) => {
                 if engine.writer.lock().has_space_to_free() {
-                    if let Err(e) = engine.flush_in_background(true) {
+                    if let Err(e) = engine.flush_freeing_in_background() {
                         tracing::error!("reclaimer flush failed: {e}");
                     }
                 }
@@ -236,7 +236,7 @@ impl Engine {
         let pending =
             self.commit_count.load(Ordering::SeqCst) > self.durable_count.load(Ordering::SeqCst);
         if due && pending {
-            if let Err(e) = self.flush_in_background(false) {
+            if let Err(e) = self.flush_in_background() {
                 tracing::error!("background flush failed: {e}");
             }
         }

@@ -388,12 +388,11 @@ pub struct TxState {
     /// Their records: (segment, offset, length).
     freed_records: Vec<(SegmentId, u64, u64)>,
     freed_keys: Vec<(u64, u64)>,
-    /// Rows of blocks created since [`TxState::begin_new_rows`], in id order, not
-    /// yet in the block table: a write of many grains adds them in one ordered
-    /// pass at the table's end (new ids are the largest), not a descent each.
-    new_rows: Vec<(u64, BlockRec)>,
-    /// Whether new blocks' rows go to `new_rows` rather than the table.
-    buffering_new_rows: bool,
+    /// Between [`TxState::begin_new_rows`] and [`TxState::flush_new_rows`]: the
+    /// rows of blocks created meanwhile, in id order, not yet in the block
+    /// table. A write of many grains adds them in one ordered pass at the
+    /// table's end (new ids are the largest), not a descent each.
+    new_rows: Option<Vec<(u64, BlockRec)>>,
     /// Bytes the write path expects to append (see [`TxState::expect_appends`]).
     expected_append_bytes: usize,
 }
@@ -493,8 +492,7 @@ impl TxState {
             freed_blocks: std::collections::HashSet::new(),
             freed_records: Vec::new(),
             freed_keys: Vec::new(),
-            new_rows: Vec::new(),
-            buffering_new_rows: false,
+            new_rows: None,
             expected_append_bytes: 0,
         }
     }
@@ -695,14 +693,15 @@ impl TxState {
             fingerprint: data.fingerprint,
             history_refs: 0,
         };
-        if self.buffering_new_rows {
-            self.account_block_change(None, Some(&rec));
-            if let Some(&(last, _)) = self.new_rows.last() {
-                assert_eq!(last + 1, id, "new rows are buffered in id order");
+        match &mut self.new_rows {
+            Some(rows) => {
+                if let Some(&(last, _)) = rows.last() {
+                    assert_eq!(last + 1, id, "new rows are buffered in id order");
+                }
+                rows.push((id, rec));
+                self.account_block_change(None, Some(&rec));
             }
-            self.new_rows.push((id, rec));
-        } else {
-            self.put_block(t, id, None, Some(&rec))?;
+            None => self.put_block(t, id, None, Some(&rec))?,
         }
         if self.dedup {
             self.dedup_added.insert(dedup_key(&data.fingerprint), id);
@@ -718,12 +717,12 @@ impl TxState {
         before: Option<&BlockRec>,
         after: Option<&BlockRec>,
     ) -> Result<()> {
-        if let Some(index) = self.new_row_index(id) {
+        if let (Some(index), Some(rows)) = (self.new_row_index(id), self.new_rows.as_mut()) {
             // A block created in this run and referenced again (dedup within
             // the run): only its buffered row changes.
             let after = after.expect("a block of the run is not deleted within it");
+            rows[index].1 = *after;
             self.account_block_change(before, Some(after));
-            self.new_rows[index].1 = *after;
             return Ok(());
         }
         self.account_block_change(before, after);
@@ -753,9 +752,10 @@ impl TxState {
 
     /// Where block `id`'s row is in `new_rows`, if it is buffered there.
     fn new_row_index(&self, id: u64) -> Option<usize> {
-        let &(first, _) = self.new_rows.first()?;
+        let rows = self.new_rows.as_ref()?;
+        let &(first, _) = rows.first()?;
         let index = usize::try_from(id.checked_sub(first)?).ok()?;
-        let &(found, _) = self.new_rows.get(index)?;
+        let &(found, _) = rows.get(index)?;
         assert_eq!(found, id, "buffered ids are consecutive");
         Some(index)
     }
@@ -764,16 +764,14 @@ impl TxState {
     /// memory. Only storing blocks may happen meanwhile: nothing else reads
     /// the block table past them.
     pub fn begin_new_rows(&mut self) {
-        assert!(!self.buffering_new_rows && self.new_rows.is_empty());
-        self.buffering_new_rows = true;
+        assert!(self.new_rows.is_none());
+        self.new_rows = Some(Vec::new());
     }
 
     /// Adds the buffered rows to the block table in one ordered pass at its
     /// end: redb applies a run of cursor inserts as one splice per leaf.
     pub fn flush_new_rows(&mut self, t: &mut Tables) -> Result<()> {
-        assert!(self.buffering_new_rows);
-        self.buffering_new_rows = false;
-        let rows = std::mem::take(&mut self.new_rows);
+        let rows = self.new_rows.take().expect("rows are being buffered");
         if rows.is_empty() {
             return Ok(());
         }
@@ -797,14 +795,14 @@ impl TxState {
     /// reads or removes rows other than storing blocks needs them there.
     fn assert_rows_in_table(&self) {
         assert!(
-            !self.buffering_new_rows && self.new_rows.is_empty(),
+            self.new_rows.is_none(),
             "block rows of a run are still buffered"
         );
     }
 
     pub fn block(&self, t: &Tables, id: u64) -> Result<BlockRec> {
-        if let Some(index) = self.new_row_index(id) {
-            return Ok(self.new_rows[index].1);
+        if let (Some(index), Some(rows)) = (self.new_row_index(id), &self.new_rows) {
+            return Ok(rows[index].1);
         }
         let value = t.blocks.get(id).map_err(kv_error)?;
         let value = value.ok_or_else(|| {

@@ -256,15 +256,21 @@ impl Engine {
         let deferred = self.batch_cannot_run_out_of_space(ws, record_bytes);
         let apply = |st: &mut crate::tx::TxState, t: &mut crate::tx::Tables, ws: &WriterState| {
             st.expect_appends(record_bytes as usize);
-            let seq = st.take_seq();
+            let mut effects = BatchEffects {
+                seq: st.take_seq(),
+                pending: deferred.then(|| Vec::with_capacity(grains as usize)),
+                stored: Vec::with_capacity(grains as usize),
+            };
             let mut bits = Vec::with_capacity(batch.len());
-            let mut pending = Vec::with_capacity(if deferred { grains as usize } else { 0 });
-            let mut stored = Vec::with_capacity(grains as usize);
             for job in batch {
-                let held = deferred.then_some(&mut pending);
-                bits.push(transact_job(st, t, ws, job, seq, held, &mut stored)?);
+                bits.push(transact_job(st, t, ws, &*self.store, job, &mut effects)?);
             }
-            Ok((bits, seq, pending, stored))
+            let BatchEffects {
+                seq,
+                pending,
+                stored,
+            } = effects;
+            Ok((bits, seq, pending.unwrap_or_default(), stored))
         };
         let (bits, seq, stored) = if deferred {
             let (bits, seq, pending, stored) = self.transact_deferred(ws, grains, true, apply)?;
@@ -329,19 +335,29 @@ impl Engine {
     }
 }
 
-/// One write's part of a batch's transaction, at sequence number `seq`: its
-/// blocks stored (each new one also pushed to `stored`), its mappings replaced.
-/// `pending`, when the batch joins the shared open transaction: where the
-/// write's grains are listed for readers. Returns which grains hold data.
+/// What a batch's transaction leaves for after it commits.
+struct BatchEffects {
+    /// The sequence number of every write in the batch.
+    seq: u64,
+    /// When the batch joins the shared open transaction: its grains, listed
+    /// for readers until that transaction commits.
+    pending: Option<Vec<(u64, u64, PendingGrain)>>,
+    /// The blocks its grains were stored in (new or shared).
+    stored: Vec<(u64, crate::meta::BlockRec)>,
+}
+
+/// One write's part of a batch's transaction: its blocks stored (a dedup hit
+/// is checked against `store`), its mappings replaced, both noted in
+/// `effects`. Returns which grains hold data.
 fn transact_job(
     st: &mut crate::tx::TxState,
     t: &mut crate::tx::Tables,
     ws: &WriterState,
+    store: &dyn crate::segment::SegmentStore,
     job: &WriteJob,
-    seq: u64,
-    mut pending: Option<&mut Vec<(u64, u64, PendingGrain)>>,
-    stored: &mut Vec<(u64, crate::meta::BlockRec)>,
+    effects: &mut BatchEffects,
 ) -> Result<Vec<bool>> {
+    let seq = effects.seq;
     let snapshot_seqs = job.volume.snapshot_seqs.lock().clone();
     st.thick = job.volume.provisioning.is_thick();
     st.dedup = job.volume.container.policy.read().dedup;
@@ -374,14 +390,14 @@ fn transact_job(
         let (target, held) = match content {
             GrainContent::Pattern(p) => (Target::Pattern(*p), PendingGrain::Pattern(*p)),
             GrainContent::Data(data) => {
-                let (id, rec) = st.store_block(ws, t, data)?;
-                stored.push((id, rec));
+                let (id, rec) = st.store_block(ws, t, store, data)?;
+                effects.stored.push((id, rec));
                 (Target::Block(id), PendingGrain::Block { id, rec })
             }
         };
         bits.push(is_data(target));
         values.push(MapValue { seq, target });
-        if let Some(pending) = pending.as_deref_mut() {
+        if let Some(pending) = effects.pending.as_mut() {
             pending.push((job.volume.id, grain, held));
         }
     }
@@ -783,6 +799,50 @@ mod tests {
         want[(12 * GRAIN_BYTES) as usize..(32 * GRAIN_BYTES) as usize]
             .copy_from_slice(&run_bytes(&second));
         assert!(read_grains(&volume, 0, 40) == want);
+        engine.check_consistency().unwrap();
+    }
+
+    /// `seed`'s grain, classified, but carrying `fingerprint`: what a grain
+    /// crafted to collide with another's fingerprint looks like.
+    fn colliding(seed: u64, fingerprint: crate::grain::Fingerprint) -> GrainContent {
+        let GrainContent::Data(mut data) = crate::grain::classify(&grain_bytes(seed)) else {
+            unreachable!("test grains are data")
+        };
+        data.fingerprint = fingerprint;
+        GrainContent::Data(data)
+    }
+
+    fn fingerprint_of(seed: u64) -> crate::grain::Fingerprint {
+        crate::grain::fingerprint(&grain_bytes(seed))
+    }
+
+    #[test]
+    fn a_fingerprint_hit_shares_a_block_only_if_its_bytes_are_equal() {
+        let (_dir, engine) = engine();
+        let shared = engine.shared_volume("v").unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        volume.write(0, &grain_bytes(1)).unwrap();
+        let rows = block_rows(&engine);
+        // A grain with grain 0's fingerprint but other bytes, alone (the
+        // candidate's record is read from its segment) ...
+        let one = vec![colliding(2, fingerprint_of(1))];
+        engine.commit_grains(shared.clone(), 1, one).unwrap();
+        // ... and in one write after the grain it collides with (the
+        // candidate's record is still in the transaction's appends).
+        let run = vec![
+            crate::grain::classify(&grain_bytes(3)),
+            colliding(4, fingerprint_of(3)),
+        ];
+        engine.commit_grains(shared.clone(), 2, run).unwrap();
+        assert!(read_grains(&volume, 0, 4) == run_bytes(&[1, 2, 3, 4]));
+        assert_eq!(block_rows(&engine), rows + 3, "no collision was shared");
+        // Equal bytes still share, alone and within one write.
+        volume.write(4 * GRAIN_BYTES, &grain_bytes(1)).unwrap();
+        volume
+            .write(5 * GRAIN_BYTES, &run_bytes(&[5, 5, 3]))
+            .unwrap();
+        assert!(read_grains(&volume, 0, 8) == run_bytes(&[1, 2, 3, 4, 1, 5, 5, 3]));
+        assert_eq!(block_rows(&engine), rows + 4, "only grain 5 is new");
         engine.check_consistency().unwrap();
     }
 }

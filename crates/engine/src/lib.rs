@@ -6,8 +6,9 @@
 //! synchronous API of [`Engine`] and [`Volume`] from a blocking thread pool.
 //!
 //! How a host write flows: each 4 KiB grain is classified ([`grain`]) — a repeated
-//! 8-byte pattern becomes metadata only, anything else is fingerprinted (BLAKE3) and
-//! compressed (LZ4); under the writer mutex the dedup index is consulted, new
+//! 8-byte pattern becomes metadata only, anything else is fingerprinted (XXH3-128) and
+//! compressed (LZ4); under the writer mutex the dedup index is consulted (a hit
+//! counts only once the stored payload compares equal), new
 //! records are appended to the open segment ([`segment`]) and one redb transaction
 //! ([`tx`]) updates mappings, blocks and reference counts. FLUSH syncs the segments
 //! and then commits durably, so metadata never outlives the data it names.

@@ -1,6 +1,6 @@
 //! Scrub: reads back every stored record and verifies it end to end — the
-//! record's checksum (header and payload), its decoding, and the BLAKE3
-//! fingerprint of the grain it decodes to — so silent damage (a flipped bit, a
+//! record's checksum (header and payload), its decoding, and the fingerprint
+//! (XXH3-128, or BLAKE3 for blocks stored before it) of the grain it decodes to — so silent damage (a flipped bit, a
 //! failing sector) is found before a host reads it.
 //!
 //! What is walked is the block table (every record some mapping references),
@@ -401,8 +401,7 @@ impl Engine {
         let mut grain_bytes = vec![0u8; GRAIN_BYTES as usize];
         let codec = grain::Codec::of_flags(rec.flags)?;
         grain::decode(payload, codec, &mut grain_bytes)?;
-        let hash = blake3::hash(&grain_bytes);
-        if hash.as_bytes()[..16] != rec.fingerprint {
+        if !grain::fingerprint_matches(&grain_bytes, &rec.fingerprint) {
             return Err("decoded grain does not match its fingerprint".into());
         }
         Ok(())

@@ -11,12 +11,12 @@ use std::hash::BuildHasherDefault;
 
 use redb::{Durability, ReadableTable, Table, WriteTransaction};
 
-use crate::grain::DataGrain;
+use crate::grain::{self, DataGrain};
 use crate::meta::{
     self, kv_error, BlockRec, HistValue, MapValue, RangeHistValue, RangeRec, Target,
 };
 use crate::segment::{self, RecordHeader, SegmentId, SEGMENT_TARGET_BYTES};
-use crate::{EngineError, Result};
+use crate::{EngineError, Result, GRAIN_BYTES};
 
 /// Most freed records remembered for punching between durable commits.
 const MAX_PENDING_PUNCH: usize = 1 << 20;
@@ -400,7 +400,7 @@ pub struct TxState {
 /// The dedup index: fingerprint prefix → block id.
 pub type DedupIndex = std::collections::HashMap<u64, u64, BuildHasherDefault<KeyIsHash>>;
 
-/// Hashes a dedup key to itself: the key is 64 bits of a BLAKE3 fingerprint,
+/// Hashes a dedup key to itself: the key is 64 bits of a grain fingerprint,
 /// already uniform, and hashing it again (SipHash) was a measurable part of
 /// freeing blocks in bulk. Not for keys that are not hash output.
 #[derive(Default)]
@@ -617,25 +617,29 @@ impl TxState {
         self.put_block(t, id, Some(&rec), Some(&moved))
     }
 
-    /// Stores a data grain: a reference to an existing block with the same
-    /// fingerprint, or a new block appended to the open segment. Returns the
+    /// Stores a data grain: a reference to an existing block that holds the
+    /// same grain, or a new block appended to the open segment. Returns the
     /// block and its record.
     pub fn store_block(
         &mut self,
         ws: &WriterState,
         t: &mut Tables,
+        store: &dyn segment::SegmentStore,
         data: &DataGrain,
     ) -> Result<(u64, BlockRec)> {
         if !self.dedup {
-            return self.store_new_block(ws, t, data);
+            return self.store_new_block(ws, t, data, false);
         }
         let key = dedup_key(&data.fingerprint);
         let candidate = self.dedup_lookup(ws, key);
         if let Some(id) = candidate {
             let mut rec = self.block(t, id)?;
-            if rec.fingerprint != data.fingerprint {
-                // A 64-bit prefix collision: store the grain as a new block.
-                return self.store_new_block(ws, t, data);
+            if rec.fingerprint != data.fingerprint || !self.holds_grain(store, &rec, data) {
+                // A 64-bit prefix collision, or a fingerprint collision (the
+                // fingerprint is fast, not collision-resistant): a new block,
+                // left out of the index, whose key stays with the block that
+                // has it (one block per key, so a collision cannot unindex it).
+                return self.store_new_block(ws, t, data, false);
             }
             let before = rec;
             rec.refcount = rec
@@ -645,7 +649,64 @@ impl TxState {
             self.put_block(t, id, Some(&before), Some(&rec))?;
             return Ok((id, rec));
         }
-        self.store_new_block(ws, t, data)
+        self.store_new_block(ws, t, data, true)
+    }
+
+    /// Whether block `rec` holds `data`'s grain: its stored payload equals
+    /// `data`'s byte for byte when both have the same codec (one grain encodes
+    /// to one payload), else the two decode to the same grain (containers with
+    /// different compression, rare). The record is read from this
+    /// transaction's appends when it was stored in it, else from its segment;
+    /// the writer mutex is held, so the block (live: it is indexed) cannot be
+    /// freed or moved meanwhile. The record's checksum is not needed: bytes
+    /// that are (or decode to) `data`'s grain hold that grain, and a damaged
+    /// record fails the equality, not the write. A failed read says "not the
+    /// same", and the write stores its own block.
+    fn holds_grain(
+        &self,
+        store: &dyn segment::SegmentStore,
+        rec: &BlockRec,
+        data: &DataGrain,
+    ) -> bool {
+        let Ok(codec) = grain::Codec::of_flags(rec.flags) else {
+            return false;
+        };
+        let mut buf = [0u8; GRAIN_BYTES as usize];
+        let Some(stored) = self.stored_payload(store, rec, &mut buf) else {
+            return false;
+        };
+        if codec == data.codec {
+            return stored == &data.payload[..];
+        }
+        let mut theirs = [0u8; GRAIN_BYTES as usize];
+        let mut ours = [0u8; GRAIN_BYTES as usize];
+        grain::decode(stored, codec, &mut theirs).is_ok()
+            && grain::decode(&data.payload, data.codec, &mut ours).is_ok()
+            && theirs == ours
+    }
+
+    /// Block `rec`'s stored payload, from this transaction's appends or read
+    /// into `buf`; `None` if it cannot be read.
+    fn stored_payload<'a>(
+        &'a self,
+        store: &dyn segment::SegmentStore,
+        rec: &BlockRec,
+        buf: &'a mut [u8; GRAIN_BYTES as usize],
+    ) -> Option<&'a [u8]> {
+        let payload_bytes = rec.payload_len as usize;
+        if payload_bytes > buf.len() {
+            return None;
+        }
+        let at = u64::from(rec.offset_bytes) + segment::RECORD_HEADER_BYTES as u64;
+        if let Some((start, appended)) = self.appends.get(&rec.segment) {
+            if at >= *start {
+                let from = (at - start) as usize;
+                return appended.get(from..from + payload_bytes);
+            }
+        }
+        let stored = &mut buf[..payload_bytes];
+        store.read_at(rec.segment, at, stored).ok()?;
+        Some(stored)
     }
 
     fn dedup_lookup(&self, ws: &WriterState, key: u64) -> Option<u64> {
@@ -656,21 +717,19 @@ impl TxState {
             .filter(|id| !self.freed_blocks.contains(id))
     }
 
+    /// Appends `data` as a new block; `indexed`: it goes into the dedup index
+    /// (else its record says it is not there, so that recovery and fsck agree).
     fn store_new_block(
         &mut self,
         ws: &WriterState,
         t: &mut Tables,
         data: &DataGrain,
+        indexed: bool,
     ) -> Result<(u64, BlockRec)> {
         self.next_block_id += 1;
         let id = self.next_block_id;
         let header = RecordHeader {
-            flags: data.codec.flags()
-                | if self.dedup {
-                    0
-                } else {
-                    segment::FLAG_UNINDEXED
-                },
+            flags: data.codec.flags() | if indexed { 0 } else { segment::FLAG_UNINDEXED },
             payload_len: data.payload.len() as u32,
             block_id: id,
         };
@@ -703,8 +762,14 @@ impl TxState {
             }
             None => self.put_block(t, id, None, Some(&rec))?,
         }
-        if self.dedup {
-            self.dedup_added.insert(dedup_key(&data.fingerprint), id);
+        if indexed {
+            let previous = self.dedup_added.insert(dedup_key(&data.fingerprint), id);
+            // One live indexed block per key: only a block freed in this
+            // transaction can have had the key (the lookup passed it over).
+            assert!(
+                previous.is_none_or(|id| self.freed_blocks.contains(&id)),
+                "one indexed block per key"
+            );
         }
         Ok((id, rec))
     }

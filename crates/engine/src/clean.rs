@@ -355,9 +355,9 @@ impl Engine {
 fn record_at(data: &[u8], at: usize) -> Option<((u64, Vec<u8>), usize)> {
     let (header, crc) = segment::read_header(data.get(at..)?)?;
     let end = at + RECORD_HEADER_BYTES + header.payload_len as usize;
-    let mut bytes = data.get(at..end)?.to_vec();
-    segment::verify_record(&mut bytes, header, crc).ok()?;
-    Some(((header.block_id, bytes), end))
+    let bytes = data.get(at..end)?;
+    segment::verify_record(bytes, header, crc).ok()?;
+    Some(((header.block_id, bytes.to_vec()), end))
 }
 
 #[cfg(test)]

@@ -81,6 +81,9 @@ pub struct DataGrain {
     pub fingerprint: Fingerprint,
     /// The encoded grain (raw 4 KiB when `codec` is `Raw`).
     pub payload: Vec<u8>,
+    /// CRC32C of `payload`, worked out here, before the writer mutex (see
+    /// [`crate::segment::FLAG_PAYLOAD_CRC_FIRST`]).
+    pub payload_crc: u32,
     pub codec: Codec,
 }
 
@@ -103,19 +106,16 @@ pub fn classify_with(grain: &[u8], compression: crate::Compression) -> GrainCont
         crate::Compression::Zstd => zstd_compress(grain).map(|p| (p, Codec::Zstd)),
         crate::Compression::Off => None,
     };
-    let data = match compressed {
-        Some((payload, codec)) if payload.len() <= COMPRESSED_MAX_BYTES => DataGrain {
-            fingerprint,
-            payload,
-            codec,
-        },
-        _ => DataGrain {
-            fingerprint,
-            payload: grain.to_vec(),
-            codec: Codec::Raw,
-        },
+    let (payload, codec) = match compressed {
+        Some((payload, codec)) if payload.len() <= COMPRESSED_MAX_BYTES => (payload, codec),
+        _ => (grain.to_vec(), Codec::Raw),
     };
-    GrainContent::Data(data)
+    GrainContent::Data(DataGrain {
+        fingerprint,
+        payload_crc: crc32c::crc32c(&payload),
+        payload,
+        codec,
+    })
 }
 
 thread_local! {

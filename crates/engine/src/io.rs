@@ -194,7 +194,7 @@ impl Engine {
         &self,
         id: u64,
         rec: BlockRec,
-        record: &mut [u8],
+        record: &[u8],
         out: &mut [u8],
     ) -> Result<()> {
         let expected = RecordHeader {

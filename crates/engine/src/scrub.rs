@@ -397,7 +397,7 @@ impl Engine {
             payload_len: rec.payload_len,
             block_id: id,
         };
-        let payload = segment::verify_record(&mut record, expected, rec.crc)?;
+        let payload = segment::verify_record(&record, expected, rec.crc)?;
         let mut grain_bytes = vec![0u8; GRAIN_BYTES as usize];
         let codec = grain::Codec::of_flags(rec.flags)?;
         grain::decode(payload, codec, &mut grain_bytes)?;

@@ -29,6 +29,11 @@ pub const FLAG_ZSTD: u16 = 2;
 /// The block was stored by a container with dedup off: it is not in the dedup
 /// index and never shared through it.
 pub const FLAG_UNINDEXED: u16 = 4;
+/// The checksum runs over the payload first, then the header (with the crc
+/// field zeroed): the payload's part is worked out on the writer's own thread,
+/// before the writer mutex, and only the 24 header bytes are added under it.
+/// Records written before this flag run header first; both verify.
+pub const FLAG_PAYLOAD_CRC_FIRST: u16 = 8;
 
 /// Where the engine's records live.
 pub trait SegmentStore: Send + Sync {
@@ -221,8 +226,9 @@ pub fn punchable(mut freed: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 
 /// Header fields of one record. Layout (little endian): magic u32, flags u16,
 /// reserved u16, payload_len u32, crc32c u32, block_id u64. The checksum covers the
-/// header (with the crc field zeroed) and the payload, so a record read from the
-/// wrong place or torn by a crash is detected, never returned as data.
+/// header (with the crc field zeroed) and the payload (in the order
+/// [`FLAG_PAYLOAD_CRC_FIRST`] says), so a record read from the wrong place or
+/// torn by a crash is detected, never returned as data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
     pub flags: u16,
@@ -230,19 +236,50 @@ pub struct RecordHeader {
     pub block_id: u64,
 }
 
+/// The header's bytes, with the crc field zeroed.
+fn header_bytes(header: RecordHeader) -> [u8; RECORD_HEADER_BYTES] {
+    let mut bytes = [0u8; RECORD_HEADER_BYTES];
+    bytes[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+    bytes[4..6].copy_from_slice(&header.flags.to_le_bytes());
+    bytes[8..12].copy_from_slice(&header.payload_len.to_le_bytes());
+    bytes[16..24].copy_from_slice(&header.block_id.to_le_bytes());
+    bytes
+}
+
+/// The checksum of a record: its header bytes (`header`'s flags say in which
+/// order) with the crc field zeroed, and its payload, whose own CRC32C is
+/// `payload_crc` when known.
+fn record_crc(
+    header: RecordHeader,
+    mut bytes: [u8; RECORD_HEADER_BYTES],
+    payload: &[u8],
+    payload_crc: Option<u32>,
+) -> u32 {
+    bytes[12..16].fill(0);
+    if header.flags & FLAG_PAYLOAD_CRC_FIRST != 0 {
+        let payload_crc = payload_crc.unwrap_or_else(|| crc32c::crc32c(payload));
+        crc32c::crc32c_append(payload_crc, &bytes)
+    } else {
+        crc32c::crc32c_append(crc32c::crc32c(&bytes), payload)
+    }
+}
+
 /// Appends one encoded record (header + payload) to `out`; returns its checksum.
-pub fn encode_record(header: RecordHeader, payload: &[u8], out: &mut Vec<u8>) -> u32 {
+/// `payload_crc`: the payload's CRC32C, when the header's flags say the
+/// checksum starts with it and it is already known.
+pub fn encode_record(
+    header: RecordHeader,
+    payload: &[u8],
+    payload_crc: Option<u32>,
+    out: &mut Vec<u8>,
+) -> u32 {
     assert_eq!(header.payload_len as usize, payload.len());
-    let start = out.len();
-    out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
-    out.extend_from_slice(&header.flags.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&header.payload_len.to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
-    out.extend_from_slice(&header.block_id.to_le_bytes());
+    debug_assert!(payload_crc.is_none_or(|crc| crc == crc32c::crc32c(payload)));
+    let mut bytes = header_bytes(header);
+    let crc = record_crc(header, bytes, payload, payload_crc);
+    bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&bytes);
     out.extend_from_slice(payload);
-    let crc = crc32c::crc32c(&out[start..]);
-    out[start + 12..start + 16].copy_from_slice(&crc.to_le_bytes());
     crc
 }
 
@@ -268,7 +305,7 @@ pub fn read_header(record: &[u8]) -> Option<(RecordHeader, u32)> {
 /// Verifies a record read back from a segment against what the metadata expects,
 /// returning the payload.
 pub fn verify_record(
-    record: &mut [u8],
+    record: &[u8],
     expected: RecordHeader,
     expected_crc: u32,
 ) -> Result<&[u8], String> {
@@ -279,15 +316,15 @@ pub fn verify_record(
     if found != expected {
         return Err(format!("header {found:?} where {expected:?} was expected"));
     }
-    record[12..16].copy_from_slice(&0u32.to_le_bytes());
-    let computed = crc32c::crc32c(record);
-    record[12..16].copy_from_slice(&crc.to_le_bytes());
+    let (stored_header, payload) = record.split_at(RECORD_HEADER_BYTES);
+    let stored_header = stored_header.try_into().expect("a header's bytes");
+    let computed = record_crc(found, stored_header, payload, None);
     if computed != crc || crc != expected_crc {
         return Err(format!(
             "checksum mismatch (stored {crc:#x}, computed {computed:#x}, expected {expected_crc:#x})"
         ));
     }
-    Ok(&record[RECORD_HEADER_BYTES..])
+    Ok(payload)
 }
 
 #[cfg(test)]
@@ -306,21 +343,52 @@ mod tests {
 
     #[test]
     fn record_round_trips_and_detects_a_flipped_bit() {
-        let header = RecordHeader {
-            flags: FLAG_COMPRESSED,
-            payload_len: 5,
-            block_id: 42,
-        };
-        let mut out = Vec::new();
-        let crc = encode_record(header, b"hello", &mut out);
-        assert_eq!(out.len(), RECORD_HEADER_BYTES + 5);
-        let mut copy = out.clone();
-        assert_eq!(verify_record(&mut copy, header, crc).unwrap(), b"hello");
-        for bit in 0..out.len() * 8 {
-            let mut bad = out.clone();
-            bad[bit / 8] ^= 1 << (bit % 8);
-            assert!(verify_record(&mut bad, header, crc).is_err(), "bit {bit}");
+        let payload_crc = crc32c::crc32c(b"hello");
+        for (flags, known_crc) in [
+            (FLAG_COMPRESSED, None),
+            (FLAG_COMPRESSED | FLAG_PAYLOAD_CRC_FIRST, None),
+            (FLAG_COMPRESSED | FLAG_PAYLOAD_CRC_FIRST, Some(payload_crc)),
+        ] {
+            let header = RecordHeader {
+                flags,
+                payload_len: 5,
+                block_id: 42,
+            };
+            let mut out = Vec::new();
+            let crc = encode_record(header, b"hello", known_crc, &mut out);
+            assert_eq!(out.len(), RECORD_HEADER_BYTES + 5);
+            assert_eq!(verify_record(&out, header, crc).unwrap(), b"hello");
+            for bit in 0..out.len() * 8 {
+                let mut bad = out.clone();
+                bad[bit / 8] ^= 1 << (bit % 8);
+                assert!(verify_record(&bad, header, crc).is_err(), "bit {bit}");
+            }
         }
+    }
+
+    #[test]
+    fn both_checksum_orders_are_crc32c_of_the_record_bytes() {
+        // Header first: records written before FLAG_PAYLOAD_CRC_FIRST still verify.
+        let mut zeroed = Vec::new();
+        let header = RecordHeader {
+            flags: 0,
+            payload_len: 3,
+            block_id: 7,
+        };
+        let crc = encode_record(header, b"abc", None, &mut zeroed);
+        zeroed[12..16].fill(0);
+        assert_eq!(crc, crc32c::crc32c(&zeroed));
+        // Payload first: the payload's CRC32C continued over the header.
+        let mut out = Vec::new();
+        let header = RecordHeader {
+            flags: FLAG_PAYLOAD_CRC_FIRST,
+            ..header
+        };
+        let crc = encode_record(header, b"abc", None, &mut out);
+        out[12..16].fill(0);
+        let mut reordered = out[RECORD_HEADER_BYTES..].to_vec();
+        reordered.extend_from_slice(&out[..RECORD_HEADER_BYTES]);
+        assert_eq!(crc, crc32c::crc32c(&reordered));
     }
 
     #[test]

@@ -729,7 +729,9 @@ impl TxState {
         self.next_block_id += 1;
         let id = self.next_block_id;
         let header = RecordHeader {
-            flags: data.codec.flags() | if indexed { 0 } else { segment::FLAG_UNINDEXED },
+            flags: data.codec.flags()
+                | segment::FLAG_PAYLOAD_CRC_FIRST
+                | if indexed { 0 } else { segment::FLAG_UNINDEXED },
             payload_len: data.payload.len() as u32,
             block_id: id,
         };
@@ -741,7 +743,7 @@ impl TxState {
             .entry(segment_id)
             .or_insert_with(|| (offset, Vec::with_capacity(expected)));
         assert_eq!(*start + buf.len() as u64, offset, "appends are contiguous");
-        let crc = segment::encode_record(header, &data.payload, buf);
+        let crc = segment::encode_record(header, &data.payload, Some(data.payload_crc), buf);
         let rec = BlockRec {
             segment: segment_id,
             offset_bytes: u32::try_from(offset).expect("segment offsets fit u32"),

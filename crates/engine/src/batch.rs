@@ -845,4 +845,39 @@ mod tests {
         assert_eq!(block_rows(&engine), rows + 4, "only grain 5 is new");
         engine.check_consistency().unwrap();
     }
+
+    #[test]
+    fn a_block_proven_once_is_compared_in_memory_after() {
+        use std::os::unix::fs::FileExt;
+        let (dir, engine) = engine();
+        let volume = engine.open_volume("v").unwrap();
+        volume.write(0, &grain_bytes(1)).unwrap();
+        assert_eq!(block_rows(&engine), 1);
+        let (id, rec) = {
+            let txn = engine.begin_read().unwrap();
+            let blocks = txn.open_table(crate::meta::BLOCKS).unwrap();
+            let (id, value) = redb::ReadableTable::first(&blocks).unwrap().unwrap();
+            (
+                id.value(),
+                crate::meta::BlockRec::decode(value.value()).unwrap(),
+            )
+        };
+        // The first hit reads the block's payload back and keeps it.
+        volume.write(GRAIN_BYTES, &grain_bytes(1)).unwrap();
+        assert!(engine.writer.lock().proven.get(id).is_some());
+        // Damage the stored payload: a later hit is decided in memory, so it
+        // still shares (read from the file, the bytes would differ).
+        let segment = dir
+            .path()
+            .join("segments")
+            .join(format!("{:08}.seg", rec.segment));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(segment)
+            .unwrap();
+        let payload_at = u64::from(rec.offset_bytes) + crate::segment::RECORD_HEADER_BYTES as u64;
+        file.write_all_at(&[0xa5; 64], payload_at).unwrap();
+        volume.write(2 * GRAIN_BYTES, &grain_bytes(1)).unwrap();
+        assert_eq!(block_rows(&engine), 1, "the third copy shares too");
+    }
 }

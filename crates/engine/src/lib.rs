@@ -40,6 +40,7 @@ mod locations;
 pub mod meta;
 mod metafile;
 mod pending;
+mod proven;
 pub mod provision;
 pub mod ranges;
 pub mod rate;

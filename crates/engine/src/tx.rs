@@ -58,6 +58,8 @@ pub struct WriterState {
     /// block was the largest cost of the write path; a hit is still verified
     /// against the block record's full 128-bit fingerprint.
     pub dedup: DedupIndex,
+    /// Payloads of blocks recently proven to hold a write's grain.
+    pub(crate) proven: crate::proven::ProvenPayloads,
     /// Segments whose accounting changed since the last durable commit.
     pub changed_segments: BTreeSet<SegmentId>,
     /// Deleted volumes still holding mappings: id → grains.
@@ -395,6 +397,9 @@ pub struct TxState {
     new_rows: Option<Vec<(u64, BlockRec)>>,
     /// Bytes the write path expects to append (see [`TxState::expect_appends`]).
     expected_append_bytes: usize,
+    /// Payloads read back from segments that proved a dedup hit: kept in
+    /// [`WriterState::proven`] once this transaction is applied.
+    proven: Vec<(u64, Box<[u8]>)>,
 }
 
 /// The dedup index: fingerprint prefix → block id.
@@ -494,6 +499,7 @@ impl TxState {
             freed_keys: Vec::new(),
             new_rows: None,
             expected_append_bytes: 0,
+            proven: Vec::new(),
         }
     }
 
@@ -634,7 +640,7 @@ impl TxState {
         let candidate = self.dedup_lookup(ws, key);
         if let Some(id) = candidate {
             let mut rec = self.block(t, id)?;
-            if rec.fingerprint != data.fingerprint || !self.holds_grain(store, &rec, data) {
+            if rec.fingerprint != data.fingerprint || !self.holds_grain(ws, store, id, &rec, data) {
                 // A 64-bit prefix collision, or a fingerprint collision (the
                 // fingerprint is fast, not collision-resistant): a new block,
                 // left out of the index, whose key stays with the block that
@@ -652,19 +658,21 @@ impl TxState {
         self.store_new_block(ws, t, data, true)
     }
 
-    /// Whether block `rec` holds `data`'s grain: its stored payload equals
-    /// `data`'s byte for byte when both have the same codec (one grain encodes
-    /// to one payload), else the two decode to the same grain (containers with
-    /// different compression, rare). The record is read from this
-    /// transaction's appends when it was stored in it, else from its segment;
-    /// the writer mutex is held, so the block (live: it is indexed) cannot be
-    /// freed or moved meanwhile. The record's checksum is not needed: bytes
-    /// that are (or decode to) `data`'s grain hold that grain, and a damaged
-    /// record fails the equality, not the write. A failed read says "not the
-    /// same", and the write stores its own block.
+    /// Whether block `id` (`rec`) holds `data`'s grain: its stored payload
+    /// equals `data`'s byte for byte when both have the same codec (one grain
+    /// encodes to one payload), else the two decode to the same grain
+    /// (containers with different compression, rare). The payload comes from
+    /// [`WriterState::proven`], this transaction's appends, or the block's
+    /// segment; the writer mutex is held, so the block (live: it is indexed)
+    /// cannot be freed or moved meanwhile. The record's checksum is not
+    /// needed: bytes that are (or decode to) `data`'s grain hold that grain,
+    /// and a damaged record fails the equality, not the write. A failed read
+    /// says "not the same", and the write stores its own block.
     fn holds_grain(
-        &self,
+        &mut self,
+        ws: &WriterState,
         store: &dyn segment::SegmentStore,
+        id: u64,
         rec: &BlockRec,
         data: &DataGrain,
     ) -> bool {
@@ -672,27 +680,36 @@ impl TxState {
             return false;
         };
         let mut buf = [0u8; GRAIN_BYTES as usize];
-        let Some(stored) = self.stored_payload(store, rec, &mut buf) else {
-            return false;
+        let (stored, read) = match ws.proven.get(id) {
+            Some(payload) => (payload, false),
+            None => match self.stored_payload(store, rec, &mut buf) {
+                Some(stored) => stored,
+                None => return false,
+            },
         };
-        if codec == data.codec {
-            return stored == &data.payload[..];
+        let same = if codec == data.codec {
+            stored == &data.payload[..]
+        } else {
+            let mut theirs = [0u8; GRAIN_BYTES as usize];
+            let mut ours = [0u8; GRAIN_BYTES as usize];
+            grain::decode(stored, codec, &mut theirs).is_ok()
+                && grain::decode(&data.payload, data.codec, &mut ours).is_ok()
+                && theirs == ours
+        };
+        if same && read {
+            self.proven.push((id, stored.into()));
         }
-        let mut theirs = [0u8; GRAIN_BYTES as usize];
-        let mut ours = [0u8; GRAIN_BYTES as usize];
-        grain::decode(stored, codec, &mut theirs).is_ok()
-            && grain::decode(&data.payload, data.codec, &mut ours).is_ok()
-            && theirs == ours
+        same
     }
 
     /// Block `rec`'s stored payload, from this transaction's appends or read
-    /// into `buf`; `None` if it cannot be read.
+    /// from its segment into `buf` (then `true`); `None` if it cannot be read.
     fn stored_payload<'a>(
         &'a self,
         store: &dyn segment::SegmentStore,
         rec: &BlockRec,
         buf: &'a mut [u8; GRAIN_BYTES as usize],
-    ) -> Option<&'a [u8]> {
+    ) -> Option<(&'a [u8], bool)> {
         let payload_bytes = rec.payload_len as usize;
         if payload_bytes > buf.len() {
             return None;
@@ -701,12 +718,12 @@ impl TxState {
         if let Some((start, appended)) = self.appends.get(&rec.segment) {
             if at >= *start {
                 let from = (at - start) as usize;
-                return appended.get(from..from + payload_bytes);
+                return Some((appended.get(from..from + payload_bytes)?, false));
             }
         }
         let stored = &mut buf[..payload_bytes];
         store.read_at(rec.segment, at, stored).ok()?;
-        Some(stored)
+        Some((stored, true))
     }
 
     fn dedup_lookup(&self, ws: &WriterState, key: u64) -> Option<u64> {
@@ -1351,6 +1368,9 @@ impl TxState {
             .extend(self.freed_records.into_iter().take(room));
         for (key, id) in self.dedup_added {
             ws.dedup.insert(key, id);
+        }
+        for (id, payload) in self.proven {
+            ws.proven.insert(id, payload);
         }
         for (key, id) in self.freed_keys {
             if let std::collections::hash_map::Entry::Occupied(entry) = ws.dedup.entry(key) {

@@ -1,0 +1,70 @@
+//! Payloads of blocks that writes were recently proven to duplicate.
+//!
+//! A fingerprint hit counts only once the block's stored payload compares equal
+//! to the write's (see `TxState::store_block`). Reading that payload back is a
+//! syscall under the writer mutex, and duplicates concentrate on a few hot
+//! blocks (a template's common files, a guest's recurring pages), so the
+//! payloads of the blocks last proven are kept here and compared in memory.
+//!
+//! Nothing here goes stale: a block's bytes never change under its id (ids
+//! are not reused while the process runs, and the cleaner moves records
+//! unchanged), and a freed block is no longer in the dedup index, so its entry
+//! is never asked for. Only transactions that committed add entries.
+
+use std::collections::{HashMap, VecDeque};
+
+/// How many payloads are kept: at most 4 KiB each, so at most 4 MiB.
+pub const PROVEN_PAYLOADS_MAX: usize = 1024;
+
+/// Block id → stored payload, the oldest entry evicted first.
+#[derive(Debug, Default)]
+pub struct ProvenPayloads {
+    payloads: HashMap<u64, Box<[u8]>>,
+    /// Ids in the order they were added.
+    order: VecDeque<u64>,
+}
+
+impl ProvenPayloads {
+    pub fn get(&self, id: u64) -> Option<&[u8]> {
+        self.payloads.get(&id).map(|payload| &payload[..])
+    }
+
+    /// Keeps `payload` as block `id`'s, evicting the oldest entry when full.
+    pub fn insert(&mut self, id: u64, payload: Box<[u8]>) {
+        assert!(payload.len() <= crate::GRAIN_BYTES as usize);
+        if self.payloads.insert(id, payload).is_some() {
+            return;
+        }
+        self.order.push_back(id);
+        if self.order.len() > PROVEN_PAYLOADS_MAX {
+            let oldest = self.order.pop_front().expect("over the limit");
+            self.payloads.remove(&oldest);
+        }
+        assert_eq!(self.order.len(), self.payloads.len());
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.payloads.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_at_most_the_limit_and_evicts_the_oldest() {
+        let mut proven = ProvenPayloads::default();
+        for id in 0..(PROVEN_PAYLOADS_MAX as u64 + 10) {
+            proven.insert(id, vec![id as u8; 8].into_boxed_slice());
+        }
+        assert_eq!(proven.len(), PROVEN_PAYLOADS_MAX);
+        assert!(proven.get(9).is_none());
+        assert_eq!(proven.get(10), Some(&[10u8; 8][..]));
+        // Adding a kept id again neither duplicates nor evicts.
+        proven.insert(10, vec![10u8; 8].into_boxed_slice());
+        assert_eq!(proven.len(), PROVEN_PAYLOADS_MAX);
+        assert!(proven.get(11).is_some());
+    }
+}

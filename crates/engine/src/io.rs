@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use redb::ReadOnlyTable;
+use redb::{ReadOnlyTable, ReadableTable};
 
 use crate::bitmap::DataBitmap;
 use crate::fill::{Fill, Filler};
@@ -343,11 +343,21 @@ impl Engine {
         let displaced = planned.overlapping(start, end);
         let (edits, seq) = self.transact(&mut ws, true, |st, t, _| {
             let seq = st.take_seq();
+            // With no point mapping beneath, the record has nothing for the
+            // reclaimer to drop: it is born reclaimed, and a copy into an
+            // empty volume in many small commands (or an UNMAP of a range
+            // never written) costs no background transaction per command.
+            let beneath = t
+                .maps
+                .range((vol.id, start)..(vol.id, end))
+                .map_err(kv_error)?
+                .next()
+                .is_some();
             let rec = RangeRec {
                 end_grain: end,
                 seq,
                 kind,
-                reclaimed: false,
+                reclaimed: !beneath,
             };
             for (piece_start, piece) in &displaced {
                 if meta::visible_to_any(&snapshot_seqs, piece.seq, seq) {

@@ -224,29 +224,19 @@ impl Engine {
     /// live range map or any snapshot's frozen one. The caller holds `pin_lock`, so
     /// no new reference to an unreferenced snapshot can appear meanwhile.
     pub(crate) fn referenced_snapshots(&self) -> BTreeSet<u64> {
-        let mut maps: Vec<Arc<crate::ranges::RangeMap>> = Vec::new();
+        // Each map answers from its own index, under its lock, and no map is
+        // held past it (holding one would make the next write to it copy it).
+        let mut ids = BTreeSet::new();
         for v in self
             .volumes
             .read()
             .values()
             .chain(self.destroyed.read().values())
         {
-            maps.push(v.view.read().ranges.clone());
+            ids.extend(v.view.read().ranges.pinned_snapshots());
         }
         for s in self.snapshots.read().values() {
-            maps.push(s.ranges.clone());
-        }
-        let mut seen = BTreeSet::new();
-        let mut ids = BTreeSet::new();
-        for map in maps {
-            if !seen.insert(Arc::as_ptr(&map) as usize) {
-                continue;
-            }
-            for (_, rec) in map.iter() {
-                if let Some(id) = rec.kind.pinned_snapshot() {
-                    ids.insert(id);
-                }
-            }
+            ids.extend(s.ranges.pinned_snapshots());
         }
         ids
     }

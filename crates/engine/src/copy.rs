@@ -328,3 +328,24 @@ impl Engine {
         self.volume_info(volume)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::GRAIN_BYTES;
+
+    /// A copy is quick (metadata only) exactly when source and destination lie
+    /// alike within a grain, and not once the array is fenced.
+    #[test]
+    fn a_copy_is_quick_only_between_offsets_alike_within_a_grain() {
+        let dir = crate::testdata::data_dir("copy-quick");
+        let engine = crate::testdata::quiet_engine(dir.path(), 1 << 30);
+        engine.create_volume("v", 64 * GRAIN_BYTES).unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        assert!(volume.copy_is_quick(0, 8 * GRAIN_BYTES));
+        assert!(volume.copy_is_quick(512, 3 * GRAIN_BYTES + 512));
+        assert!(!volume.copy_is_quick(0, 512));
+        assert!(!volume.copy_is_quick(GRAIN_BYTES + 1024, 2048));
+        engine.fence(&crate::EngineError::InvalidArgument("test".into()));
+        assert!(!volume.copy_is_quick(0, 8 * GRAIN_BYTES));
+    }
+}

@@ -808,6 +808,15 @@ impl Volume {
         self.engine.check_fence().is_ok() && !self.engine.write_may_clean(length_bytes)
     }
 
+    /// Whether a range copy into this volume, from `source_offset_bytes` of a
+    /// volume to `destination_offset_bytes` of this one, changes metadata only
+    /// (both offsets lie alike within a grain, so at most the partial grains
+    /// at its two edges move as data) and returns as quickly as a small write.
+    pub fn copy_is_quick(&self, source_offset_bytes: u64, destination_offset_bytes: u64) -> bool {
+        source_offset_bytes % GRAIN_BYTES == destination_offset_bytes % GRAIN_BYTES
+            && self.write_is_quick(2 * GRAIN_BYTES)
+    }
+
     /// Deallocates a range; it reads back as zeroes. Metadata-only.
     pub fn unmap(&self, offset_bytes: u64, length_bytes: u64) -> Result<()> {
         self.live()?;

@@ -1027,6 +1027,7 @@ impl Connection {
                 &self.session.nexus,
                 ready.command.lun,
                 &ready.command.cdb,
+                &ready.data_out,
             );
         if ready.answer.is_none() && inline {
             self.execute_here(control, ready, guard);

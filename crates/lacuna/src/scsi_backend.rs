@@ -307,6 +307,19 @@ impl LogicalUnit for VolumeUnit {
         Ok(scsi_extents(extents, max_extents))
     }
 
+    fn copy_is_quick(
+        &self,
+        source: &dyn LogicalUnit,
+        source_offset_bytes: u64,
+        destination_offset_bytes: u64,
+        _len_bytes: u64,
+    ) -> bool {
+        source.as_any().downcast_ref::<VolumeUnit>().is_some()
+            && self
+                .volume
+                .copy_is_quick(source_offset_bytes, destination_offset_bytes)
+    }
+
     fn copy_from(
         &self,
         source: &dyn LogicalUnit,

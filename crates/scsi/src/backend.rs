@@ -139,6 +139,18 @@ pub trait LogicalUnit: Send + Sync {
     fn write_is_quick(&self, _length_bytes: u64) -> bool {
         false
     }
+    /// Whether `copy_from` of `len_bytes` from `source` would change only
+    /// metadata and not wait for background work: it may then run on a
+    /// transport's own task. Only a hint; `false` is always safe.
+    fn copy_is_quick(
+        &self,
+        _source: &dyn LogicalUnit,
+        _source_offset_bytes: u64,
+        _destination_offset_bytes: u64,
+        _len_bytes: u64,
+    ) -> bool {
+        false
+    }
     /// Deallocates the range: afterwards it reads as zeros and holds no space.
     fn unmap(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), BackendError>;
     /// Makes the range read as zeros. With `allow_unmap` the blocks may be deallocated;

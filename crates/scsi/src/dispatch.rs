@@ -424,9 +424,14 @@ impl ScsiTarget for ScsiCore {
 
     /// Small WRITE (10/16) without FUA, with the write cache on, to a unit that
     /// says the write will not wait for background work (a durable commit
-    /// still may hold it up for milliseconds).
-    fn runs_quickly(&self, nexus: &ItNexus, lun: u64, cdb: &[u8]) -> bool {
+    /// still may hold it up for milliseconds); and an EXTENDED COPY whose every
+    /// segment its destination says is metadata-only (see `xcopy::runs_quickly`).
+    fn runs_quickly(&self, nexus: &ItNexus, lun: u64, cdb: &[u8], data_out: &[u8]) -> bool {
         const FUA: u8 = 0x08;
+        if cdb.first() == Some(&op::EXTENDED_COPY) {
+            return self.mapped_unit(nexus, lun).is_some()
+                && crate::xcopy::runs_quickly(self, nexus, cdb, data_out);
+        }
         let write = matches!(cdb.first(), Some(&(op::WRITE_10 | op::WRITE_16)));
         if !write || cdb.get(1).is_none_or(|flags| flags & FUA != 0) {
             return false;

@@ -14,6 +14,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// Largest copy the reference backend calls quick (a memcpy of this much).
+const MAX_QUICK_COPY_BYTES: u64 = 64 * 1024;
+
 use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{Backend, BackendError, Extent, LogicalUnit, LunEntry, Provisioning, UnitId};
@@ -301,6 +304,17 @@ impl LogicalUnit for MemoryUnit {
             }
         });
         Ok(extents)
+    }
+
+    /// The reference backend copies bytes: quick only while there are few.
+    fn copy_is_quick(
+        &self,
+        _source: &dyn LogicalUnit,
+        _source_offset_bytes: u64,
+        _destination_offset_bytes: u64,
+        len_bytes: u64,
+    ) -> bool {
+        len_bytes <= MAX_QUICK_COPY_BYTES
     }
 
     fn copy_from(

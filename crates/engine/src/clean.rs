@@ -99,8 +99,8 @@ impl Engine {
             .sum()
     }
 
-    /// Whether cleaned segments must be freed now rather than by the durable
-    /// commit each second: when free space (not counting them) would leave no
+    /// Whether cleaned segments must be freed now rather than by the background
+    /// durable commit: when free space (not counting them) would leave no
     /// room for another victim's live records above the cleaner's reserve.
     fn must_free_now(&self) -> bool {
         let ws = self.writer.lock();
@@ -126,7 +126,7 @@ impl Engine {
             return Ok(false);
         };
         self.clean_segment(victim)?;
-        // The victim is freed by the next durable commit: the one each second
+        // The victim is freed by the next durable commit: the background one
         // (never later: cleaning commits, so one is due), or at once when
         // space is short. A durable commit of its own for every victim held
         // host writes for 35-60 ms (the metadata fsync) each time, several
@@ -411,8 +411,8 @@ mod tests {
     }
 
     /// With room to spare, a background pass relocates in the host writes'
-    /// open transaction and leaves freeing the victim to the durable commit
-    /// each second: no commit of its own, durable or not (each held host
+    /// open transaction and leaves freeing the victim to the background
+    /// durable commit: no commit of its own, durable or not (each held host
     /// writes behind it). The data reads back before and after the victim is
     /// freed, and after a restart.
     #[test]

@@ -6,7 +6,7 @@
 //! of a write's cost (21 k writes/s on one core with a commit per batch of 30,
 //! against 43–49 k with a transaction per 16 k writes). The transaction is
 //! committed before any other metadata change, before every
-//! durable commit (host FLUSH, and the background one each second), and when
+//! durable commit (host FLUSH, and the background one every five seconds), and when
 //! it has taken [`MAX_OPEN_GRAINS`] grains. Reclaim steps join it too (they
 //! only remove mappings that committed range records already shadow; see
 //! `reclaim`), and count towards that limit.
@@ -34,9 +34,13 @@ use crate::meta::BlockRec;
 /// tables, and every commit copies and checksums each one: 65536 rather than
 /// 8192 took 1.16x the writes a second at queue depth 32 (`bench/ab_iscsi.py
 /// ... randwrite 4096 32 10 --rounds 3 --reps 2`), and left 1 MiB writes and
-/// 4 KiB reads as they were. Below about 65 k writes a second the durable
-/// commit each second comes first anyway.
-pub const MAX_OPEN_GRAINS: u64 = 65536;
+/// 4 KiB reads as they were; 262144 with the background durable commit every
+/// five seconds rather than every second took 1.21x again (`... randwrite 4096
+/// 32 30 --rounds 2 --reps 1`; either change alone gained nothing). Below
+/// about 52 k writes a second the durable commit comes first anyway. Memory
+/// stays bounded by redb's write buffer, not by this: past half its cache redb
+/// writes uncommitted pages out to its file.
+pub const MAX_OPEN_GRAINS: u64 = 262144;
 
 /// A grain's content as set by a write still in the open transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -882,22 +882,51 @@ fn verify(
     check_space(run, daemon, iteration);
 }
 
+/// Most tries at a space report that the volume list agrees with before and
+/// after it, and the pause between tries.
+const STABLE_REPORT_TRIES: u32 = 100;
+const STABLE_REPORT_PAUSE: Duration = Duration::from_millis(100);
+
+/// The sum of the volumes' written bytes.
+fn written_sum(daemon: &Daemon) -> u64 {
+    let volumes: serde_json::Value =
+        serde_json::from_str(&daemon.cli_ok(&["--json", "volume", "list"])).unwrap();
+    volumes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["written_bytes"].as_u64().unwrap())
+        .sum()
+}
+
+/// A space report and the volumes' written bytes of one moment: background
+/// work after a restart (a copy reference materialised, whose grains the
+/// rebuilt bitmap counted as data) may change the written bytes between two
+/// calls, so the report is taken again until the volume list reads the same
+/// before and after it.
+fn stable_space(run: &Run, daemon: &Daemon, iteration: u64) -> (serde_json::Value, u64) {
+    for _ in 0..STABLE_REPORT_TRIES {
+        let before = written_sum(daemon);
+        let space: serde_json::Value =
+            serde_json::from_str(&daemon.cli_ok(&["--json", "array", "space"])).unwrap();
+        if written_sum(daemon) == before {
+            return (space, before);
+        }
+        std::thread::sleep(STABLE_REPORT_PAUSE);
+    }
+    run.fail(
+        iteration,
+        "the volumes' written bytes never held still around a space report".into(),
+    )
+}
+
 fn check_space(run: &Run, daemon: &Daemon, iteration: u64) {
-    let space: serde_json::Value =
-        serde_json::from_str(&daemon.cli_ok(&["--json", "array", "space"])).unwrap();
+    let (space, written) = stable_space(run, daemon, iteration);
     let n = |key: &str| {
         space[key]
             .as_u64()
             .unwrap_or_else(|| panic!("space report lacks {key}"))
     };
-    let volumes: serde_json::Value =
-        serde_json::from_str(&daemon.cli_ok(&["--json", "volume", "list"])).unwrap();
-    let written: u64 = volumes
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["written_bytes"].as_u64().unwrap())
-        .sum();
     let sums = [
         (
             "used + free = capacity",

@@ -900,10 +900,10 @@ fn written_sum(daemon: &Daemon) -> u64 {
 }
 
 /// A space report and the volumes' written bytes of one moment: background
-/// work after a restart (a copy reference materialised, whose grains the
-/// rebuilt bitmap counted as data) may change the written bytes between two
-/// calls, so the report is taken again until the volume list reads the same
-/// before and after it.
+/// work after a restart changed the written bytes between two calls once (811
+/// grains; likely a copy reference, which the rebuilt bitmap counts as data
+/// until it is materialised), so the report is taken again until the volume
+/// list reads the same before and after it.
 fn stable_space(run: &Run, daemon: &Daemon, iteration: u64) -> (serde_json::Value, u64) {
     for _ in 0..STABLE_REPORT_TRIES {
         let before = written_sum(daemon);

@@ -13,7 +13,9 @@ from disk, writes are dropped): how much of tgt's figure is its storage and how 
 transport, the kernel and the client. At QD1 a job is a ping-pong, so where even tgt with no
 storage is not 1.5 x tgt, the client's and the kernel's share of a round trip alone leaves no
 server room to be 1.5 x faster. For the deep-queue and 1 MiB jobs it is no such bound: another
-transport may move the bytes faster than tgt's does.
+transport may move the bytes faster than tgt's does. So every run also counts the CPU the client
+and each target daemon spend per I/O (the daemon's until it is idle again after the job), and sets
+it against what 1.5 x tgt would leave a target with both cores busy all the time.
 
 Client-issued offloads, each verified by reading samples back:
   - EXTENDED COPY (LID1, block->block segments, identification CSCDs naming the LUNs by their
@@ -43,6 +45,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -952,6 +955,12 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children_cpu_s():
+    """CPU seconds of this script's finished children (the client runs)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def dirty_mib():
     with open("/proc/meminfo") as f:
         kb = {line.split(":")[0]: int(line.split()[1]) for line in f}
@@ -1186,16 +1195,25 @@ def main():
             fills[t.name] = client("fill", t.url(lun), 0, args.size_gib * GiB, 1)
             log(f"prefill {t.name:7} {args.size_gib} GiB in {fills[t.name]['seconds']:.1f} s")
         seed = 10
-        runs = [(t.name, t.url(lun)) for t, lun in targets] + [("tgt-null", tgt.url(tgt.luns["null"]))]
+        runs = [(t.name, t, t.url(lun)) for t, lun in targets] + [("tgt-null", tgt, tgt.url(tgt.luns["null"]))]
         for name, mode, bs, qd in JOBS:
             for rep in range(args.reps):
-                for who, url in runs:
+                for who, daemon, url in runs:
                     seed += 1
                     wait_idle(daemons)
+                    client0, daemon0 = children_cpu_s(), cpu_s(daemon.pid)
                     r = client("load", url, mode, bs, qd, args.runtime, args.size_gib * GiB, seed)
+                    client_s = children_cpu_s() - client0
+                    # The daemon's CPU until it is idle again: work a job leaves behind (a commit,
+                    # a flush of what it wrote) is the job's too.
+                    wait_idle(daemons)
+                    ios = r["ios"]
+                    r["client_us_per_io"] = 1e6 * client_s / ios
+                    r["daemon_us_per_io"] = 1e6 * (cpu_s(daemon.pid) - daemon0) / ios
                     res.setdefault((name, who), []).append(r)
                     log(f"{name:20} {who:8} run {rep + 1}: {r['iops']:10.0f} IOPS {r['mib_s']:8.1f} MiB/s  "
-                        f"mean {r['mean_lat_us']:8.1f} us")
+                        f"mean {r['mean_lat_us']:8.1f} us  CPU per I/O: client {r['client_us_per_io']:.1f} us, "
+                        f"target {r['daemon_us_per_io']:.1f} us")
 
         # ------------------------------------------------------------------ offloads: tgt
         tu = tgt.url(tgt.luns["offload"])
@@ -1323,6 +1341,37 @@ def median_run(runs, key):
     return ordered[(len(ordered) - 1) // 2]
 
 
+def cpu_table(res):
+    """What each I/O costs in CPU, and what 1.5 × tgt would leave Lacuna to spend: whether a
+    target is within reach of any target on this machine, or bound by it."""
+    cores = os.cpu_count()
+    lines = ["### CPU per I/O (median runs; client and target share the cores)\n",
+             f"CPU seconds of the client and of the target daemon (until it is idle again after the job) per I/O. "
+             f"At queue depth 4 and 32 the cores are the limit: 1.5 × tgt leaves the target "
+             f"{cores} cores ÷ (1.5 × tgt's rate) less the client's own CPU per I/O, with every core busy all the "
+             f"time. At queue depth 1 the round trip is the limit: 1.5 × tgt needs a mean latency of tgt's ÷ 1.5. "
+             f"tgt null shows what tgt's transport alone costs.\n",
+             "| job | lacuna: client / target CPU | tgt | tgt null | 1.5 × tgt leaves the target | tgt null (its transport alone) spends |",
+             "|---|---|---|---|---|---|"]
+    for name, mode, bs, qd in JOBS:
+        key = "iops" if bs == 4096 else "mib_s"
+        l, t, n = (median_run(res[(name, who)], key) for who in ("lacuna", "tgt", "tgt-null"))
+
+        def cpu(r):
+            return f"{r['client_us_per_io']:.1f} / {r['daemon_us_per_io']:.1f} µs"
+
+        if qd == 1:
+            allowed = f"≤ {t['mean_lat_us'] / 1.5:.1f} µs round trip (lacuna: {l['mean_lat_us']:.1f})"
+            needs = f"{n['mean_lat_us']:.1f} µs round trip"
+        else:
+            budget = cores * 1e6 / (1.5 * t["iops"]) - l["client_us_per_io"]
+            allowed = f"≤ {budget:.1f} µs CPU (lacuna: {l['daemon_us_per_io']:.1f})"
+            needs = f"{n['daemon_us_per_io']:.1f} µs CPU"
+        lines.append(f"| {name} | {cpu(l)} | {cpu(t)} | {cpu(n)} | {allowed} | {needs} |")
+    lines.append("")
+    return lines
+
+
 def report(args, info, fills, res, off, minutes):
     X, Z, F, T = args.xcopy_gib, args.zero_gib, args.fallback_gib, args.tgt_ws_gib
     L, G = off["lacuna"], off["tgt"]
@@ -1371,6 +1420,7 @@ def report(args, info, fills, res, off, minutes):
         lines.append(f"| {name} | {cell('lacuna', l)} | {cell('tgt', t)} | {ratio:.2f} | "
                      f"{'met' if ratio >= 1.5 else '**not met**'} | {cell('tgt-null', n)} | {null_ratio:.2f} |")
     lines.append("")
+    lines.extend(cpu_table(res))
     li, ti = info["lacuna-offload"], info["tgt-offload"]
     lines.append(f"### Offloads issued by the client (EXTENDED COPY of {X} GiB written, zeroing {Z} GiB)\n")
     lines.append(

@@ -90,6 +90,11 @@ pub fn render(space: &SpaceReport) -> String {
             space.logical_data_bytes,
         ),
         gauge(
+            "lacuna_written_settling_volumes",
+            "Volumes whose written bytes a background job is still working out (may yet fall).",
+            space.written_settling_volumes,
+        ),
+        gauge(
             "lacuna_reclaim_backlog_bytes",
             "Logical bytes unmapped whose old mappings are not yet dropped.",
             space.reclaim_backlog_bytes,

@@ -177,3 +177,58 @@ impl Engine {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testdata::{data_dir, quiet_engine};
+    use crate::{Provisioning, GRAIN_BYTES};
+
+    const GRAINS: u64 = 64;
+
+    /// After a restart a clone's range counts as written whole and says so; the
+    /// background job brings the figure down to the grains that hold data, and
+    /// only then is the flag cleared. Whenever it is clear, the figure is exact.
+    #[test]
+    fn written_bytes_say_when_they_are_still_settling() {
+        let dir = data_dir("bits");
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        engine.create_volume("a", GRAINS * GRAIN_BYTES).unwrap();
+        let volume = engine.open_volume("a").unwrap();
+        volume
+            .write(3 * GRAIN_BYTES, &[7u8; GRAIN_BYTES as usize])
+            .unwrap();
+        drop(volume);
+        let clone = engine.clone_volume("a", "b", Provisioning::Thin).unwrap();
+        assert_eq!(
+            clone.written_bytes, GRAIN_BYTES,
+            "the source's bits, copied"
+        );
+        assert!(!clone.written_settling);
+        engine.close().unwrap();
+        drop(engine);
+
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        let b = engine.volume_info("b").unwrap();
+        assert!(b.written_settling, "{b:?}");
+        assert_eq!(
+            b.written_bytes,
+            GRAINS * GRAIN_BYTES,
+            "counted whole at open"
+        );
+        assert!(!engine.volume_info("a").unwrap().written_settling);
+        assert_eq!(engine.space().written_settling_volumes, 1);
+
+        let mut steps = 0;
+        while engine.bits_step().unwrap() {
+            steps += 1;
+            assert!(steps <= GRAINS, "settling ends");
+        }
+        let b = engine.volume_info("b").unwrap();
+        assert!(!b.written_settling, "{b:?}");
+        assert_eq!(b.written_bytes, GRAIN_BYTES);
+        let space = engine.space();
+        assert_eq!(space.written_settling_volumes, 0);
+        assert_eq!(space.logical_data_bytes, 2 * GRAIN_BYTES);
+        engine.close().unwrap();
+    }
+}

@@ -323,6 +323,8 @@ impl Engine {
             .filter(|s| s.volume_id == shared.id && !s.is_pin())
             .count() as u64;
         let size_bytes = shared.view.read().size_bytes;
+        // Asked before the count: once no job holds the volume, its bits are final.
+        let written_settling = self.bits_unsettled(shared.id);
         let written_bytes = (shared.bitmap.lock().count() * GRAIN_BYTES).min(size_bytes);
         let (unique, shared_bytes) = self.physical_of(shared.id).unwrap_or((0, 0));
         let physical = unique + shared_bytes;
@@ -331,6 +333,7 @@ impl Engine {
             id: shared.id,
             size_bytes,
             written_bytes,
+            written_settling,
             thin_provisioning_percent: 100.0 * (1.0 - written_bytes as f64 / size_bytes as f64),
             logical_data_bytes: written_bytes,
             unique_physical_bytes: unique,
@@ -430,6 +433,7 @@ impl Engine {
         let volumes: Vec<_> = self.volumes.read().values().cloned().collect();
         let mut provisioned = 0;
         let mut logical = 0;
+        let mut settling = 0;
         let backlog_grains: u64 = {
             let named = self.named_volumes();
             let ws = self.writer.lock();
@@ -439,6 +443,7 @@ impl Engine {
         for v in &volumes {
             let view = v.view.read();
             provisioned += view.size_bytes;
+            settling += u64::from(self.bits_unsettled(v.id)); // before the count, as in info_of
             logical += (v.bitmap.lock().count() * GRAIN_BYTES).min(view.size_bytes);
         }
         let capacity = self.config.capacity_bytes;
@@ -475,6 +480,7 @@ impl Engine {
             free_bytes: capacity.saturating_sub(used),
             provisioned_bytes: provisioned,
             logical_data_bytes: logical,
+            written_settling_volumes: settling,
             reclaim_backlog_bytes: backlog_grains * GRAIN_BYTES,
             data_reduction_ratio: if live == 0 {
                 1.0

@@ -1,5 +1,8 @@
 //! Reports the engine gives the control plane: per-volume and array-wide space.
-//! All byte figures are exact counters maintained by the engine, not estimates.
+//! All byte figures are exact counters maintained by the engine, not estimates, with
+//! one exception that says so: the written bytes of a range a clone or copy references
+//! count as written until the background job has worked out its source's data bits
+//! (`written_settling`), and only then fall to the exact figure.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +15,11 @@ pub struct VolumeInfo {
     /// Bytes of the volume holding data (not holes, not zeroes): what a host wrote
     /// and has not unmapped.
     pub written_bytes: u64,
+    /// Set while ranges the volume references (a clone of an older snapshot, a copy
+    /// of a copy still settling, any clone or copy after a restart) still count as
+    /// written whole: the background job is working out their source's data bits,
+    /// and `written_bytes` may yet fall. Never set for long: it goes at the job's pace.
+    pub written_settling: bool,
     /// Share of the volume never written or unmapped, in percent (seed 000's
     /// `thin_provisioning`).
     pub thin_provisioning_percent: f64,
@@ -93,6 +101,9 @@ pub struct SpaceReport {
     pub provisioned_bytes: u64,
     /// Sum of the volumes' written (data) bytes.
     pub logical_data_bytes: u64,
+    /// Volumes whose written bytes are still settling (`VolumeInfo::written_settling`):
+    /// while there are any, `logical_data_bytes` may yet fall.
+    pub written_settling_volumes: u64,
     /// Bytes of dead data (mappings shadowed by unmaps, write-zeroes and copies,
     /// or of eradicated volumes) the background reclaimer has not yet released;
     /// the sum of the containers' backlogs.

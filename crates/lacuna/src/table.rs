@@ -55,6 +55,16 @@ pub fn format_ratio(ratio: f64) -> String {
     format!("{ratio:.2}:1")
 }
 
+/// A written figure that may still fall while a background job works out what copied
+/// ranges hold (`written_settling`): the reader is told, not left to wonder why it moved.
+fn settling(figure: String, settling: bool) -> String {
+    if settling {
+        format!("{figure} (settling)")
+    } else {
+        figure
+    }
+}
+
 pub fn format_percent(percent: f64) -> String {
     format!("{percent:.1}%")
 }
@@ -143,7 +153,10 @@ pub fn volume_details(v: &VolumeInfo) -> String {
         ("type", v.provisioning.to_string()),
         ("reserved", format_size(v.reserved_bytes)),
         ("snapshots", v.snapshot_count.to_string()),
-        ("written", format_size(v.written_bytes)),
+        (
+            "written",
+            settling(format_size(v.written_bytes), v.written_settling),
+        ),
         (
             "thin_provisioning",
             format_percent(v.thin_provisioning_percent),
@@ -503,7 +516,13 @@ pub fn space_details(s: &SpaceReport) -> String {
         ("reserved (thick)", format_size(s.reserved_bytes)),
         ("thin available", format_size(s.thin_available_bytes)),
         ("provisioned", format_size(s.provisioned_bytes)),
-        ("logical data", format_size(s.logical_data_bytes)),
+        (
+            "logical data",
+            settling(
+                format_size(s.logical_data_bytes),
+                s.written_settling_volumes > 0,
+            ),
+        ),
         ("reclaim backlog", format_size(s.reclaim_backlog_bytes)),
         (
             "unmaps",
@@ -557,6 +576,7 @@ mod tests {
             written_bytes,
             thin_provisioning_percent: 100.0 * (1.0 - written_bytes as f64 / size_bytes as f64),
             logical_data_bytes: written_bytes,
+            written_settling: false,
             unique_physical_bytes: written_bytes / 4,
             shared_physical_bytes: written_bytes / 16,
             data_reduction_ratio: 3.2,
@@ -800,6 +820,7 @@ mod tests {
             free_bytes: 13 << 30,
             provisioned_bytes: 1 << 40,
             logical_data_bytes: 6 << 30,
+            written_settling_volumes: 0,
             reclaim_backlog_bytes: 64 << 20,
             data_reduction_ratio: 3.0,
             total_reduction_ratio: 341.33,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
-use redb::{Durability, ReadableDatabase, ReadableTable};
+use redb::{Durability, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use crate::bitmap::DataBitmap;
@@ -581,12 +581,12 @@ impl VolumeShared {
 /// (unreferenced tails trimmed, segments it never knew removed) and the in-memory
 /// views (range maps, data bitmaps, segment accounting) rebuilt.
 pub(crate) fn recover(
-    db: &redb::Database,
+    db: &crate::kv::Kv,
     store: &FileSegmentStore,
     capacity_bytes: u64,
     containers: &BTreeMap<u64, Arc<crate::container::ContainerShared>>,
 ) -> Result<Recovered> {
-    let txn = db.begin_read().map_err(kv_error)?;
+    let txn = db.begin_read()?;
     let counters = txn.open_table(meta::COUNTERS).map_err(kv_error)?;
     let mut ws = WriterState {
         next_block_id: meta::read_counter(&counters, "next_block_id")?,
@@ -754,19 +754,19 @@ fn load_snapshots(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Arc<Snaps
     Ok(snapshots)
 }
 
-pub(crate) fn ensure_tables(db: &redb::Database) -> Result<()> {
-    let mut txn = db.begin_write().map_err(kv_error)?;
+pub(crate) fn ensure_tables(db: &crate::kv::Kv) -> Result<()> {
+    let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
     txn.set_quick_repair(true);
     crate::tx::create_tables(&txn)?;
-    txn.commit().map_err(kv_error)
+    db.commit(txn)
 }
 
 /// The fresh open segment's id must never be handed out again, even if the next
 /// crash comes before any other durable commit.
-fn persist_segment_counter(db: &redb::Database, next_segment_id: u32) -> Result<()> {
-    let mut txn = db.begin_write().map_err(kv_error)?;
+fn persist_segment_counter(db: &crate::kv::Kv, next_segment_id: u32) -> Result<()> {
+    let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
     txn.set_quick_repair(true);
@@ -774,7 +774,7 @@ fn persist_segment_counter(db: &redb::Database, next_segment_id: u32) -> Result<
         .map_err(kv_error)?
         .insert("next_segment_id", u64::from(next_segment_id))
         .map_err(kv_error)?;
-    txn.commit().map_err(kv_error)
+    db.commit(txn)
 }
 
 fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<()> {

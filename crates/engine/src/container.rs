@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use redb::{Durability, ReadableDatabase, ReadableTable};
+use redb::{Durability, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{self, kv_error};
@@ -487,12 +487,12 @@ fn validate_policy(policy: &ContainerPolicy) -> Result<()> {
 
 /// Loads the containers, creating `default` on first open.
 pub(crate) fn load(
-    db: &redb::Database,
+    db: &crate::kv::Kv,
     now: Duration,
 ) -> Result<BTreeMap<u64, Arc<ContainerShared>>> {
     let mut containers = BTreeMap::new();
     {
-        let txn = db.begin_read().map_err(kv_error)?;
+        let txn = db.begin_read()?;
         let table = txn.open_table(meta::CONTAINERS).map_err(kv_error)?;
         for item in table.iter().map_err(kv_error)? {
             let (_, json) = item.map_err(kv_error)?;
@@ -516,8 +516,8 @@ pub(crate) fn load(
 
 /// Writes a container record durably (control-plane changes are durable once
 /// acknowledged).
-fn persist(db: &redb::Database, rec: &ContainerRec) -> Result<()> {
-    let mut txn = db.begin_write().map_err(kv_error)?;
+fn persist(db: &crate::kv::Kv, rec: &ContainerRec) -> Result<()> {
+    let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
     {
@@ -527,18 +527,18 @@ fn persist(db: &redb::Database, rec: &ContainerRec) -> Result<()> {
             .insert(rec.name.as_str(), &json[..])
             .map_err(kv_error)?;
     }
-    txn.commit().map_err(kv_error)
+    db.commit(txn)
 }
 
-fn remove(db: &redb::Database, name: &str) -> Result<()> {
-    let mut txn = db.begin_write().map_err(kv_error)?;
+fn remove(db: &crate::kv::Kv, name: &str) -> Result<()> {
+    let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
     txn.open_table(meta::CONTAINERS)
         .map_err(kv_error)?
         .remove(name)
         .map_err(kv_error)?;
-    txn.commit().map_err(kv_error)
+    db.commit(txn)
 }
 
 impl Engine {

@@ -101,8 +101,7 @@ impl Engine {
             Source::Live { volume, .. } => self.pending.range(*volume, first, end),
             Source::Snapshot(_) => Vec::new(),
         };
-        let txn = self.begin_read()?;
-        let mut reader = Reader::new(self, &txn)?;
+        let mut reader = Reader::shared(self)?;
         let (runs, reached) = reader.runs(source, first, end, u64::MAX, 0)?;
         assert_eq!(reached, end, "reads are never cut short");
         let mut filler = Filler::new(self, label, offset_bytes, buf);

@@ -35,6 +35,7 @@ mod fill;
 mod fsck;
 pub mod grain;
 mod io;
+mod kv;
 mod lifecycle;
 mod locations;
 pub mod meta;
@@ -62,7 +63,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex, RwLock};
-use redb::{Durability, ReadableDatabase};
+use redb::Durability;
 
 pub use catalog::VolumeRec;
 pub use container::{
@@ -242,7 +243,7 @@ const QUICK_SYNC_PASS: std::time::Duration = std::time::Duration::from_millis(10
 /// The array: volumes, the segment log and the metadata store.
 pub struct Engine {
     config: EngineConfig,
-    db: redb::Database,
+    db: kv::Kv,
     store: Arc<dyn SegmentStore>,
     volumes: RwLock<HashMap<String, Arc<VolumeShared>>>,
     /// Storage containers by id (lock before `volumes`).
@@ -331,10 +332,10 @@ impl Engine {
             .map_err(|e| EngineError::io(format!("creating {}", config.data_dir.display()), e))?;
         let store = FileSegmentStore::open(&config.data_dir.join("segments"))
             .map_err(|e| EngineError::io("opening the segment directory", e))?;
-        let db = metafile::open(
+        let db = kv::Kv::new(metafile::open(
             &config.data_dir.join("metadata.redb"),
             config.metadata_cache_bytes,
-        )?;
+        )?);
         crate::catalog::ensure_tables(&db)?;
         let containers = container::load(&db, config.clock.now())?;
         let recovered = catalog::recover(&db, &store, config.capacity_bytes, &containers)?;
@@ -517,7 +518,7 @@ impl Engine {
         self.commit_pending(&mut ws)?;
         let freeing: Vec<_> = std::mem::take(&mut ws.pending_free).into_iter().collect();
         let punching = std::mem::take(&mut ws.pending_punch);
-        let mut txn = self.db.begin_write().map_err(kv_error)?;
+        let mut txn = self.db.begin_write()?;
         txn.set_durability(Durability::Immediate)
             .map_err(kv_error)?;
         txn.set_quick_repair(true);
@@ -525,7 +526,7 @@ impl Engine {
             ws.remove_segment(*id);
         }
         tx::persist_writer_state(&txn, &mut ws)?;
-        txn.commit().map_err(kv_error)?;
+        self.db.commit(txn)?;
         self.free_bytes_hint.store(
             ws.capacity_bytes.saturating_sub(ws.used_bytes()),
             Ordering::Relaxed,
@@ -706,7 +707,7 @@ impl Engine {
         if ws.open_txn.is_none() {
             return Ok(());
         }
-        if let Err(error) = tx::commit_open(ws) {
+        if let Err(error) = tx::commit_open(&self.db, ws) {
             self.fence(&error);
             return Err(error);
         }
@@ -741,7 +742,12 @@ impl Engine {
     }
 
     pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
-        self.db.begin_read().map_err(kv_error)
+        self.db.begin_read()
+    }
+
+    /// The read view reads share until the next commit (see `kv`).
+    pub(crate) fn read_view(&self) -> Result<Arc<kv::ReadView>> {
+        self.db.read_view()
     }
 }
 

@@ -101,8 +101,8 @@ pub(crate) struct OpenTxn {
 }
 
 impl OpenTxn {
-    fn begin(db: &redb::Database) -> Result<Self> {
-        let mut txn = db.begin_write().map_err(kv_error)?;
+    fn begin(db: &crate::kv::Kv) -> Result<Self> {
+        let mut txn = db.begin_write()?;
         txn.set_durability(Durability::None).map_err(kv_error)?;
         Ok(OpenTxn {
             cell: TxnWithTables::try_new(txn, |txn| Tables::open(txn))?,
@@ -111,8 +111,8 @@ impl OpenTxn {
     }
 
     /// Closes the tables (staging their roots in the transaction) and commits.
-    fn commit(self) -> Result<()> {
-        self.cell.into_owner().commit().map_err(kv_error)
+    fn commit(self, db: &crate::kv::Kv) -> Result<()> {
+        db.commit(self.cell.into_owner())
     }
 }
 
@@ -1282,7 +1282,7 @@ pub struct Death<'a> {
 /// so) and applies its effects to `ws` once committed. Segment data is written
 /// before the metadata that points to it is committed.
 pub fn run<T>(
-    db: &redb::Database,
+    db: &crate::kv::Kv,
     store: &dyn segment::SegmentStore,
     ws: &mut WriterState,
     f: impl FnOnce(&mut TxState, &mut Tables, &WriterState) -> Result<T>,
@@ -1291,7 +1291,7 @@ pub fn run<T>(
         ws.open_txn.is_none(),
         "the write batches' open transaction is committed before any other"
     );
-    let mut txn = db.begin_write().map_err(kv_error)?;
+    let mut txn = db.begin_write()?;
     txn.set_durability(Durability::None).map_err(kv_error)?;
     let mut st = TxState::new(ws);
     let value = {
@@ -1299,7 +1299,7 @@ pub fn run<T>(
         f(&mut st, &mut tables, ws)?
     };
     let appended_bytes = st.write_appends(store, false)?;
-    txn.commit().map_err(kv_error)?;
+    db.commit(txn)?;
     let records_written = st.records_written;
     st.apply_to(ws);
     Ok((value, records_written, appended_bytes))
@@ -1312,7 +1312,7 @@ pub fn run<T>(
 /// in it, already acknowledged — so the caller must stop the array from taking
 /// further I/O.
 pub fn run_deferred<T>(
-    db: &redb::Database,
+    db: &crate::kv::Kv,
     store: &dyn segment::SegmentStore,
     ws: &mut WriterState,
     grains: u64,
@@ -1335,9 +1335,9 @@ pub fn run_deferred<T>(
 }
 
 /// Commits the write batches' open transaction, if there is one.
-pub fn commit_open(ws: &mut WriterState) -> Result<()> {
+pub fn commit_open(db: &crate::kv::Kv, ws: &mut WriterState) -> Result<()> {
     match ws.open_txn.take() {
-        Some(open) => open.commit(),
+        Some(open) => open.commit(db),
         None => Ok(()),
     }
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use redb::{ReadOnlyTable, ReadTransaction};
 
+use crate::kv::{MapsTable, ReadView};
 use crate::meta::{self, kv_error, HistValue, MapValue, RangeKind, RangeRec, Target};
 use crate::ranges::RangeMap;
 use crate::snapshot::SnapshotShared;
@@ -99,8 +100,7 @@ type HistoryTable = ReadOnlyTable<(u64, u64, u64), &'static [u8]>;
 /// neither, and opening them was 5% of the daemon's CPU in 4 KiB reads.
 pub(crate) struct Reader<'e> {
     engine: &'e Engine,
-    txn: &'e ReadTransaction,
-    maps: ReadOnlyTable<(u64, u64), &'static [u8]>,
+    source: ViewSource<'e>,
     history: Option<HistoryTable>,
     blocks: Option<ReadOnlyTable<u64, &'static [u8]>>,
     kv_ops: u64,
@@ -115,29 +115,75 @@ impl Drop for Reader<'_> {
     }
 }
 
+/// The read transaction a reader reads: the caller's own, or the view reads
+/// share until the next commit (`kv`).
+enum ViewSource<'e> {
+    Own {
+        txn: &'e ReadTransaction,
+        maps: MapsTable,
+    },
+    Shared(Arc<ReadView>),
+}
+
+impl ViewSource<'_> {
+    fn txn(&self) -> &ReadTransaction {
+        match self {
+            ViewSource::Own { txn, .. } => txn,
+            ViewSource::Shared(view) => view.txn(),
+        }
+    }
+
+    fn maps(&self) -> &MapsTable {
+        match self {
+            ViewSource::Own { maps, .. } => maps,
+            ViewSource::Shared(view) => view.maps(),
+        }
+    }
+}
+
 impl<'e> Reader<'e> {
+    /// A reader of the caller's own read transaction.
     pub fn new(engine: &'e Engine, txn: &'e ReadTransaction) -> Result<Self> {
-        Ok(Reader {
+        let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
+        Ok(Self::of(engine, ViewSource::Own { txn, maps }))
+    }
+
+    /// A reader of the read view reads share until the next commit.
+    pub fn shared(engine: &'e Engine) -> Result<Self> {
+        Ok(Self::of(engine, ViewSource::Shared(engine.read_view()?)))
+    }
+
+    fn of(engine: &'e Engine, source: ViewSource<'e>) -> Self {
+        Reader {
             engine,
-            txn,
-            maps: txn.open_table(meta::MAPPINGS).map_err(kv_error)?,
+            source,
             history: None,
             blocks: None,
             kv_ops: 0,
-        })
+        }
     }
 
     /// The block table of this read transaction.
     pub fn blocks(&mut self) -> Result<&ReadOnlyTable<u64, &'static [u8]>> {
         if self.blocks.is_none() {
-            self.blocks = Some(self.txn.open_table(meta::BLOCKS).map_err(kv_error)?);
+            self.blocks = Some(
+                self.source
+                    .txn()
+                    .open_table(meta::BLOCKS)
+                    .map_err(kv_error)?,
+            );
         }
         Ok(self.blocks.as_ref().expect("opened above"))
     }
 
     fn history(&mut self) -> Result<&HistoryTable> {
         if self.history.is_none() {
-            self.history = Some(self.txn.open_table(meta::HISTORY).map_err(kv_error)?);
+            self.history = Some(
+                self.source
+                    .txn()
+                    .open_table(meta::HISTORY)
+                    .map_err(kv_error)?,
+            );
         }
         Ok(self.history.as_ref().expect("opened above"))
     }
@@ -161,7 +207,8 @@ impl<'e> Reader<'e> {
         }
         self.kv_ops += 1;
         for item in self
-            .maps
+            .source
+            .maps()
             .range((volume, first)..(volume, end))
             .map_err(kv_error)?
         {

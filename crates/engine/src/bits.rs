@@ -41,6 +41,16 @@ impl Engine {
         pending.iter().any(|p| p.volume == volume) || *self.bits_in_progress.lock() == Some(volume)
     }
 
+    /// Every volume whose bits may still be estimates, in one pass over the queue
+    /// (for reports over all volumes).
+    pub(crate) fn unsettled_volumes(&self) -> std::collections::HashSet<u64> {
+        let pending = self.bits_pending.lock();
+        let mut volumes: std::collections::HashSet<u64> =
+            pending.iter().map(|p| p.volume).collect();
+        volumes.extend(*self.bits_in_progress.lock());
+        volumes
+    }
+
     /// At open: every reference record's bits were rebuilt as "data"; queue them.
     pub(crate) fn queue_reference_bits(&self) {
         for volume in self.named_volumes() {

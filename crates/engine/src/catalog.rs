@@ -433,6 +433,8 @@ impl Engine {
         let volumes: Vec<_> = self.volumes.read().values().cloned().collect();
         let mut provisioned = 0;
         let mut logical = 0;
+        // Asked before the counts, as in info_of.
+        let unsettled = self.unsettled_volumes();
         let mut settling = 0;
         let backlog_grains: u64 = {
             let named = self.named_volumes();
@@ -443,7 +445,7 @@ impl Engine {
         for v in &volumes {
             let view = v.view.read();
             provisioned += view.size_bytes;
-            settling += u64::from(self.bits_unsettled(v.id)); // before the count, as in info_of
+            settling += u64::from(unsettled.contains(&v.id));
             logical += (v.bitmap.lock().count() * GRAIN_BYTES).min(view.size_bytes);
         }
         let capacity = self.config.capacity_bytes;

@@ -367,14 +367,19 @@ fn run(ops: Vec<Op>) {
 /// grains holding non-zero data — clones, copies and restores included.
 fn check_written_bytes(engine: &Engine, model: &Model) {
     for (name, content) in &model.volumes {
-        let data_grains = content
-            .chunks(4096)
-            .filter(|g| g.iter().any(|&b| b != 0))
-            .count() as u64;
         let info = engine.volume_info(name).unwrap();
         assert!(!info.written_settling, "{name}: {info:?}");
-        assert_eq!(info.written_bytes, data_grains * 4096, "{name}: {info:?}");
+        assert_eq!(info.written_bytes, data_bytes(content), "{name}: {info:?}");
     }
+}
+
+/// Bytes of the 4 KiB grains of `content` that hold non-zero data.
+fn data_bytes(content: &[u8]) -> u64 {
+    content
+        .chunks(4096)
+        .filter(|g| g.iter().any(|&b| b != 0))
+        .count() as u64
+        * 4096
 }
 
 /// Before background work settled: a volume that does not say its written bytes
@@ -385,11 +390,7 @@ fn check_exact_unless_settling(engine: &Engine, model: &Model) {
         if info.written_settling {
             continue;
         }
-        let data_grains = content
-            .chunks(4096)
-            .filter(|g| g.iter().any(|&b| b != 0))
-            .count() as u64;
-        assert_eq!(info.written_bytes, data_grains * 4096, "{name}: {info:?}");
+        assert_eq!(info.written_bytes, data_bytes(content), "{name}: {info:?}");
     }
 }
 

@@ -918,7 +918,10 @@ fn settled_space(run: &Run, daemon: &Daemon, iteration: u64) -> (serde_json::Val
     }
     run.fail(
         iteration,
-        "written bytes still settling 10 s after the restart".into(),
+        format!(
+            "written bytes still settling {:?} after the restart",
+            SETTLED_REPORT_PAUSE * SETTLED_REPORT_TRIES
+        ),
     )
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lacuna_scsi::target::{
-    Command, CommandOutcome, ScsiStatus, TaskAttribute, TaskManagementFunction,
+    Command, CommandOutcome, ScsiStatus, ScsiTarget, TaskAttribute, TaskManagementFunction,
     TaskManagementResponse,
 };
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
@@ -454,6 +454,7 @@ async fn full_feature_phase(
         writer,
         out_rx,
         session.clone(),
+        target.scsi.clone(),
         digests,
         stat_sn,
         target.config.timeouts.write,
@@ -1835,6 +1836,8 @@ fn completion(
 struct Writer {
     socket: BufWriter<OwnedWriteHalf>,
     session: Arc<Session>,
+    /// Takes back Data-In buffers once sent.
+    scsi: Arc<dyn ScsiTarget>,
     digests: Digests,
     stat_sn: u32,
 }
@@ -1843,6 +1846,7 @@ async fn write_loop(
     socket: BufWriter<OwnedWriteHalf>,
     mut rx: mpsc::Receiver<Outbound>,
     session: Arc<Session>,
+    scsi: Arc<dyn ScsiTarget>,
     digests: Digests,
     stat_sn: u32,
     write_timeout: Duration,
@@ -1850,6 +1854,7 @@ async fn write_loop(
     let mut writer = Writer {
         socket,
         session,
+        scsi,
         digests,
         stat_sn,
     };
@@ -1890,7 +1895,11 @@ impl Writer {
                 self.stamp(&mut header);
                 pdu::write_pdu(&mut self.socket, &header, &[], &data, self.digests).await?;
             }
-            Outbound::Complete(completion) => self.write_completion(completion).await?,
+            Outbound::Complete(mut completion) => {
+                let data_in = std::mem::take(&mut completion.data_in);
+                self.write_completion(completion, &data_in).await?;
+                self.scsi.recycle_data_in(data_in);
+            }
             Outbound::Close => {
                 self.socket.flush().await?;
                 return Ok(false);
@@ -1948,11 +1957,14 @@ impl Writer {
 
     /// Data-In PDUs cut at MaxRecvDataSegmentLength and sequences at MaxBurstLength; the
     /// status rides on the last Data-In when there is no sense data (phase collapse).
-    async fn write_completion(&mut self, completion: Completion) -> std::io::Result<()> {
+    async fn write_completion(
+        &mut self,
+        completion: Completion,
+        data: &[u8],
+    ) -> std::io::Result<()> {
         let params = &self.session.params;
         let segment_max_bytes = params.max_send_data_segment_bytes.max(512) as usize;
         let burst_max_bytes = params.max_burst_bytes.max(512) as usize;
-        let data = &completion.data_in;
         let collapse = completion.response == 0
             && completion.status == ScsiStatus::Good as u8
             && completion.sense.is_empty()

@@ -130,6 +130,8 @@ pub trait LogicalUnit: Send + Sync {
         false
     }
 
+    /// Writes every byte of `buf` (holes as zeros), or fails: the buffer may
+    /// hold another read's data (see `data_in`), and on success all of it is sent.
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), BackendError>;
     /// `fua`: durable before returning (Force Unit Access).
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), BackendError>;

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use crate::backend::{Backend, LogicalUnit, UnitId};
 use crate::block::Geometry;
 use crate::commands::{self, opcode as op, service_action as sa, CommandSpec};
+use crate::data_in::DataInBuffers;
 use crate::sense::{AdditionalSense, Sense, SenseFormat, SenseKey};
 use crate::target::{
     Command, CommandOutcome, ItNexus, ScsiStatus, ScsiTarget, TaskManagementFunction,
@@ -113,6 +114,8 @@ pub struct ScsiCore {
     units: Mutex<HashMap<UnitId, Arc<UnitState>>>,
     /// Recent aborts, for commands that wait on long operations (SANITIZE without IMMED).
     aborts: Mutex<(u64, std::collections::VecDeque<Abort>)>,
+    /// READ buffers the transport has sent and given back.
+    pub(crate) data_in: DataInBuffers,
 }
 
 impl ScsiCore {
@@ -127,6 +130,7 @@ impl ScsiCore {
             nexuses: Mutex::new(HashMap::new()),
             units: Mutex::new(HashMap::new()),
             aborts: Mutex::new((0, std::collections::VecDeque::new())),
+            data_in: DataInBuffers::default(),
         }
     }
 
@@ -450,6 +454,10 @@ impl ScsiTarget for ScsiCore {
                 .mode
                 .write_cache_enabled()
             && unit.write_is_quick(length_bytes)
+    }
+
+    fn recycle_data_in(&self, buf: Vec<u8>) {
+        self.data_in.give_back(buf);
     }
 
     fn task_management(

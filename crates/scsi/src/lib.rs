@@ -16,6 +16,7 @@ mod block;
 mod capacity;
 mod caw;
 mod commands;
+mod data_in;
 mod data_out;
 mod dispatch;
 mod inquiry;

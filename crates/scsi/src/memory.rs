@@ -470,7 +470,7 @@ mod tests {
         unit.read(512, &mut buf).unwrap();
         assert!(buf.iter().all(|&b| b == 0));
         unit.write(4000, &[7u8; 200], false).unwrap();
-        let mut buf = vec![0u8; 300];
+        let mut buf = vec![0xffu8; 300];
         unit.read(3950, &mut buf).unwrap();
         assert!(buf[..50].iter().all(|&b| b == 0));
         assert!(buf[50..250].iter().all(|&b| b == 7));

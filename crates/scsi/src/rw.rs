@@ -81,7 +81,8 @@ pub(crate) fn read(request: &Request<'_>) -> CommandResult {
     let geometry = request.geometry;
     geometry.check_range(fields.lba, fields.block_count)?;
     let len_bytes = geometry.transfer_len_bytes(fields.block_count, fields.length_field_byte)?;
-    let mut data = vec![0u8; len_bytes];
+    // A recycled buffer holds an earlier read's bytes: `read` overwrites them all.
+    let mut data = request.core.data_in.take(len_bytes);
     if len_bytes > 0 {
         request
             .unit

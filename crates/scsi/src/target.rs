@@ -115,6 +115,10 @@ pub trait ScsiTarget: Send + Sync {
     fn runs_quickly(&self, _nexus: &ItNexus, _lun: u64, _cdb: &[u8], _data_out: &[u8]) -> bool {
         false
     }
+    /// The transport has sent a command's Data-In and gives the buffer back
+    /// for a later READ to fill (which overwrites every byte before it is
+    /// sent). Optional: dropping the buffer is always correct.
+    fn recycle_data_in(&self, _buf: Vec<u8>) {}
     /// Side effects of task management on the SCSI state (unit attentions, reservations).
     /// Aborting commands still queued in the transport is the transport's own job.
     fn task_management(

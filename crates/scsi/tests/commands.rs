@@ -199,6 +199,34 @@ fn out_of_space_write_is_data_protect_and_changes_nothing() {
     assert!(data.iter().all(|&b| b == 0));
 }
 
+/// A READ's buffer, given back by the transport, is filled again by a later
+/// READ: what that READ returns is its own data, never the earlier one's, even
+/// from another unit and where the later range holds nothing (a hole).
+#[test]
+fn a_recycled_read_buffer_never_shows_an_earlier_read() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    drain_attentions(&array.core, &a, 1);
+    let blocks: u16 = 1024; // 512 KiB: large enough to be recycled
+    let len_bytes = usize::from(blocks) * 512;
+    good(exec(&array.core, &a, 1, &write10(0, blocks), &vec![0x5a; len_bytes]));
+    good(exec(&array.core, &a, 0, &write10(8, 1), &[7u8; 512]));
+    for round in 0..3 {
+        let secret = good(exec(&array.core, &a, 1, &read10(0, blocks), &[]));
+        assert!(secret.iter().all(|&b| b == 0x5a), "round {round}");
+        let secret_at = secret.as_ptr();
+        array.core.recycle_data_in(secret);
+        let data = good(exec(&array.core, &a, 0, &read10(0, blocks), &[]));
+        assert_eq!(data.as_ptr(), secret_at, "the buffer was reused");
+        assert_eq!(data.len(), len_bytes);
+        assert!(data[..8 * 512].iter().all(|&b| b == 0), "hole before");
+        assert!(data[8 * 512..9 * 512].iter().all(|&b| b == 7));
+        assert!(data[9 * 512..].iter().all(|&b| b == 0), "hole after");
+        array.core.recycle_data_in(data);
+    }
+}
+
 #[test]
 fn short_data_out_writes_only_whole_blocks_that_arrived() {
     let array = array();

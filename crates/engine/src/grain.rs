@@ -125,24 +125,33 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// What LZ4 compression keeps per thread between grains.
+struct Lz4Scratch {
+    /// Output of the largest size a grain can take: `lz4_flex::block::compress`
+    /// allocated and zeroed one per grain, and the fresh pages that took cost
+    /// a twentieth of 4 KiB write CPU.
+    out: Vec<u8>,
+    /// The match table: `compress_into` allocated and zeroed a new one per
+    /// grain (2% of the daemon's CPU at 4 KiB writes); reused, it is only cleared.
+    table: lz4_flex::block::CompressTable,
+}
+
 thread_local! {
-    /// One LZ4 output buffer per thread, of the largest size a grain can take:
-    /// `lz4_flex::block::compress` allocated and zeroed one per grain, and
-    /// the fresh pages that took cost a twentieth of 4 KiB write CPU.
-    static LZ4_OUT: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![
-        0;
-        lz4_flex::block::get_maximum_output_size(GRAIN_BYTES as usize)
-    ]);
+    static LZ4: std::cell::RefCell<Lz4Scratch> = std::cell::RefCell::new(Lz4Scratch {
+        out: vec![0; lz4_flex::block::get_maximum_output_size(GRAIN_BYTES as usize)],
+        table: lz4_flex::block::CompressTable::small(),
+    });
 }
 
 /// The grain's LZ4 block, if it is small enough to be kept (only then is it
 /// copied out of the thread's buffer).
 fn lz4_compress(grain: &[u8]) -> Option<Vec<u8>> {
-    LZ4_OUT.with(|cell| {
-        let mut out = cell.borrow_mut();
-        let length = lz4_flex::block::compress_into(grain, &mut out)
-            .expect("the buffer has the largest output size of a grain");
-        (length <= COMPRESSED_MAX_BYTES).then(|| out[..length].to_vec())
+    LZ4.with(|cell| {
+        let scratch = &mut *cell.borrow_mut();
+        let length =
+            lz4_flex::block::compress_into_with_table(grain, &mut scratch.out, &mut scratch.table)
+                .expect("the buffer has the largest output size of a grain");
+        (length <= COMPRESSED_MAX_BYTES).then(|| scratch.out[..length].to_vec())
     })
 }
 

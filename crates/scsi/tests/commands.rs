@@ -210,7 +210,13 @@ fn a_recycled_read_buffer_never_shows_an_earlier_read() {
     drain_attentions(&array.core, &a, 1);
     let blocks: u16 = 1024; // 512 KiB: large enough to be recycled
     let len_bytes = usize::from(blocks) * 512;
-    good(exec(&array.core, &a, 1, &write10(0, blocks), &vec![0x5a; len_bytes]));
+    good(exec(
+        &array.core,
+        &a,
+        1,
+        &write10(0, blocks),
+        &vec![0x5a; len_bytes],
+    ));
     good(exec(&array.core, &a, 0, &write10(8, 1), &[7u8; 512]));
     for round in 0..3 {
         let secret = good(exec(&array.core, &a, 1, &read10(0, blocks), &[]));

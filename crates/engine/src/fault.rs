@@ -20,7 +20,7 @@ use crate::segment::{FileSegmentStore, SegmentId, SegmentStore};
 pub const READ_EIO_ENV: &str = "LACUNA_FAULT_READ_EIO";
 
 /// The store the engine uses: `store` itself, or wrapped when a fault is asked for.
-pub(crate) fn wrap(store: FileSegmentStore) -> Arc<dyn SegmentStore> {
+pub(crate) fn wrap(store: Arc<FileSegmentStore>) -> Arc<dyn SegmentStore> {
     match std::env::var(READ_EIO_ENV) {
         Ok(value) => {
             let segment: SegmentId = value.trim().parse().unwrap_or_else(|_| {
@@ -35,13 +35,13 @@ pub(crate) fn wrap(store: FileSegmentStore) -> Arc<dyn SegmentStore> {
                 segment,
             })
         }
-        Err(_) => Arc::new(store),
+        Err(_) => store,
     }
 }
 
 /// A store whose reads of one segment fail with EIO.
 struct ReadEio {
-    inner: FileSegmentStore,
+    inner: Arc<FileSegmentStore>,
     segment: SegmentId,
 }
 
@@ -77,6 +77,10 @@ impl SegmentStore for ReadEio {
         self.inner.list()
     }
 
+    fn write_back(&self) -> io::Result<()> {
+        self.inner.write_back()
+    }
+
     fn fs_space(&self) -> io::Result<Option<FsSpace>> {
         self.inner.fs_space()
     }
@@ -95,7 +99,10 @@ mod tests {
         let inner = FileSegmentStore::open(dir.path()).unwrap();
         inner.write_at(1, 0, b"one").unwrap();
         inner.write_at(2, 0, b"two").unwrap();
-        let store = ReadEio { inner, segment: 2 };
+        let store = ReadEio {
+            inner: Arc::new(inner),
+            segment: 2,
+        };
         let mut buf = [0u8; 3];
         store.read_at(1, 0, &mut buf).unwrap();
         assert_eq!(&buf, b"one");

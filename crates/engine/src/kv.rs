@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, WriteTransaction};
 
 use crate::meta::{self, kv_error};
+use crate::segment::SegmentStore;
 use crate::Result;
 
 /// The mapping table as reads see it.
@@ -37,6 +38,8 @@ pub(crate) struct Kv {
     /// Commits so far (bumped after each, failed ones too).
     generation: AtomicU64,
     db: redb::Database,
+    /// Written back before every commit (see [`crate::tail`]).
+    store: Arc<dyn SegmentStore>,
 }
 
 /// A read transaction with its mapping table open, shared by reads.
@@ -57,11 +60,12 @@ impl ReadView {
 }
 
 impl Kv {
-    pub fn new(db: redb::Database) -> Self {
+    pub fn new(db: redb::Database, store: Arc<dyn SegmentStore>) -> Self {
         Kv {
             shared: Mutex::new(None),
             generation: AtomicU64::new(0),
             db,
+            store,
         }
     }
 
@@ -74,10 +78,20 @@ impl Kv {
         self.db.begin_write().map_err(kv_error)
     }
 
-    /// Commits `txn`; shared read views taken before are stale from here on.
+    /// Commits `txn`, after writing back the segment store's tails: metadata
+    /// must never name record bytes held only in this process (a later durable
+    /// commit would make it durable; a crash would lose the bytes). If they
+    /// cannot be written, `txn` is dropped uncommitted. Shared read views
+    /// taken before are stale from here on.
     #[allow(clippy::disallowed_methods)] // the one place that commits
     pub fn commit(&self, txn: WriteTransaction) -> Result<()> {
-        let committed = txn.commit().map_err(kv_error);
+        let committed = match self.store.write_back() {
+            Ok(()) => txn.commit().map_err(kv_error),
+            Err(e) => Err(crate::room::segment_error(
+                "writing segment tails before a commit".into(),
+                e,
+            )),
+        };
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.shared.lock().take();
         committed
@@ -115,7 +129,8 @@ mod tests {
     fn kv() -> (tempfile::TempDir, Kv) {
         let dir = crate::testdata::data_dir("kv");
         let db = redb::Database::create(dir.path().join("meta.redb")).unwrap();
-        let kv = Kv::new(db);
+        let store = crate::segment::FileSegmentStore::open(&dir.path().join("segments")).unwrap();
+        let kv = Kv::new(db, Arc::new(store));
         let txn = kv.begin_write().unwrap();
         txn.open_table(meta::MAPPINGS).unwrap();
         kv.commit(txn).unwrap();

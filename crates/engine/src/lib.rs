@@ -51,6 +51,7 @@ pub mod room;
 pub mod scrub;
 pub mod segment;
 pub mod snapshot;
+mod tail;
 #[cfg(test)]
 mod testdata;
 mod tx;
@@ -332,10 +333,14 @@ impl Engine {
             .map_err(|e| EngineError::io(format!("creating {}", config.data_dir.display()), e))?;
         let store = FileSegmentStore::open(&config.data_dir.join("segments"))
             .map_err(|e| EngineError::io("opening the segment directory", e))?;
-        let db = kv::Kv::new(metafile::open(
-            &config.data_dir.join("metadata.redb"),
-            config.metadata_cache_bytes,
-        )?);
+        let store = Arc::new(store);
+        let db = kv::Kv::new(
+            metafile::open(
+                &config.data_dir.join("metadata.redb"),
+                config.metadata_cache_bytes,
+            )?,
+            store.clone(),
+        );
         crate::catalog::ensure_tables(&db)?;
         let containers = container::load(&db, config.clock.now())?;
         let recovered = catalog::recover(&db, &store, config.capacity_bytes, &containers)?;

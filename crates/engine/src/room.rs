@@ -216,6 +216,9 @@ mod tests {
         fn list(&self) -> io::Result<Vec<(crate::segment::SegmentId, u64)>> {
             unreachable!()
         }
+        fn write_back(&self) -> io::Result<()> {
+            unreachable!()
+        }
         fn fs_space(&self) -> io::Result<Option<FsSpace>> {
             self.fresh_calls.fetch_add(1, Ordering::SeqCst);
             Ok(Some(self.fresh))

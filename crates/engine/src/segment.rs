@@ -52,6 +52,10 @@ pub trait SegmentStore: Send + Sync {
     fn punch(&self, segment: SegmentId, offset_bytes: u64, length_bytes: u64) -> io::Result<()>;
     /// Every segment present, with its stored length.
     fn list(&self) -> io::Result<Vec<(SegmentId, u64)>>;
+    /// Writes appends the store still holds in memory to their segments (not
+    /// durably). Every metadata commit calls it first ([`crate::kv::Kv::commit`]):
+    /// metadata must never name bytes that only this process holds.
+    fn write_back(&self) -> io::Result<()>;
     /// Free and total bytes of the filesystem below the store, when it has one
     /// (the write path keeps room for metadata; see [`crate::room`]).
     fn fs_space(&self) -> io::Result<Option<crate::room::FsSpace>> {
@@ -70,6 +74,11 @@ pub trait SegmentStore: Send + Sync {
 pub struct FileSegmentStore {
     dir: PathBuf,
     files: RwLock<HashMap<SegmentId, Arc<File>>>,
+    /// Small appends not yet written to their files (`files` may be locked
+    /// while this is held, never the other way round).
+    tails: RwLock<crate::tail::Tails>,
+    /// Which segments may have a tail (changed under `tails`).
+    tail_mask: crate::tail::TailMask,
     /// The last `statvfs` of the directory: one per write batch was a
     /// twentieth of the CPU of 4 KiB random writes.
     recent_space: crate::room::RecentSpace,
@@ -81,6 +90,8 @@ impl FileSegmentStore {
         Ok(FileSegmentStore {
             dir: dir.to_path_buf(),
             files: RwLock::new(HashMap::new()),
+            tails: RwLock::new(crate::tail::Tails::default()),
+            tail_mask: crate::tail::TailMask::default(),
             recent_space: crate::room::RecentSpace::default(),
         })
     }
@@ -110,27 +121,59 @@ impl FileSegmentStore {
     }
 }
 
+impl Drop for FileSegmentStore {
+    /// Appends still in memory go to their files (a clean close has written
+    /// them already, with its final commit).
+    fn drop(&mut self) {
+        if let Err(error) = self.write_back() {
+            tracing::warn!("writing segment tails at close: {error}");
+        }
+    }
+}
+
 impl SegmentStore for FileSegmentStore {
     fn write_at(&self, segment: SegmentId, offset_bytes: u64, data: &[u8]) -> io::Result<()> {
         self.recent_space.note_written(data.len() as u64);
-        self.file(segment, true)?.write_all_at(data, offset_bytes)
+        let file = self.file(segment, true)?;
+        let mut tails = self.tails.write();
+        if data.len() < crate::tail::TAIL_WRITE_BYTES {
+            return tails.append(&self.tail_mask, segment, &file, offset_bytes, data);
+        }
+        tails.write_out(&self.tail_mask, segment, &file)?;
+        drop(tails);
+        file.write_all_at(data, offset_bytes)
     }
 
     fn read_at(&self, segment: SegmentId, offset_bytes: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.file(segment, false)?.read_exact_at(buf, offset_bytes)
+        let file = self.file(segment, false)?;
+        if self.tail_mask.may_have_tail(segment) {
+            let tails = self.tails.read();
+            if tails.overlaps(segment, offset_bytes, buf.len()) {
+                return tails.read(segment, &file, offset_bytes, buf);
+            }
+        }
+        file.read_exact_at(buf, offset_bytes)
     }
 
     fn sync(&self, segment: SegmentId) -> io::Result<()> {
-        self.file(segment, false)?.sync_data()
+        let file = self.file(segment, false)?;
+        self.tails
+            .write()
+            .write_out(&self.tail_mask, segment, &file)?;
+        file.sync_data()
     }
 
     fn truncate(&self, segment: SegmentId, length_bytes: u64) -> io::Result<()> {
         let file = self.file(segment, false)?;
+        self.tails
+            .write()
+            .write_out(&self.tail_mask, segment, &file)?;
         file.set_len(length_bytes)?;
         file.sync_all()
     }
 
     fn remove(&self, segment: SegmentId) -> io::Result<()> {
+        self.tails.write().discard(&self.tail_mask, segment);
         self.files.write().remove(&segment);
         match fs::remove_file(self.path(segment)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
@@ -144,6 +187,9 @@ impl SegmentStore for FileSegmentStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             other => other?,
         };
+        self.tails
+            .write()
+            .write_out(&self.tail_mask, segment, &file)?;
         let (Ok(offset), Ok(length)) = (
             libc::off_t::try_from(offset_bytes),
             libc::off_t::try_from(length_bytes),
@@ -167,6 +213,7 @@ impl SegmentStore for FileSegmentStore {
     }
 
     fn list(&self) -> io::Result<Vec<(SegmentId, u64)>> {
+        self.write_back()?;
         let mut segments = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
             let entry = entry?;
@@ -181,6 +228,15 @@ impl SegmentStore for FileSegmentStore {
         }
         segments.sort_unstable();
         Ok(segments)
+    }
+
+    fn write_back(&self) -> io::Result<()> {
+        let mut tails = self.tails.write();
+        for segment in tails.segments() {
+            let file = self.file(segment, false)?;
+            tails.write_out(&self.tail_mask, segment, &file)?;
+        }
+        Ok(())
     }
 
     fn fs_space(&self) -> io::Result<Option<crate::room::FsSpace>> {

@@ -240,7 +240,9 @@ impl SegmentStore for FileSegmentStore {
     }
 
     fn fs_space(&self) -> io::Result<Option<crate::room::FsSpace>> {
-        let space = crate::room::statvfs(&self.dir)?;
+        let mut space = crate::room::statvfs(&self.dir)?;
+        let held_bytes = self.tails.read().held_bytes();
+        space.free_bytes = space.free_bytes.saturating_sub(held_bytes);
         self.recent_space.remember(space);
         Ok(Some(space))
     }

@@ -146,6 +146,15 @@ impl Tails {
         Ok(())
     }
 
+    /// Bytes held in tails: they will land on the filesystem, so its free
+    /// space is counted without them (see `room`).
+    pub fn held_bytes(&self) -> u64 {
+        self.by_segment
+            .values()
+            .map(|tail| tail.bytes.len() as u64)
+            .sum()
+    }
+
     /// Segments that have a tail.
     pub fn segments(&self) -> Vec<SegmentId> {
         self.by_segment.keys().copied().collect()
@@ -283,6 +292,24 @@ mod tests {
         assert_eq!((file_len(&dir, 1), file_len(&dir, 2)), (100, 200));
         assert!(!dir.path().join(format!("{:08}.seg", 3)).exists());
         assert_eq!(store.list().unwrap(), vec![(1, 100), (2, 200)]);
+    }
+
+    #[test]
+    fn held_bytes_and_the_mask_follow_the_tails() {
+        let dir = crate::testdata::data_dir("tail-held");
+        let file = File::create(dir.path().join("f")).unwrap();
+        let (mut tails, mask) = (Tails::default(), TailMask::default());
+        tails.append(&mask, 1, &file, 0, &[1u8; 100]).unwrap();
+        tails.append(&mask, 65, &file, 0, &[2u8; 200]).unwrap();
+        tails.append(&mask, 1, &file, 100, &[1u8; 50]).unwrap();
+        assert_eq!(tails.held_bytes(), 350);
+        assert!(mask.may_have_tail(1) && mask.may_have_tail(65) && !mask.may_have_tail(2));
+        tails.write_out(&mask, 1, &file).unwrap();
+        assert_eq!(tails.held_bytes(), 200);
+        assert!(mask.may_have_tail(1), "segment 65 shares the bit");
+        tails.discard(&mask, 65);
+        assert_eq!(tails.held_bytes(), 0);
+        assert!(!mask.may_have_tail(1) && !mask.may_have_tail(65));
     }
 
     #[test]

@@ -119,6 +119,16 @@ impl FileSegmentStore {
         files.insert(segment, file.clone());
         Ok(file)
     }
+
+    /// Writes `segment`'s tail, if it has one, to `file` (before anything that
+    /// must find the segment's bytes in the file: a sync, a truncation, a
+    /// punch, an append that bypasses the tail).
+    fn write_out_tail(&self, segment: SegmentId, file: &File) -> io::Result<()> {
+        if !self.tail_mask.may_have_tail(segment) {
+            return Ok(());
+        }
+        self.tails.write().write_out(&self.tail_mask, segment, file)
+    }
 }
 
 impl Drop for FileSegmentStore {
@@ -135,12 +145,11 @@ impl SegmentStore for FileSegmentStore {
     fn write_at(&self, segment: SegmentId, offset_bytes: u64, data: &[u8]) -> io::Result<()> {
         self.recent_space.note_written(data.len() as u64);
         let file = self.file(segment, true)?;
-        let mut tails = self.tails.write();
         if data.len() < crate::tail::TAIL_WRITE_BYTES {
+            let mut tails = self.tails.write();
             return tails.append(&self.tail_mask, segment, &file, offset_bytes, data);
         }
-        tails.write_out(&self.tail_mask, segment, &file)?;
-        drop(tails);
+        self.write_out_tail(segment, &file)?;
         file.write_all_at(data, offset_bytes)
     }
 
@@ -157,17 +166,13 @@ impl SegmentStore for FileSegmentStore {
 
     fn sync(&self, segment: SegmentId) -> io::Result<()> {
         let file = self.file(segment, false)?;
-        self.tails
-            .write()
-            .write_out(&self.tail_mask, segment, &file)?;
+        self.write_out_tail(segment, &file)?;
         file.sync_data()
     }
 
     fn truncate(&self, segment: SegmentId, length_bytes: u64) -> io::Result<()> {
         let file = self.file(segment, false)?;
-        self.tails
-            .write()
-            .write_out(&self.tail_mask, segment, &file)?;
+        self.write_out_tail(segment, &file)?;
         file.set_len(length_bytes)?;
         file.sync_all()
     }
@@ -187,9 +192,7 @@ impl SegmentStore for FileSegmentStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             other => other?,
         };
-        self.tails
-            .write()
-            .write_out(&self.tail_mask, segment, &file)?;
+        self.write_out_tail(segment, &file)?;
         let (Ok(offset), Ok(length)) = (
             libc::off_t::try_from(offset_bytes),
             libc::off_t::try_from(length_bytes),

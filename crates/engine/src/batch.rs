@@ -692,6 +692,75 @@ mod tests {
         engine.close().unwrap();
     }
 
+    /// Releases waiting in the open transaction for it to settle.
+    fn releases_waiting(engine: &Engine) -> usize {
+        let ws = engine.writer.lock();
+        ws.open_txn
+            .as_ref()
+            .expect("an open transaction")
+            .releases_waiting()
+    }
+
+    #[test]
+    fn a_one_grain_overwrite_releases_the_old_block_when_the_open_transaction_settles() {
+        let (dir, engine) = engine();
+        let volume = engine.open_volume("v").unwrap();
+        for grain in 0..4u64 {
+            volume
+                .write(grain * GRAIN_BYTES, &grain_bytes(grain))
+                .unwrap();
+        }
+        engine.create_snapshots(&["v"], Some("s"), None).unwrap();
+        volume.write(2 * GRAIN_BYTES, &grain_bytes(12)).unwrap();
+        engine.commit_pending_now().unwrap();
+        // Grain 2's second version, which no snapshot sees, is overwritten:
+        // its block's release waits. Grain 3's first version is the
+        // snapshot's: it goes to the history at once, nothing waits.
+        volume.write(2 * GRAIN_BYTES, &grain_bytes(22)).unwrap();
+        volume.write(3 * GRAIN_BYTES, &grain_bytes(23)).unwrap();
+        assert_eq!(releases_waiting(&engine), 1);
+        // Grain 3 again, now with grain 2's released content: the write shares
+        // the block whose release waits (dedup), and the release of seed 23's
+        // block waits too.
+        volume.write(3 * GRAIN_BYTES, &grain_bytes(12)).unwrap();
+        assert_eq!(releases_waiting(&engine), 2);
+        // A space report settles them without a commit: seed 23's block is
+        // freed, seed 12's is held once. Its figures are the committed ones.
+        let settled = engine.space();
+        assert_eq!(releases_waiting(&engine), 0);
+        assert!(engine.writer.lock().open_txn.is_some(), "not committed");
+        engine.check_consistency().unwrap();
+        let committed = engine.space();
+        assert_eq!(
+            (settled.live_physical_bytes, settled.volume_unique_bytes),
+            (committed.live_physical_bytes, committed.volume_unique_bytes)
+        );
+        // Seeds 0..4 (the snapshot's), 12 and 22.
+        assert_eq!(block_rows(&engine), 6);
+        let want: Vec<u8> = [0, 1, 22, 12]
+            .iter()
+            .flat_map(|&s| grain_bytes(s))
+            .collect();
+        assert!(read_grains(&volume, 0, 4) == want);
+        // Waiting releases settle before the commit a flush makes durable.
+        volume.write(0, &grain_bytes(30)).unwrap();
+        volume.write(0, &grain_bytes(31)).unwrap();
+        assert_eq!(releases_waiting(&engine), 1);
+        volume.flush().unwrap();
+        engine.close().unwrap();
+        drop((volume, engine));
+        let engine = crate::testdata::quiet_engine(dir.path(), 1 << 30);
+        engine.check_consistency().unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        let want: Vec<u8> = [31, 1, 22, 12]
+            .iter()
+            .flat_map(|&s| grain_bytes(s))
+            .collect();
+        assert!(read_grains(&volume, 0, 4) == want);
+        assert_eq!(block_rows(&engine), 7, "seed 30's block freed");
+        engine.close().unwrap();
+    }
+
     /// Rows in the block table, after the open transaction is committed.
     fn block_rows(engine: &Engine) -> u64 {
         engine.check_consistency().unwrap();

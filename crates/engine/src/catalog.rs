@@ -412,9 +412,7 @@ impl Engine {
     pub fn space(&self) -> SpaceReport {
         let (used, live, segment_count, classes, reserved, thin_limit) = {
             // Thin availability is about live data: stale space is the cleaner's.
-            let mut ws = self.writer.lock();
-            // A fenced array reports what it last knew.
-            let _ = self.settle_pending(&mut ws);
+            let ws = self.writer.lock();
             (
                 ws.used_bytes(),
                 ws.live_bytes(),

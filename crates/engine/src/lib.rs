@@ -721,17 +721,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Settles the open transaction's deferred releases (see `tx::TxState`), so
-    /// that the space accounting in `ws` is exact, without committing it.
-    pub(crate) fn settle_pending(&self, ws: &mut WriterState) -> Result<()> {
-        self.check_fence()?;
-        if let Err(error) = tx::settle_open(ws) {
-            self.fence(&error);
-            return Err(error);
-        }
-        Ok(())
-    }
-
     /// [`Engine::commit_pending`] for callers about to read metadata without the
     /// writer mutex.
     pub(crate) fn commit_pending_now(&self) -> Result<()> {

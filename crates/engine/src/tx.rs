@@ -98,10 +98,6 @@ pub(crate) struct OpenTxn {
     cell: TxnWithTables,
     /// Grains written in it so far.
     pub grains: u64,
-    /// Blocks that lost one mapping's reference to a write of one grain, their
-    /// release deferred to [`OpenTxn::settle`] (see [`TxState::deferred`]). At
-    /// most one per grain written: bounded by `grains`.
-    releases: Vec<Target>,
 }
 
 impl OpenTxn {
@@ -111,35 +107,11 @@ impl OpenTxn {
         Ok(OpenTxn {
             cell: TxnWithTables::try_new(txn, |txn| Tables::open(txn))?,
             grains: 0,
-            releases: Vec::new(),
         })
     }
 
-    /// References whose drop waits for [`OpenTxn::settle`].
-    pub fn releases_waiting(&self) -> usize {
-        self.releases.len()
-    }
-
-    /// Drops the deferred references, in block id order, and applies what that
-    /// frees to `ws`. Sorted, neighbouring ids share the tree's pages (and
-    /// dense runs go in one extraction), where one removal per write was a
-    /// descent to a random leaf.
-    fn settle(&mut self, ws: &mut WriterState) -> Result<()> {
-        if self.releases.is_empty() {
-            return Ok(());
-        }
-        let releases = std::mem::take(&mut self.releases);
-        let mut st = TxState::new(ws);
-        self.cell
-            .with_dependent_mut(|_, tables| st.release_many(tables, &releases))?;
-        st.apply_to(ws);
-        Ok(())
-    }
-
-    /// Settles the deferred releases, closes the tables (staging their roots in
-    /// the transaction) and commits.
-    fn commit(mut self, db: &crate::kv::Kv, ws: &mut WriterState) -> Result<()> {
-        self.settle(ws)?;
+    /// Closes the tables (staging their roots in the transaction) and commits.
+    fn commit(self, db: &crate::kv::Kv) -> Result<()> {
         db.commit(self.cell.into_owner())
     }
 }
@@ -148,7 +120,6 @@ impl std::fmt::Debug for OpenTxn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenTxn")
             .field("grains", &self.grains)
-            .field("releases_waiting", &self.releases_waiting())
             .finish_non_exhaustive()
     }
 }
@@ -458,17 +429,6 @@ pub struct TxState {
     /// Payloads read back from segments that proved a dedup hit: kept in
     /// [`WriterState::proven`] once this transaction is applied.
     proven: Vec<(u64, Box<[u8]>)>,
-    /// In the shared open transaction: the blocks whose mapping a write of one
-    /// grain replaced (and no snapshot sees), released only when that
-    /// transaction is settled before its commit. Dropping a reference was
-    /// the old block's row taken out of the table (a descent to a random
-    /// leaf) on every 4 KiB overwrite, a tenth of the daemon's CPU on the
-    /// acknowledgement's path; deferred, a 4 KiB overwrite at queue depth 1
-    /// took 1.12x the writes a second. Meanwhile the block keeps its row and
-    /// the space it holds (which only overstates what is used: a room check
-    /// that fails for it commits, and so settles, first), and a write may
-    /// share it through dedup (its count goes up before the deferred drop).
-    deferred: Option<Vec<Target>>,
 }
 
 /// The dedup index: fingerprint prefix → block id.
@@ -569,7 +529,6 @@ impl TxState {
             new_rows: None,
             expected_append_bytes: 0,
             proven: Vec::new(),
-            deferred: None,
         }
     }
 
@@ -1243,13 +1202,7 @@ impl TxState {
         snapshot_seqs: &[u64],
     ) -> Result<()> {
         if !meta::visible_to_any(snapshot_seqs, old.seq, died_seq) {
-            return match self.deferred.as_mut() {
-                Some(deferred) if matches!(old.target, Target::Block(_)) => {
-                    deferred.push(old.target);
-                    Ok(())
-                }
-                _ => self.release(t, old.target),
-            };
+            return self.release(t, old.target);
         }
         if let Target::Block(id) = old.target {
             let before = self.block(t, id)?;
@@ -1370,23 +1323,13 @@ pub fn run_deferred<T>(
         None => OpenTxn::begin(db)?,
     };
     let mut st = TxState::new(ws);
-    st.deferred = Some(Vec::new());
     let value = open
         .cell
         .with_dependent_mut(|_, tables| f(&mut st, tables, ws))?;
     let appended_bytes = st.write_appends(store, true)?;
     let records_written = st.records_written;
-    open.releases.extend(
-        st.deferred
-            .take()
-            .expect("deferring in the open transaction"),
-    );
     st.apply_to(ws);
     open.grains += grains;
-    assert!(
-        open.releases.len() as u64 <= open.grains,
-        "at most one deferred release per grain written"
-    );
     ws.open_txn = Some(open);
     Ok((value, records_written, appended_bytes))
 }
@@ -1394,22 +1337,9 @@ pub fn run_deferred<T>(
 /// Commits the write batches' open transaction, if there is one.
 pub fn commit_open(db: &crate::kv::Kv, ws: &mut WriterState) -> Result<()> {
     match ws.open_txn.take() {
-        Some(open) => open.commit(db, ws),
+        Some(open) => open.commit(db),
         None => Ok(()),
     }
-}
-
-/// Settles the open transaction's deferred releases (see [`TxState`]'s
-/// `deferred`) and leaves it open: for whoever reports the space they hold.
-pub fn settle_open(ws: &mut WriterState) -> Result<()> {
-    let Some(mut open) = ws.open_txn.take() else {
-        return Ok(());
-    };
-    // On an error the transaction is dropped, with every batch in it: the
-    // caller must fence the array, as for a failed batch.
-    open.settle(ws)?;
-    ws.open_txn = Some(open);
-    Ok(())
 }
 
 impl TxState {

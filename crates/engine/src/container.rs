@@ -8,6 +8,7 @@
 //! per-datastore setting), and data reduction is chosen per kind of data (already
 //! compressed media gains nothing from a codec).
 
+use crate::mapcache::ChangedMappings;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -527,7 +528,7 @@ fn persist(db: &crate::kv::Kv, rec: &ContainerRec) -> Result<()> {
             .insert(rec.name.as_str(), &json[..])
             .map_err(kv_error)?;
     }
-    db.commit(txn)
+    db.commit(txn, &ChangedMappings::NONE)
 }
 
 fn remove(db: &crate::kv::Kv, name: &str) -> Result<()> {
@@ -538,7 +539,7 @@ fn remove(db: &crate::kv::Kv, name: &str) -> Result<()> {
         .map_err(kv_error)?
         .remove(name)
         .map_err(kv_error)?;
-    db.commit(txn)
+    db.commit(txn, &ChangedMappings::NONE)
 }
 
 impl Engine {

@@ -347,7 +347,7 @@ impl Engine {
             // empty volume in many small commands (or an UNMAP of a range
             // never written) costs no background transaction per command.
             let beneath = t
-                .maps
+                .maps()
                 .range((vol.id, start)..(vol.id, end))
                 .map_err(kv_error)?
                 .next()

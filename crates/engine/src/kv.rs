@@ -24,6 +24,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, WriteTransaction};
 
+use crate::mapcache::{ChangedMappings, MapCache};
 use crate::meta::{self, kv_error};
 use crate::segment::SegmentStore;
 use crate::Result;
@@ -40,6 +41,8 @@ pub(crate) struct Kv {
     db: redb::Database,
     /// Written back before every commit (see [`crate::tail`]).
     store: Arc<dyn SegmentStore>,
+    /// Point mappings of the latest commit, for reads (see [`crate::mapcache`]).
+    maps_cache: MapCache,
 }
 
 /// A read transaction with its mapping table open, shared by reads.
@@ -57,16 +60,28 @@ impl ReadView {
     pub fn maps(&self) -> &MapsTable {
         &self.maps
     }
+
+    /// The commits before this view's transaction began (it may see more).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
 }
 
 impl Kv {
-    pub fn new(db: redb::Database, store: Arc<dyn SegmentStore>) -> Self {
+    /// `cached_mappings`: most point mappings kept for reads (0: none).
+    pub fn new(db: redb::Database, store: Arc<dyn SegmentStore>, cached_mappings: usize) -> Self {
         Kv {
             shared: Mutex::new(None),
             generation: AtomicU64::new(0),
             db,
             store,
+            maps_cache: MapCache::new(cached_mappings),
         }
+    }
+
+    /// The point mappings of the latest commit that reads have found.
+    pub fn maps_cache(&self) -> &MapCache {
+        &self.maps_cache
     }
 
     /// A read transaction of the caller's own (scans, checks, background jobs).
@@ -82,9 +97,11 @@ impl Kv {
     /// must never name record bytes held only in this process (a later durable
     /// commit would make it durable; a crash would lose the bytes). If they
     /// cannot be written, `txn` is dropped uncommitted. Shared read views
-    /// taken before are stale from here on.
+    /// taken before are stale from here on. `changed`: every point-mapping
+    /// key `txn` wrote (see [`crate::mapcache`]); only the transactions'
+    /// [`crate::tx::Tables`] write the mapping table, and they keep the list.
     #[allow(clippy::disallowed_methods)] // the one place that commits
-    pub fn commit(&self, txn: WriteTransaction) -> Result<()> {
+    pub fn commit(&self, txn: WriteTransaction, changed: &ChangedMappings) -> Result<()> {
         let committed = match self.store.write_back() {
             Ok(()) => txn.commit().map_err(kv_error),
             Err(e) => Err(crate::room::segment_error(
@@ -92,7 +109,11 @@ impl Kv {
                 e,
             )),
         };
-        self.generation.fetch_add(1, Ordering::SeqCst);
+        // The cache moves to the next generation before any reader can
+        // take a view labelled with it.
+        self.maps_cache.committed(changed, committed.is_ok(), || {
+            self.generation.fetch_add(1, Ordering::SeqCst) + 1
+        });
         self.shared.lock().take();
         committed
     }
@@ -130,10 +151,10 @@ mod tests {
         let dir = crate::testdata::data_dir("kv");
         let db = redb::Database::create(dir.path().join("meta.redb")).unwrap();
         let store = crate::segment::FileSegmentStore::open(&dir.path().join("segments")).unwrap();
-        let kv = Kv::new(db, Arc::new(store));
+        let kv = Kv::new(db, Arc::new(store), 0);
         let txn = kv.begin_write().unwrap();
         txn.open_table(meta::MAPPINGS).unwrap();
-        kv.commit(txn).unwrap();
+        kv.commit(txn, &ChangedMappings::Everything).unwrap();
         (dir, kv)
     }
 
@@ -147,7 +168,7 @@ mod tests {
             };
             maps.insert((1, grain), &value.encode()[..]).unwrap();
         }
-        kv.commit(txn).unwrap();
+        kv.commit(txn, &ChangedMappings::Everything).unwrap();
     }
 
     fn seq_of(view: &ReadView, grain: u64) -> Option<u64> {

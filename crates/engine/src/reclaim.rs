@@ -424,7 +424,7 @@ impl Engine {
                 let mut scanned = 0;
                 let mut batch_end = range.end_grain;
                 for item in t
-                    .maps
+                    .maps()
                     .range((vol.id, from)..(vol.id, range.end_grain))
                     .map_err(kv_error)?
                 {

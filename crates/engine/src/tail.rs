@@ -343,12 +343,13 @@ mod tests {
         let store =
             std::sync::Arc::new(FileSegmentStore::open(&dir.path().join("segments")).unwrap());
         let db = redb::Database::create(dir.path().join("meta.redb")).unwrap();
-        let kv = crate::kv::Kv::new(db, store.clone());
+        let kv = crate::kv::Kv::new(db, store.clone(), 0);
         store.write_at(7, 0, &record(7, 3000)).unwrap();
         let segment = dir.path().join("segments").join(format!("{:08}.seg", 7));
         assert_eq!(std::fs::metadata(&segment).unwrap().len(), 0);
         let txn = kv.begin_write().unwrap();
-        kv.commit(txn).unwrap();
+        kv.commit(txn, &crate::mapcache::ChangedMappings::NONE)
+            .unwrap();
         assert_eq!(std::fs::metadata(&segment).unwrap().len(), 3000);
     }
 }

@@ -12,6 +12,7 @@ use std::hash::BuildHasherDefault;
 use redb::{Durability, ReadableTable, Table, WriteTransaction};
 
 use crate::grain::{self, DataGrain};
+use crate::mapcache::ChangedMappings;
 use crate::meta::{
     self, kv_error, BlockRec, HistValue, MapValue, RangeHistValue, RangeRec, Target,
 };
@@ -111,8 +112,11 @@ impl OpenTxn {
     }
 
     /// Closes the tables (staging their roots in the transaction) and commits.
-    fn commit(self, db: &crate::kv::Kv) -> Result<()> {
-        db.commit(self.cell.into_owner())
+    fn commit(mut self, db: &crate::kv::Kv) -> Result<()> {
+        let changed = self
+            .cell
+            .with_dependent_mut(|_, tables| tables.take_changed());
+        db.commit(self.cell.into_owner(), &changed)
     }
 }
 
@@ -244,7 +248,11 @@ type VersionTable<'t> = Table<'t, (u64, u64, u64), &'static [u8]>;
 /// transaction keeps them open from its first batch to its commit.
 pub struct Tables<'t> {
     txn: &'t WriteTransaction,
-    pub maps: Table<'t, (u64, u64), &'static [u8]>,
+    /// Written only through [`TxState`]'s mapping methods, which list every
+    /// key they change in `changed` (the commit hands the list to the cache
+    /// of committed mappings, `mapcache`).
+    maps: Table<'t, (u64, u64), &'static [u8]>,
+    changed: ChangedMappings,
     pub blocks: Table<'t, u64, &'static [u8]>,
     ranges: Option<Table<'t, (u64, u64), &'static [u8]>>,
     volumes: Option<Table<'t, &'static str, &'static [u8]>>,
@@ -261,6 +269,7 @@ impl<'t> Tables<'t> {
         Ok(Tables {
             txn,
             maps: txn.open_table(meta::MAPPINGS).map_err(kv_error)?,
+            changed: ChangedMappings::NONE,
             blocks: txn.open_table(meta::BLOCKS).map_err(kv_error)?,
             ranges: None,
             volumes: None,
@@ -271,6 +280,16 @@ impl<'t> Tables<'t> {
             snapshots: None,
             retained: None,
         })
+    }
+
+    /// The mapping table, to read.
+    pub fn maps(&self) -> &Table<'t, (u64, u64), &'static [u8]> {
+        &self.maps
+    }
+
+    /// The point-mapping keys written so far; the list starts over.
+    fn take_changed(&mut self) -> ChangedMappings {
+        std::mem::replace(&mut self.changed, ChangedMappings::NONE)
     }
 
     pub fn retained(&mut self) -> Result<&mut Table<'t, u64, &'static [u8]>> {
@@ -1103,6 +1122,7 @@ impl TxState {
             .map_err(kv_error)?
             .map(|v| MapValue::decode(v.value()))
             .transpose()?;
+        t.changed.add(volume, grain, Some(value));
         self.records_written += 1;
         match old {
             Some(old) => self.retire(t, volume, grain, old, value.seq, snapshot_seqs)?,
@@ -1137,6 +1157,9 @@ impl TxState {
                 })?;
         }
         cursor.close().map_err(kv_error)?;
+        for (grain, value) in (first..end).zip(values) {
+            t.changed.add(volume, grain, Some(*value));
+        }
         *self.mapping_delta.entry(volume).or_default() += values.len() as i64;
         self.records_written += values.len() as u64;
         Ok(())
@@ -1171,6 +1194,7 @@ impl TxState {
                 .map_err(kv_error)?;
             for item in extract.take(limit) {
                 let (key, value) = item.map_err(kv_error)?;
+                t.changed.add(volume, key.value().1, None);
                 removed.push((key.value().1, MapValue::decode(value.value())?));
             }
         }
@@ -1294,12 +1318,13 @@ pub fn run<T>(
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::None).map_err(kv_error)?;
     let mut st = TxState::new(ws);
-    let value = {
+    let (value, changed) = {
         let mut tables = Tables::open(&txn)?;
-        f(&mut st, &mut tables, ws)?
+        let value = f(&mut st, &mut tables, ws)?;
+        (value, tables.take_changed())
     };
     let appended_bytes = st.write_appends(store, false)?;
-    db.commit(txn)?;
+    db.commit(txn, &changed)?;
     let records_written = st.records_written;
     st.apply_to(ws);
     Ok((value, records_written, appended_bytes))

@@ -20,6 +20,12 @@ use crate::ranges::RangeMap;
 use crate::snapshot::SnapshotShared;
 use crate::{Engine, EngineError, Result};
 
+/// Longest read (in grains) whose point mappings are looked up in the cache
+/// of them (see [`crate::mapcache`]) and added to it: a scan of the mapping
+/// table costs about one descent however many adjacent grains it returns, so
+/// larger reads gain little from it and would crowd small ones out.
+const MAX_CACHED_READ_GRAINS: u64 = 8;
+
 /// Deepest chain of references (a clone of a clone of …) a read follows.
 pub(crate) const MAX_REF_DEPTH: u32 = 64;
 
@@ -205,6 +211,21 @@ impl<'e> Reader<'e> {
         if first >= end {
             return Ok(out);
         }
+        let cached = match &self.source {
+            ViewSource::Shared(view) if end - first <= MAX_CACHED_READ_GRAINS => {
+                Some(view.generation())
+            }
+            _ => None,
+        };
+        let cache = self.engine.db.maps_cache();
+        if let Some(generation) = cached {
+            if let Some(found) = cache.get(generation, volume, (first, end)) {
+                assert!((found.len() as u64) <= end - first);
+                if (found.len() as u64) < limit {
+                    return Ok(found);
+                }
+            }
+        }
         self.kv_ops += 1;
         for item in self
             .source
@@ -216,8 +237,11 @@ impl<'e> Reader<'e> {
             self.kv_ops += 1;
             out.push((key.value().1, MapValue::decode(value.value())?));
             if out.len() as u64 >= limit {
-                break;
+                return Ok(out);
             }
+        }
+        if let Some(generation) = cached {
+            cache.insert(generation, volume, (first, end), &out);
         }
         Ok(out)
     }

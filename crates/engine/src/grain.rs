@@ -112,7 +112,7 @@ pub fn classify_with(grain: &[u8], compression: crate::Compression) -> GrainCont
     };
     GrainContent::Data(DataGrain {
         fingerprint,
-        payload_crc: crc32c::crc32c(&payload),
+        payload_crc: crate::segment::payload_crc(&payload),
         payload,
         codec,
     })

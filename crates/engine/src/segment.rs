@@ -307,6 +307,12 @@ fn header_bytes(header: RecordHeader) -> [u8; RECORD_HEADER_BYTES] {
     bytes
 }
 
+/// The CRC32C of a record's payload (see the workspace's `crc-fast`: the
+/// same checksum as the `crc32c` crate's, four times as fast on payloads).
+pub fn payload_crc(payload: &[u8]) -> u32 {
+    crc_fast::crc32_iscsi(payload)
+}
+
 /// The checksum of a record: its header bytes (`header`'s flags say in which
 /// order) with the crc field zeroed, and its payload, whose own CRC32C is
 /// `payload_crc` when known.
@@ -318,7 +324,7 @@ fn record_crc(
 ) -> u32 {
     bytes[12..16].fill(0);
     if header.flags & FLAG_PAYLOAD_CRC_FIRST != 0 {
-        let payload_crc = payload_crc.unwrap_or_else(|| crc32c::crc32c(payload));
+        let payload_crc = payload_crc.unwrap_or_else(|| self::payload_crc(payload));
         crc32c::crc32c_append(payload_crc, &bytes)
     } else {
         crc32c::crc32c_append(crc32c::crc32c(&bytes), payload)
@@ -335,7 +341,7 @@ pub fn encode_record(
     out: &mut Vec<u8>,
 ) -> u32 {
     assert_eq!(header.payload_len as usize, payload.len());
-    debug_assert!(payload_crc.is_none_or(|crc| crc == crc32c::crc32c(payload)));
+    debug_assert!(payload_crc.is_none_or(|crc| crc == self::payload_crc(payload)));
     let mut bytes = header_bytes(header);
     let crc = record_crc(header, bytes, payload, payload_crc);
     bytes[12..16].copy_from_slice(&crc.to_le_bytes());
@@ -391,6 +397,23 @@ pub fn verify_record(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Records written with either implementation verify with the other:
+        /// both are CRC32C (Castagnoli), at every length and alignment.
+        #[test]
+        fn payload_crc_is_crc32c(bytes in proptest::collection::vec(any::<u8>(), 0..9000), skip in 0usize..16) {
+            let payload = &bytes[skip.min(bytes.len())..];
+            prop_assert_eq!(payload_crc(payload), crc32c::crc32c(payload));
+        }
+    }
+
+    #[test]
+    fn payload_crc_has_the_crc32c_check_value() {
+        assert_eq!(payload_crc(b"123456789"), 0xE306_9283);
+        assert_eq!(payload_crc(b""), 0);
+    }
 
     #[test]
     fn only_whole_pages_inside_freed_ranges_are_punched() {

@@ -1,6 +1,5 @@
 //! The volume catalog (create, delete, resize, reports) and recovery at open.
 
-use crate::mapcache::ChangedMappings;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,6 +10,7 @@ use redb::{Durability, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use crate::bitmap::DataBitmap;
+use crate::mapcache::ChangedMappings;
 use crate::meta::{self, kv_error, BlockRec, MapValue, RangeKind, RangeRec, Target};
 use crate::provision::Provisioning;
 use crate::ranges::RangeMap;

@@ -8,7 +8,6 @@
 //! per-datastore setting), and data reduction is chosen per kind of data (already
 //! compressed media gains nothing from a codec).
 
-use crate::mapcache::ChangedMappings;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -20,6 +19,7 @@ use parking_lot::{Mutex, RwLock};
 use redb::{Durability, ReadableTable};
 use serde::{Deserialize, Serialize};
 
+use crate::mapcache::ChangedMappings;
 use crate::meta::{self, kv_error};
 use crate::rate::{Rate, TokenBucket, BYTES_PER_MB, LOW_RATE_BYTES_PER_S};
 use crate::{Engine, EngineError, Result};

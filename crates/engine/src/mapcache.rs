@@ -121,7 +121,11 @@ fn slot_of(value: Option<MapValue>) -> Slot {
     match value {
         None => (ABSENT_SEQ, 0),
         Some(MapValue { seq, target }) => {
-            assert!(seq < PATTERN_BIT, "seq {seq} fits beside the pattern bit");
+            // Below the pattern bit, and never all ones with it (absent).
+            assert!(
+                seq < PATTERN_BIT - 1,
+                "seq {seq} fits beside the pattern bit"
+            );
             match target {
                 Target::Block(id) => (seq, id),
                 Target::Pattern(p) => (seq | PATTERN_BIT, p),

@@ -211,8 +211,11 @@ impl<'e> Reader<'e> {
         if first >= end {
             return Ok(out);
         }
+        // Only where no answer can reach the limit: a cached one is whole.
         let cached = match &self.source {
-            ViewSource::Shared(view) if end - first <= MAX_CACHED_READ_GRAINS => {
+            ViewSource::Shared(view)
+                if end - first <= MAX_CACHED_READ_GRAINS && end - first < limit =>
+            {
                 Some(view.generation())
             }
             _ => None,
@@ -221,9 +224,7 @@ impl<'e> Reader<'e> {
         if let Some(generation) = cached {
             if let Some(found) = cache.get(generation, volume, (first, end)) {
                 assert!((found.len() as u64) <= end - first);
-                if (found.len() as u64) < limit {
-                    return Ok(found);
-                }
+                return Ok(found);
             }
         }
         self.kv_ops += 1;

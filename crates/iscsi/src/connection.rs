@@ -528,6 +528,14 @@ async fn read_loop(
 }
 
 impl Connection {
+    /// The processing loop. Why its futures live outside the loop: a PDU
+    /// arrives every few microseconds, and building a fresh timer and fresh
+    /// watch futures for each one (registering the timer, reading the clock)
+    /// cost more than the protocol work of a 4 KiB read. The idle timer is
+    /// armed once per interval instead: a PDU only marks the connection
+    /// active, and when the timer fires an active connection is simply
+    /// re-armed (so a silent initiator is pinged between one and two intervals
+    /// after its last PDU).
     async fn serve(
         &mut self,
         inbound: &mut mpsc::Receiver<Result<ReadOutcome, PduError>>,
@@ -535,19 +543,18 @@ impl Connection {
         let timeouts = self.target.config.timeouts.clone();
         let mut shutdown = self.target.shutdown.clone();
         let mut close_requested = self.session.close_requested();
-        let mut idle_deadline = Instant::now() + timeouts.nop_in_interval;
+        let shutdown_started = wait_until_set(&mut shutdown);
+        let closing = wait_until_set(&mut close_requested);
+        let timer = tokio::time::sleep(timeouts.nop_in_interval);
+        tokio::pin!(shutdown_started, closing, timer);
+        let mut active = false;
         let mut ping: Option<u32> = None;
         let mut shutdown_deadline: Option<Instant> = None;
         loop {
-            let deadline = match shutdown_deadline {
-                Some(at) => at.min(idle_deadline),
-                None => idle_deadline,
-            };
             tokio::select! {
                 received = inbound.recv() => {
                     let Some(received) = received else { return Ok(()) };
-                    idle_deadline = Instant::now() + timeouts.nop_in_interval;
-                    ping = None;
+                    active = true;
                     let flow = match received? {
                         ReadOutcome::Pdu(raw) => self.on_pdu(raw).await?,
                         ReadOutcome::DataSegmentTooLong { bhs, len_bytes } => {
@@ -558,25 +565,33 @@ impl Connection {
                         return Ok(());
                     }
                 }
-                _ = tokio::time::sleep_until(deadline) => {
-                    if shutdown_deadline.is_some_and(|at| Instant::now() >= at) {
+                () = &mut timer => {
+                    let now = Instant::now();
+                    if shutdown_deadline.is_some_and(|at| now >= at) {
                         return Ok(());
                     }
-                    if Instant::now() >= idle_deadline {
-                        if ping.is_some() {
-                            return Err(FatalError::Protocol("NOP-In ping not answered".into()));
-                        }
+                    let wait = if std::mem::take(&mut active) {
+                        ping = None;
+                        timeouts.nop_in_interval
+                    } else if ping.is_some() {
+                        return Err(FatalError::Protocol("NOP-In ping not answered".into()));
+                    } else {
                         let tag = self.allocate_transfer_tag();
                         self.send_nop_in_ping(tag).await?;
                         ping = Some(tag);
-                        idle_deadline = Instant::now() + timeouts.nop_in_timeout;
-                    }
+                        timeouts.nop_in_timeout
+                    };
+                    let at = now + wait;
+                    timer.as_mut().reset(shutdown_deadline.map_or(at, |end| end.min(at)));
                 }
-                _ = wait_until_set(&mut shutdown), if shutdown_deadline.is_none() => {
-                    shutdown_deadline = Some(Instant::now() + timeouts.shutdown_grace);
+                () = &mut shutdown_started, if shutdown_deadline.is_none() => {
+                    let end = Instant::now() + timeouts.shutdown_grace;
+                    shutdown_deadline = Some(end);
+                    let at = timer.deadline().min(end);
+                    timer.as_mut().reset(at);
                     self.send_logout_request(timeouts.shutdown_grace).await?;
                 }
-                _ = wait_until_set(&mut close_requested) => {
+                () = &mut closing => {
                     return Ok(());
                 }
             }
@@ -1570,13 +1585,13 @@ fn text_response(itt: u32, lun: [u8; 8], tag: u32, final_bit: bool, continue_bit
     })
 }
 
-/// CmdSN of a command PDU that is not immediate; `None` for everything else (including
-/// NOP-Out answers to pings, which carry no new CmdSN).
 /// Resolves once the flag is true (or its sender is gone), holding no borrow across awaits.
 pub(crate) async fn wait_until_set(flag: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = flag.wait_for(|set| *set).await.map(|_| ());
 }
 
+/// CmdSN of a command PDU that is not immediate; `None` for everything else (including
+/// NOP-Out answers to pings, which carry no new CmdSN).
 fn non_immediate_cmd_sn(header: &Header) -> Option<u32> {
     match header {
         Header::ScsiCommand(h) if !h.immediate => Some(h.cmd_sn),
@@ -1878,7 +1893,19 @@ async fn write_loop(
             writer.socket.flush().await?;
             Ok(true)
         };
-        match tokio::time::timeout(write_timeout, batch).await {
+        tokio::pin!(batch);
+        // Most batches finish at once (the socket has room): only a batch that
+        // has to wait for the initiator arms the write timer.
+        let at_once = tokio::select! {
+            biased;
+            outcome = &mut batch => Some(outcome),
+            () = std::future::ready(()) => None,
+        };
+        let outcome = match at_once {
+            Some(outcome) => Ok(outcome),
+            None => tokio::time::timeout(write_timeout, batch).await,
+        };
+        match outcome {
             Ok(Ok(true)) => {}
             Ok(Ok(false)) => break,
             Ok(Err(error)) => {

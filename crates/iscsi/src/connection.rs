@@ -2,13 +2,15 @@
 //! Data-Out gathering with R2T, Data-In and status, NOP-In/Out, text, task management,
 //! logout and Reject.
 //!
-//! Why this shape: three tasks per connection. A reader task only frames PDUs (reading is
-//! not cancel-safe, so it never sits in a `select!`). The processing loop owns the
-//! connection state (commands gathering data, the CmdSN reorder buffer, R2T bookkeeping) and
-//! never waits on the SCSI layer: it runs only small READs itself, which take microseconds
-//! (see `runs_inline`). A writer task owns the socket's write half and StatSN, so sequence
+//! Why this shape: a processing loop and a writer task per connection. The processing
+//! loop frames PDUs itself (one read future kept alive across its `select!`, since reading
+//! is not cancel-safe; see `Inbound::next`), owns the connection state (commands gathering
+//! data, the CmdSN reorder buffer, R2T bookkeeping) and never waits on the SCSI layer: it
+//! runs only small READs and quick writes itself, which take microseconds (see
+//! `runs_inline`). A writer task owns the socket's write half and StatSN, so sequence
 //! numbers are stamped in the order PDUs hit the wire. Every other command runs on an
-//! executor task that calls the blocking SCSI layer through `spawn_blocking`.
+//! executor task that calls the blocking SCSI layer through `spawn_blocking`, after a
+//! dispatcher task has taken the ordering lock for it where it could not be had at once.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,8 +38,6 @@ use crate::text::{self, Pairs};
 
 /// PDUs queued for the writer before senders wait.
 const OUTBOUND_QUEUE_LEN: usize = 64;
-/// Framed PDUs queued between the reader task and the processing loop.
-const INBOUND_QUEUE_LEN: usize = 8;
 /// The socket writer's buffer: the completions the writer finds queued go out
 /// together, in one `write` for as many as fit (it flushes once the queue is
 /// empty, so a lone completion still leaves at once). With tokio's default
@@ -454,7 +454,6 @@ async fn full_feature_phase(
         data: params.data_digest,
     };
     let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE_LEN);
-    let (in_tx, mut in_rx) = mpsc::channel(INBOUND_QUEUE_LEN);
     let (dispatch_tx, dispatch_rx) = mpsc::unbounded_channel();
     let dispatch_backlog = Arc::new(AtomicUsize::new(0));
     let order_lock = Arc::new(RwLock::new(()));
@@ -466,12 +465,6 @@ async fn full_feature_phase(
         digests,
         stat_sn,
         target.config.timeouts.write,
-    ));
-    let reader_task = tokio::spawn(read_loop(
-        reader,
-        digests,
-        params.max_recv_data_segment_bytes,
-        in_tx,
     ));
     let dispatcher_task = tokio::spawn(dispatch_loop(
         dispatch_rx,
@@ -496,11 +489,14 @@ async fn full_feature_phase(
         text_out: None,
         text_in: None,
     };
-    let result = connection.serve(&mut in_rx).await;
+    let inbound = Inbound {
+        digests,
+        max_data_bytes: params.max_recv_data_segment_bytes,
+    };
+    let result = connection.serve(reader, inbound).await;
     if let Err(error) = &result {
         tracing::info!(tsih = session.tsih, %error, "connection closing");
     }
-    reader_task.abort();
     // Commands still gathering data never reached the SCSI layer: just drop them.
     drop(connection);
     dispatcher_task.abort();
@@ -511,19 +507,31 @@ async fn full_feature_phase(
     let _ = writer_task.await;
 }
 
-async fn read_loop(
-    mut reader: BufReader<OwnedReadHalf>,
+/// How the processing loop frames inbound PDUs.
+#[derive(Clone, Copy)]
+struct Inbound {
     digests: Digests,
     max_data_bytes: u32,
-    tx: mpsc::Sender<Result<ReadOutcome, PduError>>,
-) {
-    loop {
-        let result =
-            pdu::read_pdu(&mut reader, digests, max_data_bytes, pdu::Oversized::Skip).await;
-        let stop = result.is_err();
-        if tx.send(result).await.is_err() || stop {
-            return;
-        }
+}
+
+impl Inbound {
+    /// Reads the next PDU, owning the socket's read half meanwhile. Why it
+    /// owns it: the processing loop keeps this one future alive across its
+    /// `select!` until a whole PDU is in (reading a PDU is not cancel-safe),
+    /// then starts the next with the half it gets back. The loop frames PDUs
+    /// itself: a reader task of its own cost a task hand-off for every PDU.
+    async fn next(
+        self,
+        mut reader: BufReader<OwnedReadHalf>,
+    ) -> (BufReader<OwnedReadHalf>, Result<ReadOutcome, PduError>) {
+        let result = pdu::read_pdu(
+            &mut reader,
+            self.digests,
+            self.max_data_bytes,
+            pdu::Oversized::Skip,
+        )
+        .await;
+        (reader, result)
     }
 }
 
@@ -538,7 +546,8 @@ impl Connection {
     /// after its last PDU).
     async fn serve(
         &mut self,
-        inbound: &mut mpsc::Receiver<Result<ReadOutcome, PduError>>,
+        reader: BufReader<OwnedReadHalf>,
+        inbound: Inbound,
     ) -> Result<(), FatalError> {
         let timeouts = self.target.config.timeouts.clone();
         let mut shutdown = self.target.shutdown.clone();
@@ -546,14 +555,15 @@ impl Connection {
         let shutdown_started = wait_until_set(&mut shutdown);
         let closing = wait_until_set(&mut close_requested);
         let timer = tokio::time::sleep(timeouts.nop_in_interval);
-        tokio::pin!(shutdown_started, closing, timer);
+        let reading = inbound.next(reader);
+        tokio::pin!(shutdown_started, closing, timer, reading);
         let mut active = false;
         let mut ping: Option<u32> = None;
         let mut shutdown_deadline: Option<Instant> = None;
         loop {
             tokio::select! {
-                received = inbound.recv() => {
-                    let Some(received) = received else { return Ok(()) };
+                (reader, received) = &mut reading => {
+                    reading.set(inbound.next(reader));
                     active = true;
                     let flow = match received? {
                         ReadOutcome::Pdu(raw) => self.on_pdu(raw).await?,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lacuna_scsi::target::{
-    Command, CommandOutcome, ScsiStatus, ScsiTarget, TaskAttribute, TaskManagementFunction,
+    Command, CommandOutcome, ScsiStatus, TaskAttribute, TaskManagementFunction,
     TaskManagementResponse,
 };
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::discovery;
 use crate::login::{self, Login, LoginOutcome, LoginReply, LoginStatus, LoginStep, SessionType};
+use crate::outbound::{self, Completion, HeldWriter, Outbound, Outbox, Residual, Wire};
 use crate::pdu::{
     self, Digests, Header, PduError, RawPdu, ReadOutcome, RejectReason, RESERVED_TAG,
 };
@@ -36,72 +37,10 @@ use crate::server::Target;
 use crate::session::{Admission, Session, SessionKey, TaskControl};
 use crate::text::{self, Pairs};
 
-/// PDUs queued for the writer before senders wait.
-const OUTBOUND_QUEUE_LEN: usize = 64;
-/// The socket writer's buffer: the completions the writer finds queued go out
-/// together, in one `write` for as many as fit (it flushes once the queue is
-/// empty, so a lone completion still leaves at once). With tokio's default
-/// 8 KiB each 4 KiB read's Data-In took a system call of its own; with 64
-/// KiB, 4 KiB random reads at queue depth 32 took 1.33x the reads a second
-/// (`bench/ab_iscsi.py ... randread 4096 32 10 --rounds 3 --reps 2`), and
-/// 256 KiB gained nothing more.
-const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 /// Task tags remembered after an abort, so late Data-Out for them is dropped quietly.
 const ABORTED_TAGS_REMEMBERED: usize = 256;
 /// How long a new login waits for the session it reinstates to close.
 const REINSTATEMENT_WAIT: Duration = Duration::from_secs(10);
-
-/// What the processing loop and executors hand to the writer.
-pub(crate) enum Outbound {
-    /// A PDU whose StatSN/ExpCmdSN/MaxCmdSN the writer fills in.
-    Pdu { header: Header, data: Vec<u8> },
-    /// A finished command: Data-In PDUs and, unless the status rode on the last Data-In, a
-    /// SCSI Response.
-    Complete(Completion),
-    /// Flush and close the connection (after a Logout Response).
-    Close,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Residual {
-    pub overflow: bool,
-    pub underflow: bool,
-    pub bytes: u32,
-}
-
-impl Residual {
-    /// Residual of a transfer: what the command moved against what the initiator expected.
-    pub fn of(transferred_bytes: u64, expected_bytes: u32) -> Residual {
-        let expected = u64::from(expected_bytes);
-        let bytes = transferred_bytes
-            .abs_diff(expected)
-            .min(u64::from(u32::MAX)) as u32;
-        Residual {
-            overflow: transferred_bytes > expected,
-            underflow: transferred_bytes < expected,
-            bytes,
-        }
-    }
-}
-
-pub(crate) struct Completion {
-    pub itt: u32,
-    pub lun_field: [u8; 8],
-    /// iSCSI service response: 0 completed at target, 1 target failure.
-    pub response: u8,
-    pub status: u8,
-    pub sense: Vec<u8>,
-    /// Data-In to send, already cut to the expected length.
-    pub data_in: Vec<u8>,
-    /// Residual of the main direction (Data-In for reads, Data-Out for writes).
-    pub residual: Residual,
-    /// Residual of the read direction of a bidirectional command.
-    pub bidi_read_residual: Residual,
-    /// R2Ts sent for the command (part of ExpDataSN).
-    pub r2t_count: u32,
-    /// Whether the command had its R bit (only those get Data-In).
-    pub read: bool,
-}
 
 /// Entry point for an accepted TCP connection.
 pub(crate) async fn run(stream: TcpStream, target: Arc<Target>) {
@@ -109,7 +48,7 @@ pub(crate) async fn run(stream: TcpStream, target: Arc<Target>) {
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let mut reader = BufReader::new(read_half);
-    let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
+    let mut writer = BufWriter::new(write_half);
     let login_timeout = target.config.timeouts.login;
     let established = tokio::time::timeout(
         login_timeout,
@@ -416,7 +355,12 @@ enum Slot {
 struct Connection {
     target: Arc<Target>,
     session: Arc<Session>,
-    out: mpsc::Sender<Outbound>,
+    out: Outbox,
+    wire: Arc<Wire>,
+    /// The writer, while the processing loop writes its own completions (see
+    /// `outbound`): taken for a run of PDUs that arrive back to back, let go
+    /// before the loop waits for anything.
+    wire_hold: parking_lot::Mutex<Option<HeldWriter>>,
     dispatch: mpsc::UnboundedSender<Dispatch>,
     /// Commands handed to the dispatcher that have not yet taken the ordering
     /// lock: while there are any, later commands must queue behind them.
@@ -453,19 +397,20 @@ async fn full_feature_phase(
         header: params.header_digest,
         data: params.data_digest,
     };
-    let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE_LEN);
-    let (dispatch_tx, dispatch_rx) = mpsc::unbounded_channel();
-    let dispatch_backlog = Arc::new(AtomicUsize::new(0));
-    let order_lock = Arc::new(RwLock::new(()));
-    let writer_task = tokio::spawn(write_loop(
-        writer,
-        out_rx,
+    // The login phase wrote each reply out before it returned.
+    assert!(writer.buffer().is_empty(), "login replies were flushed");
+    let (wire, out_tx, out_rx) = Wire::new(
+        writer.into_inner(),
         session.clone(),
         target.scsi.clone(),
         digests,
         stat_sn,
         target.config.timeouts.write,
-    ));
+    );
+    let (dispatch_tx, dispatch_rx) = mpsc::unbounded_channel();
+    let dispatch_backlog = Arc::new(AtomicUsize::new(0));
+    let order_lock = Arc::new(RwLock::new(()));
+    let writer_task = tokio::spawn(outbound::write_loop(wire.clone(), out_rx));
     let dispatcher_task = tokio::spawn(dispatch_loop(
         dispatch_rx,
         dispatch_backlog.clone(),
@@ -478,6 +423,8 @@ async fn full_feature_phase(
         target: target.clone(),
         session: session.clone(),
         out: out_tx,
+        wire,
+        wire_hold: parking_lot::Mutex::new(None),
         dispatch: dispatch_tx,
         dispatch_backlog,
         order_lock,
@@ -494,6 +441,7 @@ async fn full_feature_phase(
         max_data_bytes: params.max_recv_data_segment_bytes,
     };
     let result = connection.serve(reader, inbound).await;
+    connection.release_wire();
     if let Err(error) = &result {
         tracing::info!(tsih = session.tsih, %error, "connection closing");
     }
@@ -561,17 +509,29 @@ impl Connection {
         let mut ping: Option<u32> = None;
         let mut shutdown_deadline: Option<Instant> = None;
         loop {
+            if self.holds_wire() {
+                // While PDUs arrive back to back, their completions gather in
+                // the send buffer; it goes out once none is waiting.
+                let next = tokio::select! {
+                    biased;
+                    next = &mut reading => Some(next),
+                    () = std::future::ready(()) => None,
+                };
+                if let Some((reader, received)) = next {
+                    reading.set(inbound.next(reader));
+                    active = true;
+                    if let Flow::Close = self.on_received(received?).await? {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                self.release_wire();
+            }
             tokio::select! {
                 (reader, received) = &mut reading => {
                     reading.set(inbound.next(reader));
                     active = true;
-                    let flow = match received? {
-                        ReadOutcome::Pdu(raw) => self.on_pdu(raw).await?,
-                        ReadOutcome::DataSegmentTooLong { bhs, len_bytes } => {
-                            self.on_oversized(bhs, len_bytes).await?
-                        }
-                    };
-                    if let Flow::Close = flow {
+                    if let Flow::Close = self.on_received(received?).await? {
                         return Ok(());
                     }
                 }
@@ -608,6 +568,28 @@ impl Connection {
         }
     }
 
+    async fn on_received(&mut self, received: ReadOutcome) -> Result<Flow, FatalError> {
+        match received {
+            ReadOutcome::Pdu(raw) => {
+                let opcode = pdu::Opcode::from_byte(raw.bhs[0]).ok();
+                if !matches!(
+                    opcode,
+                    Some(pdu::Opcode::ScsiCommand | pdu::Opcode::DataOut)
+                ) {
+                    // Only SCSI commands (and their data) complete on this
+                    // loop; anything else may wait (a logout for running
+                    // commands, say): the writer must not be held meanwhile.
+                    self.release_wire();
+                }
+                self.on_pdu(raw).await
+            }
+            ReadOutcome::DataSegmentTooLong { bhs, len_bytes } => {
+                self.release_wire();
+                self.on_oversized(bhs, len_bytes).await
+            }
+        }
+    }
+
     fn allocate_transfer_tag(&mut self) -> u32 {
         let tag = self.next_transfer_tag;
         self.next_transfer_tag = self.next_transfer_tag.wrapping_add(1);
@@ -617,11 +599,60 @@ impl Connection {
         tag
     }
 
+    /// Queues a PDU of the processing loop's own for the writer task, after
+    /// letting go of the writer (its order with what the loop wrote itself).
     async fn send(&self, header: Header, data: Vec<u8>) -> Result<(), FatalError> {
+        self.release_wire();
         self.out
             .send(Outbound::Pdu { header, data })
             .await
             .map_err(|_| FatalError::WriterGone)
+    }
+
+    /// Whether the processing loop holds the writer.
+    fn holds_wire(&self) -> bool {
+        self.wire_hold.lock().is_some()
+    }
+
+    /// Writes out what the processing loop buffered and lets the writer go.
+    fn release_wire(&self) {
+        let held = self.wire_hold.lock().take();
+        if let Some(writer) = held {
+            self.wire.release(writer);
+        }
+    }
+
+    /// Hands a command's completion to the wire: appended to the send buffer
+    /// by this loop when it holds (or can take) the writer, else queued for
+    /// the writer task.
+    fn complete(&self, itt: u32, completion: Completion) {
+        if completion.data_in.len() <= outbound::COPY_MAX_BYTES {
+            let mut hold = self.wire_hold.lock();
+            if hold.is_none() {
+                *hold = self.wire.try_hold();
+            }
+            if let Some(writer) = hold.as_mut() {
+                writer.append_completion(completion);
+                let full = writer.buffered_bytes() >= outbound::SEND_BUFFER_BYTES;
+                drop(hold);
+                self.session.remove_task(itt);
+                if full {
+                    self.release_wire();
+                }
+                return;
+            }
+        }
+        match self.out.try_send(Outbound::Complete(completion)) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => self.session.remove_task(itt),
+            Err(mpsc::error::TrySendError::Full(outbound)) => {
+                // The writer is behind: wait for it elsewhere, not here.
+                let (out, session) = (self.out.clone(), self.session.clone());
+                tokio::spawn(async move {
+                    let _ = out.send(outbound).await;
+                    session.remove_task(itt);
+                });
+            }
+        }
     }
 
     async fn reject(
@@ -1126,17 +1157,7 @@ impl Connection {
             self.session.remove_task(itt);
             return;
         };
-        match self.out.try_send(Outbound::Complete(completion)) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => self.session.remove_task(itt),
-            Err(mpsc::error::TrySendError::Full(outbound)) => {
-                // The writer is behind: wait for it elsewhere, not here.
-                let (out, session) = (self.out.clone(), self.session.clone());
-                tokio::spawn(async move {
-                    let _ = out.send(outbound).await;
-                    session.remove_task(itt);
-                });
-            }
-        }
+        self.complete(itt, completion);
     }
 
     // -- Text ---------------------------------------------------------------------------
@@ -1420,6 +1441,7 @@ impl Connection {
         if response != 0 {
             return Ok(Flow::Continue);
         }
+        self.release_wire();
         self.out
             .send(Outbound::Close)
             .await
@@ -1678,7 +1700,7 @@ async fn dispatch_loop(
     order_lock: Arc<RwLock<()>>,
     target: Arc<Target>,
     session: Arc<Session>,
-    out: mpsc::Sender<Outbound>,
+    out: Outbox,
 ) {
     while let Some(Dispatch { ready, control }) = rx.recv().await {
         let guard = match ready.command.attribute {
@@ -1704,7 +1726,7 @@ async fn execute(
     control: Arc<TaskControl>,
     ready: ReadyCommand,
     guard: OrderGuard,
-    out: mpsc::Sender<Outbound>,
+    out: Outbox,
 ) {
     let ReadyCommand {
         command,
@@ -1860,231 +1882,6 @@ fn completion(
         bidi_read_residual,
         r2t_count,
         read: command.read,
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Writer.
-
-struct Writer {
-    socket: BufWriter<OwnedWriteHalf>,
-    session: Arc<Session>,
-    /// Takes back Data-In buffers once sent.
-    scsi: Arc<dyn ScsiTarget>,
-    digests: Digests,
-    stat_sn: u32,
-}
-
-async fn write_loop(
-    socket: BufWriter<OwnedWriteHalf>,
-    mut rx: mpsc::Receiver<Outbound>,
-    session: Arc<Session>,
-    scsi: Arc<dyn ScsiTarget>,
-    digests: Digests,
-    stat_sn: u32,
-    write_timeout: Duration,
-) {
-    let mut writer = Writer {
-        socket,
-        session,
-        scsi,
-        digests,
-        stat_sn,
-    };
-    while let Some(first) = rx.recv().await {
-        let batch = async {
-            let mut next = Some(first);
-            while let Some(outbound) = next {
-                if !writer.write(outbound).await? {
-                    return Ok::<bool, std::io::Error>(false);
-                }
-                next = rx.try_recv().ok();
-            }
-            writer.socket.flush().await?;
-            Ok(true)
-        };
-        tokio::pin!(batch);
-        // Most batches finish at once (the socket has room): only a batch that
-        // has to wait for the initiator arms the write timer.
-        let at_once = tokio::select! {
-            biased;
-            outcome = &mut batch => Some(outcome),
-            () = std::future::ready(()) => None,
-        };
-        let outcome = match at_once {
-            Some(outcome) => Ok(outcome),
-            None => tokio::time::timeout(write_timeout, batch).await,
-        };
-        match outcome {
-            Ok(Ok(true)) => {}
-            Ok(Ok(false)) => break,
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "write failed");
-                break;
-            }
-            Err(_) => {
-                tracing::info!("write timed out");
-                break;
-            }
-        }
-    }
-    let _ = writer.socket.flush().await;
-    let _ = writer.socket.shutdown().await;
-}
-
-impl Writer {
-    /// Writes one outbound item; false means close.
-    async fn write(&mut self, outbound: Outbound) -> std::io::Result<bool> {
-        match outbound {
-            Outbound::Pdu { mut header, data } => {
-                self.stamp(&mut header);
-                pdu::write_pdu(&mut self.socket, &header, &[], &data, self.digests).await?;
-            }
-            Outbound::Complete(mut completion) => {
-                let data_in = std::mem::take(&mut completion.data_in);
-                self.write_completion(completion, &data_in).await?;
-                self.scsi.recycle_data_in(data_in);
-            }
-            Outbound::Close => {
-                self.socket.flush().await?;
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// Fills StatSN (advancing it for status-bearing PDUs), ExpCmdSN and MaxCmdSN.
-    fn stamp(&mut self, header: &mut Header) {
-        let (exp_cmd_sn, max_cmd_sn) = self.session.window_snapshot();
-        let current = self.stat_sn;
-        let mut advance = || {
-            self.stat_sn = self.stat_sn.wrapping_add(1);
-            current
-        };
-        match header {
-            Header::ScsiResponse(h) => {
-                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
-            }
-            Header::DataIn(h) => {
-                h.stat_sn = if h.status_present { advance() } else { 0 };
-                (h.exp_cmd_sn, h.max_cmd_sn) = (exp_cmd_sn, max_cmd_sn);
-            }
-            Header::NopIn(h) => {
-                // A ping of the target's own does not advance StatSN (RFC 7143 §11.19.1).
-                h.stat_sn = if h.initiator_task_tag == RESERVED_TAG {
-                    current
-                } else {
-                    advance()
-                };
-                (h.exp_cmd_sn, h.max_cmd_sn) = (exp_cmd_sn, max_cmd_sn);
-            }
-            Header::ReadyToTransfer(h) => {
-                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (current, exp_cmd_sn, max_cmd_sn)
-            }
-            Header::TaskManagementResponse(h) => {
-                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
-            }
-            Header::TextResponse(h) => {
-                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
-            }
-            Header::LogoutResponse(h) => {
-                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
-            }
-            Header::AsyncMessage(h) => {
-                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
-            }
-            Header::Reject(h) => {
-                (h.stat_sn, h.exp_cmd_sn, h.max_cmd_sn) = (advance(), exp_cmd_sn, max_cmd_sn)
-            }
-            _ => unreachable!("the target sends only target opcodes"),
-        }
-    }
-
-    /// Data-In PDUs cut at MaxRecvDataSegmentLength and sequences at MaxBurstLength; the
-    /// status rides on the last Data-In when there is no sense data (phase collapse).
-    async fn write_completion(
-        &mut self,
-        completion: Completion,
-        data: &[u8],
-    ) -> std::io::Result<()> {
-        let params = &self.session.params;
-        let segment_max_bytes = params.max_send_data_segment_bytes.max(512) as usize;
-        let burst_max_bytes = params.max_burst_bytes.max(512) as usize;
-        let collapse = completion.response == 0
-            && completion.status == ScsiStatus::Good as u8
-            && completion.sense.is_empty()
-            && completion.read
-            && !data.is_empty()
-            && completion.bidi_read_residual == Residual::default();
-        let mut offset = 0usize;
-        let mut data_sn = 0u32;
-        while offset < data.len() {
-            let burst_end = (offset / burst_max_bytes + 1) * burst_max_bytes;
-            let end = data.len().min(offset + segment_max_bytes).min(burst_end);
-            let last = end == data.len();
-            let status_present = last && collapse;
-            let mut header = Header::DataIn(pdu::DataIn {
-                final_bit: last || end == burst_end,
-                acknowledge: false,
-                residual_overflow: status_present && completion.residual.overflow,
-                residual_underflow: status_present && completion.residual.underflow,
-                status_present,
-                status: if status_present { completion.status } else { 0 },
-                lun: completion.lun_field,
-                initiator_task_tag: completion.itt,
-                target_transfer_tag: RESERVED_TAG,
-                stat_sn: 0,
-                exp_cmd_sn: 0,
-                max_cmd_sn: 0,
-                data_sn,
-                buffer_offset: offset as u32,
-                residual_bytes: if status_present {
-                    completion.residual.bytes
-                } else {
-                    0
-                },
-            });
-            self.stamp(&mut header);
-            pdu::write_pdu(
-                &mut self.socket,
-                &header,
-                &[],
-                &data[offset..end],
-                self.digests,
-            )
-            .await?;
-            data_sn += 1;
-            offset = end;
-        }
-        if collapse {
-            return Ok(());
-        }
-        let sense_data = if completion.sense.is_empty() {
-            Vec::new()
-        } else {
-            let len = completion.sense.len().min(usize::from(u16::MAX)) as u16;
-            let mut segment = len.to_be_bytes().to_vec();
-            segment.extend_from_slice(&completion.sense[..usize::from(len)]);
-            segment
-        };
-        let mut header = Header::ScsiResponse(pdu::ScsiResponse {
-            bidi_read_overflow: completion.bidi_read_residual.overflow,
-            bidi_read_underflow: completion.bidi_read_residual.underflow,
-            residual_overflow: completion.residual.overflow,
-            residual_underflow: completion.residual.underflow,
-            response: completion.response,
-            status: completion.status,
-            initiator_task_tag: completion.itt,
-            snack_tag: 0,
-            stat_sn: 0,
-            exp_cmd_sn: 0,
-            max_cmd_sn: 0,
-            exp_data_sn: data_sn + completion.r2t_count,
-            bidi_read_residual_bytes: completion.bidi_read_residual.bytes,
-            residual_bytes: completion.residual.bytes,
-        });
-        self.stamp(&mut header);
-        pdu::write_pdu(&mut self.socket, &header, &[], &sense_data, self.digests).await
     }
 }
 

@@ -10,6 +10,7 @@ pub mod config;
 mod connection;
 pub mod discovery;
 pub mod login;
+mod outbound;
 pub mod pdu;
 pub mod policy;
 mod server;

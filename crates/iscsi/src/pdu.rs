@@ -1073,9 +1073,17 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
 
 /// Encodes a whole PDU into one buffer (tests and raw clients).
 pub fn encode_pdu(header: &Header, ahs: &[u8], data: &[u8], digests: Digests) -> Vec<u8> {
-    let data_len_bytes = u32::try_from(data.len()).expect("data segment length fits in u32");
-    let bhs = header.encode(ahs.len(), data_len_bytes);
     let mut out = Vec::with_capacity(BHS_LEN_BYTES + ahs.len() + data.len() + 12);
+    append_pdu(&mut out, header, ahs, data, digests);
+    out
+}
+
+/// Appends a whole PDU, padding and digests included, to `out` (the target's
+/// send buffer: several PDUs leave in one write).
+pub fn append_pdu(out: &mut Vec<u8>, header: &Header, ahs: &[u8], data: &[u8], digests: Digests) {
+    let data_len_bytes = u32::try_from(data.len()).expect("data segment length fits in u32");
+    assert!(data_len_bytes <= DATA_SEGMENT_MAX_BYTES);
+    let bhs = header.encode(ahs.len(), data_len_bytes);
     out.extend_from_slice(&bhs);
     out.extend_from_slice(ahs);
     if digests.header {
@@ -1090,7 +1098,6 @@ pub fn encode_pdu(header: &Header, ahs: &[u8], data: &[u8], digests: Digests) ->
             out.extend_from_slice(&digest(&[data, padding]).to_le_bytes());
         }
     }
-    out
 }
 
 /// An additional header segment: type and the bytes after its 3-byte header.
@@ -1265,6 +1272,37 @@ mod tests {
         assert!(parse_ahs(&[0, 0, 1, 0]).is_err());
         assert!(parse_ahs(&[0, 9, 1, 0, 0, 0, 0, 0]).is_err());
         assert!(parse_ahs(&[0, 1]).is_err());
+    }
+
+    #[tokio::test]
+    async fn appended_pdus_are_the_bytes_write_pdu_sends() {
+        let header = Header::NopIn(NopIn {
+            lun: [0; 8],
+            initiator_task_tag: 9,
+            target_transfer_tag: RESERVED_TAG,
+            stat_sn: 3,
+            exp_cmd_sn: 4,
+            max_cmd_sn: 5,
+        });
+        for (header_digest, data_digest) in
+            [(false, false), (true, false), (false, true), (true, true)]
+        {
+            let digests = Digests {
+                header: header_digest,
+                data: data_digest,
+            };
+            for data_len in [0usize, 1, 3, 4, 4097] {
+                let data: Vec<u8> = (0..data_len).map(|i| (i * 31 % 251) as u8).collect();
+                let mut written = Vec::new();
+                write_pdu(&mut written, &header, &[], &data, digests)
+                    .await
+                    .unwrap();
+                let mut appended = vec![0xee];
+                append_pdu(&mut appended, &header, &[], &data, digests);
+                assert_eq!(appended[0], 0xee, "append keeps what was there");
+                assert_eq!(&appended[1..], &written[..], "{digests:?} {data_len}");
+            }
+        }
     }
 
     #[tokio::test]

@@ -1150,7 +1150,16 @@ def main():
     ap.add_argument("--tgt-ws-gib", type=int, default=2, help="tgt: range zeroed by WRITE SAME without UNMAP (writes every block)")
     ap.add_argument("--xcopy-timeout", type=int, default=180, help="seconds allowed for the within-LUN EXTENDED COPY")
     ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--jobs", default="",
+                    help="comma-separated names of throughput jobs (e.g. '4k randread QD1') to run alone: "
+                         "no offloads, nothing recorded, only their ratios printed (for a quick check)")
     args = ap.parse_args()
+    jobs = JOBS
+    if args.jobs:
+        wanted = [name.strip() for name in args.jobs.split(",")]
+        jobs = [job for job in JOBS if job[0] in wanted]
+        if len(jobs) != len(wanted):
+            sys.exit(f"--jobs: names are {', '.join(job[0] for job in JOBS)}")
     if not os.path.exists(LACUNA):
         sys.exit(f"{LACUNA} missing: build it first (CARGO_TARGET_DIR=... cargo build --release -p lacuna)")
     for tool in ("tgtd", "tgtadm", "gcc"):
@@ -1196,7 +1205,7 @@ def main():
             log(f"prefill {t.name:7} {args.size_gib} GiB in {fills[t.name]['seconds']:.1f} s")
         seed = 10
         runs = [(t.name, t, t.url(lun)) for t, lun in targets] + [("tgt-null", tgt, tgt.url(tgt.luns["null"]))]
-        for name, mode, bs, qd in JOBS:
+        for name, mode, bs, qd in jobs:
             for rep in range(args.reps):
                 for who, daemon, url in runs:
                     seed += 1
@@ -1214,6 +1223,16 @@ def main():
                     log(f"{name:20} {who:8} run {rep + 1}: {r['iops']:10.0f} IOPS {r['mib_s']:8.1f} MiB/s  "
                         f"mean {r['mean_lat_us']:8.1f} us  CPU per I/O: client {r['client_us_per_io']:.1f} us, "
                         f"target {r['daemon_us_per_io']:.1f} us")
+
+        if args.jobs:
+            for name, mode, bs, qd in jobs:
+                key = "iops" if bs == 4096 else "mib_s"
+                l, t, n = (median_run(res[(name, who)], key) for who in ("lacuna", "tgt", "tgt-null"))
+                print(f"{name}: lacuna {l[key]:.0f}, tgt {t[key]:.0f}, tgt null {n[key]:.0f} {key}; "
+                      f"lacuna / tgt {l[key] / t[key]:.2f}; mean latency {l['mean_lat_us']:.1f} / "
+                      f"{t['mean_lat_us']:.1f} / {n['mean_lat_us']:.1f} us; CPU per I/O (client / target) "
+                      f"{l['client_us_per_io']:.1f} / {l['daemon_us_per_io']:.1f} us")
+            return
 
         # ------------------------------------------------------------------ offloads: tgt
         tu = tgt.url(tgt.luns["offload"])

@@ -1761,15 +1761,22 @@ fn scsi_call(
     let scsi = target.scsi.clone();
     let nexus = session.nexus.clone();
     let cdb = command.cdb.clone();
-    let (lun, attribute, expected, itt) = (
+    let (lun, attribute, expected, itt, write) = (
         command.lun,
         command.attribute,
         command.expected_data_in_bytes,
         command.itt,
+        command.write,
     );
     debug_assert!(data_out.len() <= u32::MAX as usize);
     move || {
-        let needed = scsi.data_out_bytes(&nexus, lun, &cdb);
+        // Only a write has a Data-Out residual (see `completion`): a read
+        // skips the lookup of its unit this takes.
+        let needed = if write {
+            scsi.data_out_bytes(&nexus, lun, &cdb)
+        } else {
+            None
+        };
         let outcome = scsi.execute(
             &nexus,
             Command {

@@ -313,6 +313,18 @@ pub fn payload_crc(payload: &[u8]) -> u32 {
     crc_fast::crc32_iscsi(payload)
 }
 
+/// The CRC32C of `bytes` continued from `crc`, the CRC32C of what precedes
+/// them: the checksum of the two together.
+fn crc_append(crc: u32, bytes: &[u8]) -> u32 {
+    // crc-fast's state is the register before the final inversion.
+    let mut digest =
+        crc_fast::Digest::new_with_init_state(crc_fast::CrcAlgorithm::Crc32Iscsi, u64::from(!crc));
+    digest.update(bytes);
+    let crc = digest.finalize();
+    debug_assert!(crc <= u64::from(u32::MAX));
+    crc as u32
+}
+
 /// The checksum of a record: its header bytes (`header`'s flags say in which
 /// order) with the crc field zeroed, and its payload, whose own CRC32C is
 /// `payload_crc` when known.
@@ -325,9 +337,9 @@ fn record_crc(
     bytes[12..16].fill(0);
     if header.flags & FLAG_PAYLOAD_CRC_FIRST != 0 {
         let payload_crc = payload_crc.unwrap_or_else(|| self::payload_crc(payload));
-        crc32c::crc32c_append(payload_crc, &bytes)
+        crc_append(payload_crc, &bytes)
     } else {
-        crc32c::crc32c_append(crc32c::crc32c(&bytes), payload)
+        crc_append(self::payload_crc(&bytes), payload)
     }
 }
 
@@ -406,6 +418,16 @@ mod tests {
         fn payload_crc_is_crc32c(bytes in proptest::collection::vec(any::<u8>(), 0..9000), skip in 0usize..16) {
             let payload = &bytes[skip.min(bytes.len())..];
             prop_assert_eq!(payload_crc(payload), crc32c::crc32c(payload));
+        }
+
+        /// Continuing a checksum is the checksum of both parts together.
+        #[test]
+        fn crc_append_continues_crc32c(
+            first in proptest::collection::vec(any::<u8>(), 0..300),
+            second in proptest::collection::vec(any::<u8>(), 0..5000),
+        ) {
+            let whole: Vec<u8> = first.iter().chain(&second).copied().collect();
+            prop_assert_eq!(crc_append(crc32c::crc32c(&first), &second), crc32c::crc32c(&whole));
         }
     }
 

@@ -7,10 +7,12 @@
 //! is not cancel-safe; see `Inbound::next`), owns the connection state (commands gathering
 //! data, the CmdSN reorder buffer, R2T bookkeeping) and never waits on the SCSI layer: it
 //! runs only small READs and quick writes itself, which take microseconds (see
-//! `runs_inline`). A writer task owns the socket's write half and StatSN, so sequence
-//! numbers are stamped in the order PDUs hit the wire. Every other command runs on an
-//! executor task that calls the blocking SCSI layer through `spawn_blocking`, after a
-//! dispatcher task has taken the ordering lock for it where it could not be had at once.
+//! `runs_inline`). The writer (`outbound`) owns the socket's write half and StatSN, so
+//! sequence numbers are stamped in the order PDUs hit the wire: a writer task writes what
+//! is queued for it, and the processing loop writes the completions of its own commands
+//! while nothing is queued. Every other command runs on an executor task that calls the
+//! blocking SCSI layer through `spawn_blocking`, after a dispatcher task has taken the
+//! ordering lock for it where it could not be had at once.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -41,6 +41,9 @@ use crate::text::{self, Pairs};
 
 /// Task tags remembered after an abort, so late Data-Out for them is dropped quietly.
 const ABORTED_TAGS_REMEMBERED: usize = 256;
+/// PDUs the processing loop handles back to back while it holds the writer
+/// (see `outbound`) before it writes out what it buffered and lets go.
+const HOLD_PDUS_MAX: u32 = 32;
 /// How long a new login waits for the session it reinstates to close.
 const REINSTATEMENT_WAIT: Duration = Duration::from_secs(10);
 
@@ -510,16 +513,23 @@ impl Connection {
         let mut active = false;
         let mut ping: Option<u32> = None;
         let mut shutdown_deadline: Option<Instant> = None;
+        let mut pdus_under_hold: u32 = 0;
         loop {
             if self.holds_wire() {
                 // While PDUs arrive back to back, their completions gather in
-                // the send buffer; it goes out once none is waiting.
-                let next = tokio::select! {
-                    biased;
-                    next = &mut reading => Some(next),
-                    () = std::future::ready(()) => None,
+                // the send buffer; it goes out once none is waiting, or after
+                // a bounded run (the writer task's queue waits meanwhile).
+                let next = if pdus_under_hold < HOLD_PDUS_MAX {
+                    tokio::select! {
+                        biased;
+                        next = &mut reading => Some(next),
+                        () = std::future::ready(()) => None,
+                    }
+                } else {
+                    None
                 };
                 if let Some((reader, received)) = next {
+                    pdus_under_hold += 1;
                     reading.set(inbound.next(reader));
                     active = true;
                     if let Flow::Close = self.on_received(received?).await? {
@@ -529,6 +539,7 @@ impl Connection {
                 }
                 self.release_wire();
             }
+            pdus_under_hold = 0;
             tokio::select! {
                 (reader, received) = &mut reading => {
                     reading.set(inbound.next(reader));

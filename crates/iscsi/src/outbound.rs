@@ -284,11 +284,8 @@ impl Writer {
             Outbound::Complete(mut completion) => {
                 let data_in = std::mem::take(&mut completion.data_in);
                 let pdus = self.completion_pdus(&completion, data_in.len());
-                for (header, range) in pdus.data_in {
-                    self.put(&header, &data_in[range]).await?;
-                }
-                if let Some((header, sense_segment)) = pdus.response {
-                    self.put(&header, &sense_segment).await?;
+                for (header, data) in pdus.in_order(&data_in) {
+                    self.put(header, data).await?;
                 }
                 self.scsi.recycle_data_in(data_in);
             }
@@ -306,17 +303,8 @@ impl Writer {
         let data_in = std::mem::take(&mut completion.data_in);
         assert!(data_in.len() <= COPY_MAX_BYTES);
         let pdus = self.completion_pdus(&completion, data_in.len());
-        for (header, range) in pdus.data_in {
-            pdu::append_pdu(
-                &mut self.buffer,
-                &header,
-                &[],
-                &data_in[range],
-                self.digests,
-            );
-        }
-        if let Some((header, sense_segment)) = pdus.response {
-            pdu::append_pdu(&mut self.buffer, &header, &[], &sense_segment, self.digests);
+        for (header, data) in pdus.in_order(&data_in) {
+            pdu::append_pdu(&mut self.buffer, header, &[], data, self.digests);
         }
         self.scsi.recycle_data_in(data_in);
     }
@@ -510,4 +498,20 @@ struct CompletionPdus {
     /// The SCSI Response with its data segment (the sense data), unless the
     /// status rode on the last Data-In.
     response: Option<(Header, Vec<u8>)>,
+}
+
+impl CompletionPdus {
+    /// Each PDU with its data segment, in the order they go on the wire
+    /// (`data_in`: the command's data the Data-In ranges cut).
+    fn in_order<'a>(&'a self, data_in: &'a [u8]) -> impl Iterator<Item = (&'a Header, &'a [u8])> {
+        let data_in_pdus = self
+            .data_in
+            .iter()
+            .map(move |(header, range)| (header, &data_in[range.clone()]));
+        let response = self
+            .response
+            .iter()
+            .map(|(header, sense_segment)| (header, &sense_segment[..]));
+        data_in_pdus.chain(response)
+    }
 }

@@ -1028,25 +1028,53 @@ pub async fn write_pdu<W: AsyncWrite + Unpin>(
     data: &[u8],
     digests: Digests,
 ) -> std::io::Result<()> {
-    let data_len_bytes = u32::try_from(data.len()).expect("data segment length fits in u32");
-    assert!(data_len_bytes <= DATA_SEGMENT_MAX_BYTES);
-    let bhs = header.encode(ahs.len(), data_len_bytes);
-    let padding = [0u8; 3];
-    let padding = &padding[..padding_len_bytes(data.len())];
-    // Digests only when negotiated: each is a CRC32C over what it covers.
-    let header_digest = digests.header.then(|| digest(&[&bhs, ahs]).to_le_bytes());
-    let data_digest =
-        (digests.data && !data.is_empty()).then(|| digest(&[data, padding]).to_le_bytes());
-    let parts: [&[u8]; 6] = [
-        &bhs,
-        ahs,
-        header_digest.as_ref().map_or(&[], |d| &d[..]),
-        data,
-        padding,
-        data_digest.as_ref().map_or(&[], |d| &d[..]),
-    ];
-    write_all_vectored(writer, &parts).await
+    let framing = Framing::of(header, ahs, data, digests);
+    write_all_vectored(writer, &framing.parts(ahs, data)).await
 }
+
+/// What a PDU puts around its AHS and data segment on the wire: the encoded
+/// BHS, the digests (each a CRC32C over what it covers, only when negotiated)
+/// and the data segment's padding. One place for both ways a PDU leaves
+/// ([`write_pdu`] and [`append_pdu`]), so they cannot disagree.
+struct Framing {
+    bhs: [u8; BHS_LEN_BYTES],
+    header_digest: Option<[u8; 4]>,
+    padding_bytes: usize,
+    data_digest: Option<[u8; 4]>,
+}
+
+impl Framing {
+    fn of(header: &Header, ahs: &[u8], data: &[u8], digests: Digests) -> Self {
+        let data_len_bytes = u32::try_from(data.len()).expect("data segment length fits in u32");
+        assert!(data_len_bytes <= DATA_SEGMENT_MAX_BYTES);
+        let bhs = header.encode(ahs.len(), data_len_bytes);
+        let padding_bytes = padding_len_bytes(data.len());
+        let header_digest = digests.header.then(|| digest(&[&bhs, ahs]).to_le_bytes());
+        let data_digest = (digests.data && !data.is_empty())
+            .then(|| digest(&[data, &PADDING[..padding_bytes]]).to_le_bytes());
+        Framing {
+            bhs,
+            header_digest,
+            padding_bytes,
+            data_digest,
+        }
+    }
+
+    /// The PDU's bytes in wire order (empty parts included).
+    fn parts<'a>(&'a self, ahs: &'a [u8], data: &'a [u8]) -> [&'a [u8]; 6] {
+        [
+            &self.bhs,
+            ahs,
+            self.header_digest.as_ref().map_or(&[], |d| &d[..]),
+            data,
+            &PADDING[..self.padding_bytes],
+            self.data_digest.as_ref().map_or(&[], |d| &d[..]),
+        ]
+    }
+}
+
+/// Zero bytes a data segment is padded with, up to a multiple of four.
+const PADDING: [u8; 3] = [0; 3];
 
 /// Writes `parts` in order with as few calls as the writer allows: one
 /// `writev` for a PDU's header and data, where `write_all` of each would put
@@ -1081,22 +1109,9 @@ pub fn encode_pdu(header: &Header, ahs: &[u8], data: &[u8], digests: Digests) ->
 /// Appends a whole PDU, padding and digests included, to `out` (the target's
 /// send buffer: several PDUs leave in one write).
 pub fn append_pdu(out: &mut Vec<u8>, header: &Header, ahs: &[u8], data: &[u8], digests: Digests) {
-    let data_len_bytes = u32::try_from(data.len()).expect("data segment length fits in u32");
-    assert!(data_len_bytes <= DATA_SEGMENT_MAX_BYTES);
-    let bhs = header.encode(ahs.len(), data_len_bytes);
-    out.extend_from_slice(&bhs);
-    out.extend_from_slice(ahs);
-    if digests.header {
-        out.extend_from_slice(&digest(&[&bhs, ahs]).to_le_bytes());
-    }
-    if !data.is_empty() {
-        let padding = [0u8; 3];
-        let padding = &padding[..padding_len_bytes(data.len())];
-        out.extend_from_slice(data);
-        out.extend_from_slice(padding);
-        if digests.data {
-            out.extend_from_slice(&digest(&[data, padding]).to_le_bytes());
-        }
+    let framing = Framing::of(header, ahs, data, digests);
+    for part in framing.parts(ahs, data) {
+        out.extend_from_slice(part);
     }
 }
 

@@ -10,9 +10,9 @@
 //! `runs_inline`). The writer (`outbound`) owns the socket's write half and StatSN, so
 //! sequence numbers are stamped in the order PDUs hit the wire: a writer task writes what
 //! is queued for it, and the processing loop writes the completions of its own commands
-//! while nothing is queued. Every other command runs on an executor task that calls the
-//! blocking SCSI layer through `spawn_blocking`, after a dispatcher task has taken the
-//! ordering lock for it where it could not be had at once.
+//! while nothing is queued. Every other command runs on the blocking pool from start to
+//! finish (`start`) and queues its completion for the writer task from there, after a
+//! dispatcher task has taken the ordering lock for it where it could not be had at once.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1111,14 +1111,14 @@ impl Connection {
             self.execute_here(control, ready, guard);
             return;
         }
-        tokio::spawn(execute(
+        start(
             self.target.clone(),
             self.session.clone(),
             control,
             ready,
             guard,
             self.out.clone(),
-        ));
+        );
     }
 
     /// The ordering lock for a command, if it can be had without waiting and
@@ -1156,15 +1156,7 @@ impl Connection {
         } = ready;
         debug_assert!(answer.is_none());
         let itt = command.itt;
-        let outcome = if control.aborted.load(Ordering::SeqCst) {
-            None
-        } else {
-            let call = scsi_call(&self.target, &self.session, &command, data_out);
-            Some(
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
-                    .map_err(|_| "the SCSI layer panicked".to_string()),
-            )
-        };
+        let outcome = run_scsi(&self.target, &self.session, &control, &command, data_out);
         let Some(completion) = settle(&self.session, &control, &command, r2t_count, guard, outcome)
         else {
             self.session.remove_task(itt);
@@ -1722,19 +1714,53 @@ async fn dispatch_loop(
         };
         let before = backlog.fetch_sub(1, Ordering::SeqCst);
         assert!(before > 0, "a dispatched command was counted");
-        tokio::spawn(execute(
+        start(
             target.clone(),
             session.clone(),
             control,
             ready,
             guard,
             out.clone(),
-        ));
+        );
     }
 }
 
-async fn execute(
+/// Starts a command that does not run on the processing loop: one that needs
+/// the SCSI layer runs on the blocking pool from start to finish and queues
+/// its completion from there (one hand-off, where an executor task waiting for
+/// the pool was two); one with its answer ready only queues that.
+fn start(
     target: Arc<Target>,
+    session: Arc<Session>,
+    control: Arc<TaskControl>,
+    ready: ReadyCommand,
+    guard: OrderGuard,
+    out: Outbox,
+) {
+    if ready.answer.is_some() {
+        tokio::spawn(send_answer(session, control, ready, guard, out));
+        return;
+    }
+    tokio::task::spawn_blocking(move || {
+        let ReadyCommand {
+            command,
+            data_out,
+            r2t_count,
+            answer,
+        } = ready;
+        debug_assert!(answer.is_none());
+        let itt = command.itt;
+        let outcome = run_scsi(&target, &session, &control, &command, data_out);
+        if let Some(completion) = settle(&session, &control, &command, r2t_count, guard, outcome) {
+            let _ = out.blocking_send(Outbound::Complete(completion));
+        }
+        session.remove_task(itt);
+    });
+}
+
+/// Queues the completion of a command answered without the SCSI layer (the
+/// answer was made when it was admitted).
+async fn send_answer(
     session: Arc<Session>,
     control: Arc<TaskControl>,
     ready: ReadyCommand,
@@ -1743,24 +1769,36 @@ async fn execute(
 ) {
     let ReadyCommand {
         command,
-        data_out,
         r2t_count,
         answer,
+        ..
     } = ready;
+    let answer = answer.expect("only answered commands are sent this way");
     let itt = command.itt;
-    let outcome = match answer {
-        Some(answer) => Some(Ok((answer, None))),
-        None if control.aborted.load(Ordering::SeqCst) => None,
-        None => {
-            let call = scsi_call(&target, &session, &command, data_out);
-            let result = tokio::task::spawn_blocking(call).await;
-            Some(result.map_err(|error| error.to_string()))
-        }
-    };
+    let outcome = Some(Ok((answer, None)));
     if let Some(completion) = settle(&session, &control, &command, r2t_count, guard, outcome) {
         let _ = out.send(Outbound::Complete(completion)).await;
     }
     session.remove_task(itt);
+}
+
+/// Runs a command through the SCSI layer on the calling thread, unless it was
+/// aborted before it started; a panic in the layer is an outcome too.
+fn run_scsi(
+    target: &Target,
+    session: &Session,
+    control: &TaskControl,
+    command: &PendingCommand,
+    data_out: Vec<u8>,
+) -> Option<Result<(CommandOutcome, Option<u64>), String>> {
+    if control.aborted.load(Ordering::SeqCst) {
+        return None;
+    }
+    let call = || scsi_call(target, session, command, &data_out);
+    Some(
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
+            .map_err(|_| "the SCSI layer panicked".to_string()),
+    )
 }
 
 /// The SCSI layer's work for a command: its outcome, and how many Data-Out
@@ -1769,40 +1807,30 @@ fn scsi_call(
     target: &Target,
     session: &Session,
     command: &PendingCommand,
-    data_out: Vec<u8>,
-) -> impl FnOnce() -> (CommandOutcome, Option<u64>) + Send + 'static {
-    let scsi = target.scsi.clone();
-    let nexus = session.nexus.clone();
-    let cdb = command.cdb.clone();
-    let (lun, attribute, expected, itt, write) = (
-        command.lun,
-        command.attribute,
-        command.expected_data_in_bytes,
-        command.itt,
-        command.write,
-    );
+    data_out: &[u8],
+) -> (CommandOutcome, Option<u64>) {
     debug_assert!(data_out.len() <= u32::MAX as usize);
-    move || {
-        // Only a write has a Data-Out residual (see `completion`): a read
-        // skips the lookup of its unit this takes.
-        let needed = if write {
-            scsi.data_out_bytes(&nexus, lun, &cdb)
-        } else {
-            None
-        };
-        let outcome = scsi.execute(
-            &nexus,
-            Command {
-                lun,
-                cdb: &cdb,
-                data_out: &data_out,
-                expected_data_in_bytes: expected,
-                task_tag: itt,
-                attribute,
-            },
-        );
-        (outcome, needed)
-    }
+    // Only a write has a Data-Out residual (see `completion`): a read skips
+    // the lookup of its unit this takes.
+    let needed = if command.write {
+        target
+            .scsi
+            .data_out_bytes(&session.nexus, command.lun, &command.cdb)
+    } else {
+        None
+    };
+    let outcome = target.scsi.execute(
+        &session.nexus,
+        Command {
+            lun: command.lun,
+            cdb: &command.cdb,
+            data_out,
+            expected_data_in_bytes: command.expected_data_in_bytes,
+            task_tag: command.itt,
+            attribute: command.attribute,
+        },
+    );
+    (outcome, needed)
 }
 
 /// After the SCSI layer is done: lets later ordered commands go, frees the

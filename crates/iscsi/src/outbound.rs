@@ -132,6 +132,15 @@ impl Outbox {
         })
     }
 
+    /// [`Outbox::send`] from a thread outside the runtime (the blocking pool).
+    pub fn blocking_send(&self, item: Outbound) -> Result<(), Outbound> {
+        self.wire.queued.fetch_add(1, Ordering::SeqCst);
+        self.tx.blocking_send(item).map_err(|error| {
+            self.wire.queued.fetch_sub(1, Ordering::SeqCst);
+            error.0
+        })
+    }
+
     pub fn try_send(&self, item: Outbound) -> Result<(), mpsc::error::TrySendError<Outbound>> {
         self.wire.queued.fetch_add(1, Ordering::SeqCst);
         self.tx.try_send(item).inspect_err(|_| {

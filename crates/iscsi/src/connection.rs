@@ -1148,17 +1148,8 @@ impl Connection {
     /// response: no hand-off to another task or thread at all (see
     /// `runs_inline`).
     fn execute_here(&self, control: Arc<TaskControl>, ready: ReadyCommand, guard: OrderGuard) {
-        let ReadyCommand {
-            command,
-            data_out,
-            r2t_count,
-            answer,
-        } = ready;
-        debug_assert!(answer.is_none());
-        let itt = command.itt;
-        let outcome = run_scsi(&self.target, &self.session, &control, &command, data_out);
-        let Some(completion) = settle(&self.session, &control, &command, r2t_count, guard, outcome)
-        else {
+        let (itt, completion) = run_ready(&self.target, &self.session, &control, ready, guard);
+        let Some(completion) = completion else {
             self.session.remove_task(itt);
             return;
         };
@@ -1742,16 +1733,8 @@ fn start(
         return;
     }
     tokio::task::spawn_blocking(move || {
-        let ReadyCommand {
-            command,
-            data_out,
-            r2t_count,
-            answer,
-        } = ready;
-        debug_assert!(answer.is_none());
-        let itt = command.itt;
-        let outcome = run_scsi(&target, &session, &control, &command, data_out);
-        if let Some(completion) = settle(&session, &control, &command, r2t_count, guard, outcome) {
+        let (itt, completion) = run_ready(&target, &session, &control, ready, guard);
+        if let Some(completion) = completion {
             let _ = out.blocking_send(Outbound::Complete(completion));
         }
         session.remove_task(itt);
@@ -1782,23 +1765,30 @@ async fn send_answer(
     session.remove_task(itt);
 }
 
-/// Runs a command through the SCSI layer on the calling thread, unless it was
-/// aborted before it started; a panic in the layer is an outcome too.
-fn run_scsi(
+/// Runs a ready command through the SCSI layer on the calling thread, unless
+/// it was aborted before it started (a panic in the layer is an outcome too),
+/// and settles it: its tag, and the completion to send unless it was aborted.
+fn run_ready(
     target: &Target,
     session: &Session,
     control: &TaskControl,
-    command: &PendingCommand,
-    data_out: Vec<u8>,
-) -> Option<Result<(CommandOutcome, Option<u64>), String>> {
-    if control.aborted.load(Ordering::SeqCst) {
-        return None;
-    }
-    let call = || scsi_call(target, session, command, &data_out);
-    Some(
+    ready: ReadyCommand,
+    guard: OrderGuard,
+) -> (u32, Option<Completion>) {
+    let ReadyCommand {
+        command,
+        data_out,
+        r2t_count,
+        answer,
+    } = ready;
+    debug_assert!(answer.is_none());
+    let outcome = (!control.aborted.load(Ordering::SeqCst)).then(|| {
+        let call = || scsi_call(target, session, &command, &data_out);
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
-            .map_err(|_| "the SCSI layer panicked".to_string()),
-    )
+            .map_err(|_| "the SCSI layer panicked".to_string())
+    });
+    let completion = settle(session, control, &command, r2t_count, guard, outcome);
+    (command.itt, completion)
 }
 
 /// The SCSI layer's work for a command: its outcome, and how many Data-Out

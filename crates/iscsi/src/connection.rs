@@ -1724,12 +1724,12 @@ fn start(
     target: Arc<Target>,
     session: Arc<Session>,
     control: Arc<TaskControl>,
-    ready: ReadyCommand,
+    mut ready: ReadyCommand,
     guard: OrderGuard,
     out: Outbox,
 ) {
-    if ready.answer.is_some() {
-        tokio::spawn(send_answer(session, control, ready, guard, out));
+    if let Some(answer) = ready.answer.take() {
+        tokio::spawn(send_answer(session, control, ready, answer, guard, out));
         return;
     }
     tokio::task::spawn_blocking(move || {
@@ -1741,22 +1741,19 @@ fn start(
     });
 }
 
-/// Queues the completion of a command answered without the SCSI layer (the
-/// answer was made when it was admitted).
+/// Queues the completion of a command answered without the SCSI layer
+/// (`answer`, made when it was admitted).
 async fn send_answer(
     session: Arc<Session>,
     control: Arc<TaskControl>,
     ready: ReadyCommand,
+    answer: CommandOutcome,
     guard: OrderGuard,
     out: Outbox,
 ) {
     let ReadyCommand {
-        command,
-        r2t_count,
-        answer,
-        ..
+        command, r2t_count, ..
     } = ready;
-    let answer = answer.expect("only answered commands are sent this way");
     let itt = command.itt;
     let outcome = Some(Ok((answer, None)));
     if let Some(completion) = settle(&session, &control, &command, r2t_count, guard, outcome) {

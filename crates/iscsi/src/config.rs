@@ -10,6 +10,10 @@ use std::time::Duration;
 
 /// Port IANA assigned to iSCSI.
 pub const DEFAULT_PORT: u16 = 3260;
+/// Default of [`TargetConfig::idle_poll`]: longer than an initiator at queue
+/// depth one usually takes between reading an answer and sending its next
+/// command, short enough that a connection going quiet wastes little.
+pub const DEFAULT_IDLE_POLL: Duration = Duration::from_micros(50);
 /// The one target portal group every portal of this target belongs to.
 pub const PORTAL_GROUP_TAG: u16 = 1;
 
@@ -27,6 +31,10 @@ pub struct TargetConfig {
     pub allow_unknown_initiators: bool,
     pub limits: Limits,
     pub timeouts: Timeouts,
+    /// How long a connection polls its socket, once everything it was asked
+    /// is answered, before it sleeps until the initiator sends again
+    /// (`idle_poll`). Zero never polls; at most [`crate::IDLE_POLL_MAX`].
+    pub idle_poll: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -111,6 +119,7 @@ impl TargetConfig {
             allow_unknown_initiators: false,
             limits: Limits::default(),
             timeouts: Timeouts::default(),
+            idle_poll: DEFAULT_IDLE_POLL,
         }
     }
 }

@@ -24,12 +24,13 @@ use lacuna_scsi::target::{
     TaskManagementResponse,
 };
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 use tokio::time::Instant;
 
 use crate::discovery;
+use crate::idle_poll::{IdlePoll, SocketReader};
 use crate::login::{self, Login, LoginOutcome, LoginReply, LoginStatus, LoginStep, SessionType};
 use crate::outbound::{self, Completion, HeldWriter, Outbound, Outbox, Residual, Wire};
 use crate::pdu::{
@@ -52,7 +53,11 @@ pub(crate) async fn run(stream: TcpStream, target: Arc<Target>) {
     let peer = stream.peer_addr().ok();
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
-    let mut reader = BufReader::new(read_half);
+    let idle_poll = Arc::new(IdlePoll::new(
+        target.config.idle_poll,
+        target.poll_slots.clone(),
+    ));
+    let mut reader = BufReader::new(SocketReader::new(read_half, idle_poll.clone()));
     let mut writer = BufWriter::new(write_half);
     let login_timeout = target.config.timeouts.login;
     let established = tokio::time::timeout(
@@ -79,13 +84,21 @@ pub(crate) async fn run(stream: TcpStream, target: Arc<Target>) {
         session_type = ?session.session_type,
         "iSCSI session established"
     );
-    full_feature_phase(reader, writer, target.clone(), session.clone(), stat_sn).await;
+    full_feature_phase(
+        reader,
+        writer,
+        target.clone(),
+        session.clone(),
+        stat_sn,
+        idle_poll,
+    )
+    .await;
     teardown(&target, &session).await;
 }
 
 /// Runs the login exchange. `Ok(None)` when the login failed and was answered.
 async fn login_phase(
-    reader: &mut BufReader<OwnedReadHalf>,
+    reader: &mut BufReader<SocketReader>,
     writer: &mut BufWriter<OwnedWriteHalf>,
     target: &Arc<Target>,
 ) -> Result<Option<(Arc<Session>, u32)>, PduError> {
@@ -382,6 +395,8 @@ struct Connection {
     text_out: Option<(u32, u32, Vec<u8>)>,
     /// Text Request continuation from the initiator: (ITT, bytes so far).
     text_in: Option<(u32, Vec<u8>)>,
+    /// Armed before the loop waits for the initiator with nothing running.
+    idle_poll: Arc<IdlePoll>,
 }
 
 /// A command handed to the dispatcher, which takes the ordering lock in CmdSN order.
@@ -391,11 +406,12 @@ struct Dispatch {
 }
 
 async fn full_feature_phase(
-    reader: BufReader<OwnedReadHalf>,
+    reader: BufReader<SocketReader>,
     writer: BufWriter<OwnedWriteHalf>,
     target: Arc<Target>,
     session: Arc<Session>,
     stat_sn: u32,
+    idle_poll: Arc<IdlePoll>,
 ) {
     let params = &session.params;
     let digests = Digests {
@@ -440,6 +456,7 @@ async fn full_feature_phase(
         next_transfer_tag: 1,
         text_out: None,
         text_in: None,
+        idle_poll,
     };
     let inbound = Inbound {
         digests,
@@ -475,8 +492,8 @@ impl Inbound {
     /// itself: a reader task of its own cost a task hand-off for every PDU.
     async fn next(
         self,
-        mut reader: BufReader<OwnedReadHalf>,
-    ) -> (BufReader<OwnedReadHalf>, Result<ReadOutcome, PduError>) {
+        mut reader: BufReader<SocketReader>,
+    ) -> (BufReader<SocketReader>, Result<ReadOutcome, PduError>) {
         let result = pdu::read_pdu(
             &mut reader,
             self.digests,
@@ -499,7 +516,7 @@ impl Connection {
     /// after its last PDU).
     async fn serve(
         &mut self,
-        reader: BufReader<OwnedReadHalf>,
+        reader: BufReader<SocketReader>,
         inbound: Inbound,
     ) -> Result<(), FatalError> {
         let timeouts = self.target.config.timeouts.clone();
@@ -520,6 +537,8 @@ impl Connection {
                 // the send buffer; it goes out once none is waiting, or after
                 // a bounded run (the writer task's queue waits meanwhile).
                 let next = if pdus_under_hold < HOLD_PDUS_MAX {
+                    // Completions wait in the send buffer: no polling now.
+                    self.idle_poll.disarm();
                     tokio::select! {
                         biased;
                         next = &mut reading => Some(next),
@@ -540,6 +559,14 @@ impl Connection {
                 self.release_wire();
             }
             pdus_under_hold = 0;
+            if self.session.task_count() == 0 {
+                // Everything is answered and out: the next command is the
+                // initiator's move, worth polling for (see `idle_poll`).
+                self.idle_poll.arm();
+            } else {
+                // An answer is on its way from elsewhere.
+                self.idle_poll.disarm();
+            }
             tokio::select! {
                 (reader, received) = &mut reading => {
                     reading.set(inbound.next(reader));

@@ -9,6 +9,7 @@ pub mod chap;
 pub mod config;
 mod connection;
 pub mod discovery;
+mod idle_poll;
 pub mod login;
 mod outbound;
 pub mod pdu;
@@ -18,5 +19,6 @@ pub mod session;
 pub mod text;
 
 pub use config::{default_target_name, Limits, TargetConfig, Timeouts, DEFAULT_PORT};
+pub use idle_poll::IDLE_POLL_MAX;
 pub use policy::{AccessPolicy, ChapCredentials, ChapRequirement, OpenAccess};
 pub use server::{bind_portals, serve};

@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 
 use crate::config::TargetConfig;
 use crate::connection;
+use crate::idle_poll::{PollSlots, IDLE_POLL_MAX};
 use crate::policy::AccessPolicy;
 use crate::session::Registry;
 
@@ -29,6 +30,8 @@ pub(crate) struct Target {
     /// Addresses of the listeners served, advertised by SendTargets.
     pub portals: Vec<SocketAddr>,
     pub shutdown: watch::Receiver<bool>,
+    /// Connections allowed to poll their sockets at once (`idle_poll`).
+    pub poll_slots: Arc<PollSlots>,
 }
 
 /// Binds every portal of the configuration.
@@ -56,11 +59,24 @@ pub async fn serve(
             "no listener to serve",
         ));
     }
+    if config.idle_poll > IDLE_POLL_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "idle poll {:?} is longer than {IDLE_POLL_MAX:?}",
+                config.idle_poll
+            ),
+        ));
+    }
     let portals = listeners
         .iter()
         .map(TcpListener::local_addr)
         .collect::<io::Result<Vec<_>>>()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    // One runtime worker always stays free of polling; a runtime with one
+    // worker never polls.
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    let poll_slots = Arc::new(PollSlots::new(workers.saturating_sub(1)));
     let shared = Arc::new(Target {
         scsi: target,
         policy,
@@ -68,6 +84,7 @@ pub async fn serve(
         registry: Registry::default(),
         portals,
         shutdown: shutdown_rx,
+        poll_slots,
     });
     let mut acceptors = JoinSet::new();
     for listener in listeners {

@@ -25,6 +25,8 @@ pub struct ServeConfig {
     pub iscsi_listen: Vec<SocketAddr>,
     pub iscsi_target_name: Option<String>,
     pub iscsi_open_access: bool,
+    /// How long an answered iSCSI connection polls before it sleeps.
+    pub iscsi_poll_us: u32,
     /// Anonymous (non-TLS) NBD clients see every volume.
     pub nbd_open_access: bool,
     pub nbd_tls: NbdTls,
@@ -160,6 +162,7 @@ async fn serve_all(
     }
     target_config.portals = config.iscsi_listen.clone();
     target_config.allow_unknown_initiators = config.iscsi_open_access;
+    target_config.idle_poll = std::time::Duration::from_micros(u64::from(config.iscsi_poll_us));
     let mut portals = Vec::new();
     for addr in &config.iscsi_listen {
         portals.push(

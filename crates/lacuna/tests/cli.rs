@@ -287,6 +287,14 @@ fn invalid_arguments_get_clap_messages() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("invalid size 'lots'"), "{err}");
+    assert_usage_error(
+        &["serve", "--iscsi-poll-us", "1001"],
+        "1001 is not in 0..=1000",
+    );
+    assert_usage_error(
+        &["serve", "--iscsi-poll-us", "soon"],
+        "invalid value 'soon'",
+    );
 }
 
 impl LiveApi {

@@ -118,6 +118,14 @@ enum ContainerStep {
 }
 /// How long the reclaimer sleeps when idle before checking again.
 const IDLE_WAIT: Duration = Duration::from_millis(500);
+/// How long the reclaimer sleeps, out of reach of wake-ups, each time it runs
+/// out of work before it waits to be woken. Why: every range a host writes
+/// (EXTENDED COPY, WRITE SAME, UNMAP) wakes the reclaimer, and a host issuing
+/// them one after another (ESXi copies in 4 MiB commands) then paid a thread
+/// wake-up per command, dear where idle cores halt; asked while the reclaimer
+/// lingers, a wake-up is a flag it finds when the linger ends. Reclaim starts
+/// at most this much later.
+const LINGER: Duration = Duration::from_millis(1);
 /// Writes not flushed by a host are made durable in the background after this
 /// long anyway: it bounds what a crash can lose from hosts that never flush, and
 /// keeps redb's chain of non-durable commits short. Five seconds, as ZFS's
@@ -180,6 +188,9 @@ fn run(weak: Weak<Engine>) {
 }
 
 fn wait(engine: &Arc<Engine>, timeout: Duration) {
+    // Not waiting on the condition variable meanwhile, so a wake-up asked for
+    // in this time costs the asker nothing (see `LINGER`).
+    std::thread::sleep(LINGER);
     let (flag, condvar) = &engine.reclaim_wake;
     let mut woken = flag.lock();
     if !*woken {

@@ -187,14 +187,19 @@ fn run(weak: Weak<Engine>) {
     }
 }
 
+/// Waits `timeout` (at least 100 µs), or less if woken after the linger.
 fn wait(engine: &Arc<Engine>, timeout: Duration) {
+    let timeout = timeout.max(Duration::from_micros(100));
     // Not waiting on the condition variable meanwhile, so a wake-up asked for
-    // in this time costs the asker nothing (see `LINGER`).
-    std::thread::sleep(LINGER);
+    // in this time costs the asker nothing (see `LINGER`). Part of the wait,
+    // so a reclaim waiting for rate tokens waits no longer than before.
+    let lingered = LINGER.min(timeout);
+    std::thread::sleep(lingered);
     let (flag, condvar) = &engine.reclaim_wake;
     let mut woken = flag.lock();
-    if !*woken {
-        condvar.wait_for(&mut woken, timeout.max(Duration::from_micros(100)));
+    let rest = timeout.saturating_sub(lingered);
+    if !*woken && !rest.is_zero() {
+        condvar.wait_for(&mut woken, rest);
     }
     *woken = false;
 }

@@ -20,7 +20,7 @@
 //! would otherwise wait for a worker that is busy polling.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -36,8 +36,9 @@ use tokio::net::tcp::OwnedReadHalf;
 const ATTEMPT_NANOS_MIN: u128 = 100;
 /// Longest budget accepted.
 pub const IDLE_POLL_MAX: Duration = Duration::from_secs(1);
-/// Longest backoff, in idle periods skipped, after periods in which nothing came.
-const SKIP_PERIODS_MAX: u32 = 64;
+/// Doublings of the backoff after idle periods in which nothing came: at
+/// most 2^6 - 1 = 63 periods are then slept through without polling.
+const BACKOFF_DOUBLINGS_MAX: u32 = 6;
 
 /// Connections allowed to poll at the same time, across the target.
 #[derive(Debug)]
@@ -136,9 +137,8 @@ impl IdlePoll {
                 let misses = self.misses.load(Ordering::Relaxed).saturating_add(1);
                 self.misses.store(misses, Ordering::Relaxed);
                 // 1, 3, 7, ... idle periods without polling, up to the cap.
-                let skip = (1u32 << misses.min(6)) - 1;
-                self.skip
-                    .store(skip.min(SKIP_PERIODS_MAX), Ordering::Relaxed);
+                let skip = (1u32 << misses.min(BACKOFF_DOUBLINGS_MAX)) - 1;
+                self.skip.store(skip, Ordering::Relaxed);
             }
         }
     }
@@ -168,14 +168,12 @@ enum Outcome {
 /// there.
 pub(crate) struct SocketReader {
     half: OwnedReadHalf,
-    fd: RawFd,
     poll: Arc<IdlePoll>,
 }
 
 impl SocketReader {
     pub(crate) fn new(half: OwnedReadHalf, poll: Arc<IdlePoll>) -> SocketReader {
-        let fd = half.as_ref().as_raw_fd();
-        SocketReader { half, fd, poll }
+        SocketReader { half, poll }
     }
 
     /// One non-blocking receive into `buf`. `Ok(true)` when it filled
@@ -184,11 +182,11 @@ impl SocketReader {
     fn try_receive(&self, buf: &mut ReadBuf<'_>) -> io::Result<bool> {
         let unfilled = buf.initialize_unfilled();
         // SAFETY: `unfilled` is initialised memory of `unfilled.len()` bytes
-        // that this call borrows mutably, and `self.fd` is the socket that
+        // that this call borrows mutably, and the descriptor is the socket that
         // `self.half` owns for as long as `self` lives.
         let received = unsafe {
             libc::recv(
-                self.fd,
+                self.half.as_ref().as_raw_fd(),
                 unfilled.as_mut_ptr().cast(),
                 unfilled.len(),
                 libc::MSG_DONTWAIT,

@@ -76,9 +76,10 @@ fn engine_status(e: &EngineError) -> StatusCode {
         | EngineError::ContainerExists(_) => StatusCode::CONFLICT,
         EngineError::InvalidArgument(_) | EngineError::OutOfRange { .. } => StatusCode::BAD_REQUEST,
         EngineError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
-        EngineError::Corruption(_) | EngineError::Io { .. } | EngineError::Metadata(_) => {
-            StatusCode::INTERNAL_SERVER_ERROR
-        }
+        EngineError::Corruption(_)
+        | EngineError::Io { .. }
+        | EngineError::Metadata(_)
+        | EngineError::WouldBlock(_) => StatusCode::INTERNAL_SERVER_ERROR,
         EngineError::Fenced(_) => StatusCode::SERVICE_UNAVAILABLE,
     }
 }

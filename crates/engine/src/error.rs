@@ -40,6 +40,11 @@ pub enum EngineError {
     },
     #[error("metadata store: {0}")]
     Metadata(String),
+    /// A read asked not to wait for the disk ([`crate::Volume::read_cached`])
+    /// found data that is not in memory. Not a failure: the caller reads again
+    /// where it may wait.
+    #[error("{0}: not in memory")]
+    WouldBlock(String),
     /// A write batch's shared metadata transaction failed after some of its
     /// writes were acknowledged: the array takes no more I/O until restarted.
     #[error("the array stopped taking I/O after a failed metadata transaction ({0}); restart it to recover to the last flush")]
@@ -50,6 +55,9 @@ pub type Result<T> = std::result::Result<T, EngineError>;
 
 impl EngineError {
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+        if source.kind() == io::ErrorKind::WouldBlock {
+            return EngineError::WouldBlock(context.into());
+        }
         EngineError::Io {
             context: context.into(),
             source,

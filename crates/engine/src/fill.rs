@@ -14,7 +14,7 @@
 use crate::meta::BlockRec;
 use crate::pending::PendingGrain;
 use crate::view::{Content, Reader};
-use crate::{grain, Engine, Result, GRAIN_BYTES};
+use crate::{grain, Engine, EngineError, Result, GRAIN_BYTES};
 
 /// Most bytes read with one call.
 const MAX_SPAN_BYTES: u64 = 1 << 20;
@@ -288,6 +288,9 @@ impl<'a> Filler<'a> {
     ) -> Result<()> {
         let engine = self.engine;
         let result = match engine.read_record(id, rec, &mut self.record_buf, out) {
+            // Not in memory, and the caller would rather not wait: neither a
+            // failure nor a sign that the location is stale.
+            Err(error @ EngineError::WouldBlock(_)) => return Err(error),
             // A stale cache entry (the block moved): never data, and not an
             // error either. Read where the block table says.
             Err(_) if cached => {
@@ -297,6 +300,9 @@ impl<'a> Filler<'a> {
             }
             result => result,
         };
+        if let Err(EngineError::WouldBlock(_)) = result {
+            return result;
+        }
         result.inspect_err(|e| {
             engine.count_read_failure(e);
             tracing::error!(
@@ -335,6 +341,45 @@ mod tests {
         let mut buf = vec![0u8; length_bytes as usize];
         volume.read(offset_bytes, &mut buf).unwrap();
         buf
+    }
+
+    /// Drops the segment files' pages from the page cache (they are clean
+    /// after a flush), as memory pressure would.
+    fn evict_segments(dir: &std::path::Path) {
+        use std::os::fd::AsRawFd;
+        for entry in std::fs::read_dir(dir.join("segments")).unwrap() {
+            let file = std::fs::File::open(entry.unwrap().path()).unwrap();
+            // SAFETY: a plain system call on a descriptor this function owns.
+            let rc =
+                unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            assert_eq!(rc, 0);
+        }
+    }
+
+    #[test]
+    fn a_read_that_must_not_wait_refuses_data_out_of_memory_and_counts_no_error() {
+        let (dir, engine, volume) = engine();
+        let data = crate::testdata::unique_bytes((GRAINS * GRAIN_BYTES) as usize, 3);
+        volume.write(0, &data).unwrap();
+        volume.flush().unwrap();
+        let mut buf = vec![0u8; data.len()];
+        assert!(
+            volume.read_cached(0, &mut buf).unwrap(),
+            "just written: in memory"
+        );
+        assert_eq!(buf, data);
+        evict_segments(dir.path());
+        assert!(
+            !volume.read_cached(0, &mut buf).unwrap(),
+            "evicted pages were read without waiting (is the temp dir on tmpfs?)"
+        );
+        assert_eq!(engine.stats.read_errors.load(Ordering::Relaxed), 0);
+        assert_eq!(engine.stats.checksum_errors.load(Ordering::Relaxed), 0);
+        // A read that may wait brings the data back, and then it is in memory.
+        assert_eq!(read(&volume, 0, GRAINS * GRAIN_BYTES), data);
+        buf.fill(0);
+        assert!(volume.read_cached(0, &mut buf).unwrap());
+        assert_eq!(buf, data);
     }
 
     #[test]

@@ -808,6 +808,20 @@ impl Volume {
         self.engine.read(&self.shared, offset_bytes, buf)
     }
 
+    /// [`Volume::read`], unless it would have to wait for the disk: `Ok(false)`
+    /// then, with `buf` holding nothing in particular. For transports that
+    /// run small reads on their own task and hand the rest to threads that
+    /// may block (a read from the page cache takes microseconds, one from a
+    /// disk may take milliseconds, and meanwhile the task would read no
+    /// further requests).
+    pub fn read_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool> {
+        match segment::without_waiting(|| self.read(offset_bytes, buf)) {
+            Ok(()) => Ok(true),
+            Err(EngineError::WouldBlock(_)) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Writes at any byte offset (sub-grain writes read-modify-write the grain).
     pub fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<()> {
         self.live()?;

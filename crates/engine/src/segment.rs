@@ -161,7 +161,11 @@ impl SegmentStore for FileSegmentStore {
                 return tails.read(segment, &file, offset_bytes, buf);
             }
         }
-        file.read_exact_at(buf, offset_bytes)
+        if reads_wait() {
+            file.read_exact_at(buf, offset_bytes)
+        } else {
+            read_exact_at_cached(&file, buf, offset_bytes)
+        }
     }
 
     fn sync(&self, segment: SegmentId) -> io::Result<()> {
@@ -404,6 +408,70 @@ pub fn verify_record(
         ));
     }
     Ok(payload)
+}
+
+thread_local! {
+    /// Set while this thread runs a read that must not wait for the disk.
+    static NO_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with this thread's segment reads refusing to wait for the disk:
+/// a record not wholly in the page cache fails with `WouldBlock` instead.
+/// Why a thread-local rather than a parameter: the flag concerns only the
+/// innermost `pread`, many calls below the volume's read, and only the
+/// thread that asks (a transport running a read on its own task).
+pub(crate) fn without_waiting<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            NO_WAIT.with(|flag| flag.set(false));
+        }
+    }
+    let was = NO_WAIT.with(|flag| flag.replace(true));
+    assert!(!was, "no-wait reads do not nest");
+    let _reset = Reset;
+    f()
+}
+
+fn reads_wait() -> bool {
+    !NO_WAIT.with(|flag| flag.get())
+}
+
+/// `read_exact_at` with `RWF_NOWAIT`: the kernel returns what the page cache
+/// holds and `EAGAIN` rather than start a disk read. A short read means the
+/// rest is not cached: `WouldBlock` too.
+fn read_exact_at_cached(file: &File, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut done = 0usize;
+    // Bounded: each turn reads at least one byte or returns.
+    while done < buf.len() {
+        let iov = libc::iovec {
+            iov_base: buf[done..].as_mut_ptr().cast(),
+            iov_len: buf.len() - done,
+        };
+        let offset = i64::try_from(offset_bytes + done as u64)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `iov` points into `buf`, which outlives the call, and the
+        // kernel writes at most `iov_len` bytes there.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+        match n {
+            n if n > 0 => {
+                done += n as usize;
+                if done < buf.len() {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+            }
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            _ => {
+                let error = io::Error::last_os_error();
+                if error.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

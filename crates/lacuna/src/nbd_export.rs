@@ -240,6 +240,14 @@ impl BlockExport for VolumeExport {
         self.volume.write(offset, data).map_err(export_error)
     }
 
+    fn read_cached(&self, offset: u64, buf: &mut [u8]) -> Result<bool, ExportError> {
+        self.volume.read_cached(offset, buf).map_err(export_error)
+    }
+
+    fn write_is_quick(&self, length: u64) -> bool {
+        self.volume.write_is_quick(length)
+    }
+
     fn trim(&self, offset: u64, length: u64) -> Result<(), ExportError> {
         self.volume.unmap(offset, length).map_err(export_error)
     }

@@ -1,8 +1,9 @@
 //! The storage-facing traits. The NBD crate knows nothing of storage: the binary
 //! adapts its engine to these traits, and tests use an in-memory implementation.
 //!
-//! Every method is synchronous and may block on disk I/O, so the server only ever
-//! calls them from the blocking pool, never from an async task.
+//! Every method is synchronous and may block on disk I/O, so the server calls
+//! them from the blocking pool; only small reads, and small writes that
+//! [`BlockExport::write_is_quick`] calls quick, run on the connection's task.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -127,6 +128,19 @@ pub trait BlockExport: Send + Sync + 'static {
     /// cover `[offset, offset + length)`; the server clips any excess, treats an
     /// uncovered tail as data for reads and omits it from block status.
     fn extents(&self, offset: u64, length: u64) -> Result<Vec<(u64, ExtentKind)>, ExportError>;
+    /// [`BlockExport::read`] if it can be made without waiting for a disk
+    /// (from memory): `Ok(false)` otherwise, with `buf` holding nothing in
+    /// particular. The server runs small reads on the connection's own task
+    /// this way, and the rest on the blocking pool. The default says no.
+    fn read_cached(&self, _offset: u64, _buf: &mut [u8]) -> Result<bool, ExportError> {
+        Ok(false)
+    }
+    /// Whether a write of `length` bytes returns in about the time of a read
+    /// (it will not wait for background work), so that the server may run it
+    /// on the connection's own task. The default says no.
+    fn write_is_quick(&self, _length: u64) -> bool {
+        false
+    }
     /// A hint to prefetch a range (`NBD_CMD_CACHE`). The default does nothing.
     fn cache(&self, _offset: u64, _length: u64) -> Result<(), ExportError> {
         Ok(())

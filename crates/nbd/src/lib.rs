@@ -3,7 +3,8 @@
 //!
 //! The crate knows nothing of storage: [`ExportProvider`] and [`BlockExport`]
 //! are implemented by the binary over the engine. Export calls may block, so the
-//! server makes them on Tokio's blocking pool.
+//! server makes them on Tokio's blocking pool, except small reads and quick
+//! small writes, which the connection's reader runs itself.
 //!
 //! Access: the server learns who a client is only from TLS. With TLS on
 //! ([`Server::with_tls`]), a client that sends `NBD_OPT_STARTTLS` and proves a

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ConnectionError;
 use crate::export::{Client, ExportProvider};
@@ -62,6 +62,11 @@ impl Shared {
             .await
             .expect("semaphore never closed");
         tokio::task::spawn_blocking(call).await.ok()
+    }
+
+    /// A place among the `max_blocking_operations`, if one is free now.
+    pub(crate) fn try_blocking_permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.blocking.clone().try_acquire_owned().ok()
     }
 }
 

@@ -385,14 +385,22 @@ expected = bytes.fromhex("{hex}")
 # A read spanning hole, data, hole: structured chunks reassemble exactly.
 buf = h.pread(3 * 4096 + 8192, 1048576 - 4096 * 3 + 0)
 assert buf == b"\0" * (3 * 4096) + expected, "structured read mismatch"
-# Chunks seen by a pread_structured callback: holes for the zero runs.
+# Chunks seen by a pread_structured callback (count, offset): holes for the
+# zero runs of a read of 64 KiB or more ...
 seen = []
 def chunk(subbuf, offset, status, err):
     seen.append((status, offset, len(subbuf)))
     return 0
+h.pread_structured(128 * 1024, 1048576 - 64 * 1024, chunk)
+assert sorted(seen, key=lambda c: c[1]) == [
+    (nbd.READ_HOLE, 1048576 - 64 * 1024, 64 * 1024),
+    (nbd.READ_DATA, 1048576, 8192),
+    (nbd.READ_HOLE, 1048576 + 8192, 56 * 1024),
+], seen
+# ... and one data chunk for a shorter one, holes and all.
+seen.clear()
 h.pread_structured(3 * 4096 + 8192 + 4096, 1048576 - 3 * 4096, chunk)
-kinds = [s for (s, o, n) in seen]
-assert nbd.READ_HOLE in kinds and nbd.READ_DATA in kinds, seen
+assert seen == [(nbd.READ_DATA, 1048576 - 3 * 4096, 24576)], seen
 # With DF the server sends exactly one data chunk.
 seen.clear()
 h.pread_structured(3 * 4096 + 8192, 1048576 - 3 * 4096, chunk, nbd.CMD_FLAG_DF)

@@ -294,6 +294,58 @@ async fn disconnect_completes_in_flight_requests_first() {
     client.expect_closed().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_small_requests_beyond_the_in_flight_limit_all_get_their_replies() {
+    // Reads and writes the server runs on the connection's own task, sent
+    // all at once: more than MAX_IN_FLIGHT_PER_CONNECTION, and small enough
+    // that their gathered replies stay below the size at which they are
+    // written anyway, so the reader must write them before it waits for a slot.
+    const BLOCK: u64 = 512;
+    const REQUESTS: u64 = 3 * lacuna_nbd::MAX_IN_FLIGHT_PER_CONNECTION as u64;
+    let export = MemoryExport::new("disk", SIZE, false);
+    let contents: Vec<u8> = (0..SIZE).map(|i| (i % 251) as u8).collect();
+    export.fill(0, &contents);
+    let mut client = Client::connect_with(MemoryProvider::new(&[export])).await;
+    client.send(&3u32.to_be_bytes()).await;
+    client.negotiate().await;
+    let blocks = SIZE / BLOCK;
+    for handle in 0..REQUESTS {
+        let offset = (handle % blocks) * BLOCK;
+        if handle % 3 == 0 {
+            client
+                .request(p::NBD_CMD_WRITE, 0, handle, offset, BLOCK as u32)
+                .await;
+            client
+                .send(&contents[offset as usize..][..BLOCK as usize])
+                .await;
+        } else {
+            client
+                .request(p::NBD_CMD_READ, 0, handle, offset, BLOCK as u32)
+                .await;
+        }
+    }
+    let replies = async {
+        let mut handles = Vec::new();
+        for _ in 0..REQUESTS {
+            let (flags, kind, handle, payload) = client.chunk().await;
+            assert_ne!(flags & p::NBD_REPLY_FLAG_DONE, 0);
+            if handle % 3 != 0 {
+                assert_eq!(kind, p::NBD_REPLY_TYPE_OFFSET_DATA);
+                let offset = (handle % blocks) * BLOCK;
+                assert_eq!(u64::from_be_bytes(payload[..8].try_into().unwrap()), offset);
+                assert!(payload[8..] == contents[offset as usize..][..BLOCK as usize]);
+            }
+            handles.push(handle);
+        }
+        handles
+    };
+    let mut handles = tokio::time::timeout(Duration::from_secs(20), replies)
+        .await
+        .expect("every request is answered");
+    handles.sort_unstable();
+    assert_eq!(handles, (0..REQUESTS).collect::<Vec<_>>());
+}
+
 /// An export whose reads at offset 0 are slow, to observe out-of-order replies.
 struct SlowStart(Arc<MemoryExport>);
 

@@ -126,6 +126,14 @@ impl BlockExport for MemoryExport {
         Ok(())
     }
 
+    fn read_cached(&self, offset: u64, buf: &mut [u8]) -> Result<bool, ExportError> {
+        self.read(offset, buf).map(|()| true)
+    }
+
+    fn write_is_quick(&self, _length: u64) -> bool {
+        true
+    }
+
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), ExportError> {
         self.check(offset, data.len() as u64)?;
         if self.read_only {

@@ -297,15 +297,26 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
     }
 }
 
-/// Polls `future` once: its output, if it is ready without waiting.
-async fn ready_now<F: Future + Unpin>(future: &mut F) -> Option<F::Output> {
-    std::future::poll_fn(|cx| {
-        Poll::Ready(match Pin::new(&mut *future).poll(cx) {
+/// `future`'s output: at once if it is ready, else once the gathered replies
+/// are written and it is done; `None` if the writer task is gone.
+async fn after_replies<F: Future + Unpin, W: AsyncWrite + Unpin>(
+    replies: &mut Replies<W>,
+    mut future: F,
+) -> Result<Option<F::Output>, ConnectionError> {
+    let now = std::future::poll_fn(|cx| {
+        Poll::Ready(match Pin::new(&mut future).poll(cx) {
             Poll::Ready(output) => Some(output),
             Poll::Pending => None,
         })
     })
-    .await
+    .await;
+    if let Some(output) = now {
+        return Ok(Some(output));
+    }
+    if replies.flush().await?.is_err() {
+        return Ok(None);
+    }
+    Ok(Some(future.await))
 }
 
 async fn read_requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
@@ -318,33 +329,17 @@ async fn read_requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     let budget = Arc::new(Semaphore::new(MAX_IN_FLIGHT_BYTES_PER_CONNECTION as usize));
     let limits = Limits::of(session);
     loop {
-        // Before any wait, the gathered replies go out: they hold slots and
-        // budget, and the client may be waiting for them.
-        let slot = match slots.clone().try_acquire_owned() {
-            Ok(slot) => slot,
-            Err(_) => {
-                if replies.flush().await?.is_err() {
-                    return Ok(());
-                }
-                slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("semaphore never closed")
-            }
+        // Before any wait, the gathered replies go out (`after_replies`): they
+        // hold slots and budget, and the client may be waiting for them.
+        let acquire = std::pin::pin!(slots.clone().acquire_owned());
+        let Some(slot) = after_replies(replies, acquire).await? else {
+            return Ok(());
         };
+        let slot = slot.expect("semaphore never closed");
         let mut raw = [0u8; p::REQUEST_HEADER_BYTES];
-        let read = {
-            let mut read = std::pin::pin!(reader.read_exact(&mut raw));
-            match ready_now(&mut read).await {
-                Some(read) => read,
-                None => {
-                    if replies.flush().await?.is_err() {
-                        return Ok(());
-                    }
-                    read.await
-                }
-            }
+        let read = std::pin::pin!(reader.read_exact(&mut raw));
+        let Some(read) = after_replies(replies, read).await? else {
+            return Ok(());
         };
         match read {
             Ok(_) => {}
@@ -360,32 +355,16 @@ async fn read_requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             let _ = replies.flush().await?;
             return Ok(());
         }
-        let cost = buffer_cost(&header);
-        let bytes = match budget.clone().try_acquire_many_owned(cost) {
-            Ok(bytes) => bytes,
-            Err(_) => {
-                if replies.flush().await?.is_err() {
-                    return Ok(());
-                }
-                budget
-                    .clone()
-                    .acquire_many_owned(cost)
-                    .await
-                    .expect("semaphore never closed")
-            }
+        let acquire = std::pin::pin!(budget.clone().acquire_many_owned(buffer_cost(&header)));
+        let Some(bytes) = after_replies(replies, acquire).await? else {
+            return Ok(());
         };
-        let payload = {
-            let mut read = std::pin::pin!(read_payload(reader, &header));
-            match ready_now(&mut read).await {
-                Some(payload) => payload,
-                None => {
-                    if replies.flush().await?.is_err() {
-                        return Ok(());
-                    }
-                    read.await
-                }
-            }
-        }?;
+        let bytes = bytes.expect("semaphore never closed");
+        let read = std::pin::pin!(read_payload(reader, &header));
+        let Some(payload) = after_replies(replies, read).await? else {
+            return Ok(());
+        };
+        let payload = payload?;
         let in_flight = InFlight {
             _slot: slot,
             _bytes: bytes,

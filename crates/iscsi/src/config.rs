@@ -33,7 +33,7 @@ pub struct TargetConfig {
     pub timeouts: Timeouts,
     /// How long a connection polls its socket, once everything it was asked
     /// is answered, before it sleeps until the initiator sends again
-    /// (`idle_poll`). Zero never polls; at most [`crate::IDLE_POLL_MAX`].
+    /// (`lacuna_sockpoll`). Zero never polls; at most [`crate::IDLE_POLL_MAX`].
     pub idle_poll: Duration,
 }
 

@@ -24,13 +24,12 @@ use lacuna_scsi::target::{
     TaskManagementResponse,
 };
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 use tokio::time::Instant;
 
 use crate::discovery;
-use crate::idle_poll::{IdlePoll, SocketReader};
 use crate::login::{self, Login, LoginOutcome, LoginReply, LoginStatus, LoginStep, SessionType};
 use crate::outbound::{self, Completion, HeldWriter, Outbound, Outbox, Residual, Wire};
 use crate::pdu::{
@@ -39,6 +38,7 @@ use crate::pdu::{
 use crate::server::Target;
 use crate::session::{Admission, Session, SessionKey, TaskControl};
 use crate::text::{self, Pairs};
+use lacuna_sockpoll::{IdlePoll, Receive, SocketReader};
 
 /// Task tags remembered after an abort, so late Data-Out for them is dropped quietly.
 const ABORTED_TAGS_REMEMBERED: usize = 256;
@@ -48,16 +48,25 @@ const HOLD_PDUS_MAX: u32 = 32;
 /// How long a new login waits for the session it reinstates to close.
 const REINSTATEMENT_WAIT: Duration = Duration::from_secs(10);
 
+/// The socket's read side: buffered, receiving directly while it polls.
+type SocketIn = BufReader<SocketReader<OwnedReadHalf>>;
+
 /// Entry point for an accepted TCP connection.
 pub(crate) async fn run(stream: TcpStream, target: Arc<Target>) {
     let peer = stream.peer_addr().ok();
     let _ = stream.set_nodelay(true);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let (read_half, write_half) = stream.into_split();
     let idle_poll = Arc::new(IdlePoll::new(
         target.config.idle_poll,
         target.poll_slots.clone(),
     ));
-    let mut reader = BufReader::new(SocketReader::new(read_half, idle_poll.clone()));
+    let mut reader = BufReader::new(SocketReader::new(
+        read_half,
+        fd,
+        idle_poll.clone(),
+        Receive::DirectFirst,
+    ));
     let mut writer = BufWriter::new(write_half);
     let login_timeout = target.config.timeouts.login;
     let established = tokio::time::timeout(
@@ -98,7 +107,7 @@ pub(crate) async fn run(stream: TcpStream, target: Arc<Target>) {
 
 /// Runs the login exchange. `Ok(None)` when the login failed and was answered.
 async fn login_phase(
-    reader: &mut BufReader<SocketReader>,
+    reader: &mut SocketIn,
     writer: &mut BufWriter<OwnedWriteHalf>,
     target: &Arc<Target>,
 ) -> Result<Option<(Arc<Session>, u32)>, PduError> {
@@ -406,7 +415,7 @@ struct Dispatch {
 }
 
 async fn full_feature_phase(
-    reader: BufReader<SocketReader>,
+    reader: SocketIn,
     writer: BufWriter<OwnedWriteHalf>,
     target: Arc<Target>,
     session: Arc<Session>,
@@ -490,10 +499,7 @@ impl Inbound {
     /// `select!` until a whole PDU is in (reading a PDU is not cancel-safe),
     /// then starts the next with the half it gets back. The loop frames PDUs
     /// itself: a reader task of its own cost a task hand-off for every PDU.
-    async fn next(
-        self,
-        mut reader: BufReader<SocketReader>,
-    ) -> (BufReader<SocketReader>, Result<ReadOutcome, PduError>) {
+    async fn next(self, mut reader: SocketIn) -> (SocketIn, Result<ReadOutcome, PduError>) {
         let result = pdu::read_pdu(
             &mut reader,
             self.digests,
@@ -514,11 +520,7 @@ impl Connection {
     /// active, and when the timer fires an active connection is simply
     /// re-armed (so a silent initiator is pinged between one and two intervals
     /// after its last PDU).
-    async fn serve(
-        &mut self,
-        reader: BufReader<SocketReader>,
-        inbound: Inbound,
-    ) -> Result<(), FatalError> {
+    async fn serve(&mut self, reader: SocketIn, inbound: Inbound) -> Result<(), FatalError> {
         let timeouts = self.target.config.timeouts.clone();
         let mut shutdown = self.target.shutdown.clone();
         let mut close_requested = self.session.close_requested();
@@ -561,7 +563,7 @@ impl Connection {
             pdus_under_hold = 0;
             if self.session.task_count() == 0 {
                 // Everything is answered and out: the next command is the
-                // initiator's move, worth polling for (see `idle_poll`).
+                // initiator's move, worth polling for (see `lacuna_sockpoll`).
                 self.idle_poll.arm();
             } else {
                 // An answer is on its way from elsewhere.

@@ -9,7 +9,6 @@ pub mod chap;
 pub mod config;
 mod connection;
 pub mod discovery;
-mod idle_poll;
 pub mod login;
 mod outbound;
 pub mod pdu;
@@ -19,6 +18,6 @@ pub mod session;
 pub mod text;
 
 pub use config::{default_target_name, Limits, TargetConfig, Timeouts, DEFAULT_PORT};
-pub use idle_poll::IDLE_POLL_MAX;
+pub use lacuna_sockpoll::IDLE_POLL_MAX;
 pub use policy::{AccessPolicy, ChapCredentials, ChapRequirement, OpenAccess};
 pub use server::{bind_portals, serve};

@@ -17,9 +17,9 @@ use tokio::task::JoinSet;
 
 use crate::config::TargetConfig;
 use crate::connection;
-use crate::idle_poll::{PollSlots, IDLE_POLL_MAX};
 use crate::policy::AccessPolicy;
 use crate::session::Registry;
+use lacuna_sockpoll::{PollSlots, IDLE_POLL_MAX};
 
 /// Everything connections of one target share.
 pub(crate) struct Target {
@@ -30,7 +30,7 @@ pub(crate) struct Target {
     /// Addresses of the listeners served, advertised by SendTargets.
     pub portals: Vec<SocketAddr>,
     pub shutdown: watch::Receiver<bool>,
-    /// Connections allowed to poll their sockets at once (`idle_poll`).
+    /// Connections allowed to poll their sockets at once (`lacuna_sockpoll`).
     pub poll_slots: Arc<PollSlots>,
 }
 

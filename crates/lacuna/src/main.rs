@@ -122,6 +122,11 @@ pub struct ServeArgs {
     /// command at low queue depth, which is dear where idle cores halt (VMs).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=1000))]
     iscsi_poll_us: u32,
+    /// Microseconds an NBD connection (plain TCP) polls its socket, once it
+    /// has answered everything, before it sleeps (0: never); as
+    /// --iscsi-poll-us.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    nbd_poll_us: u32,
     /// Quick start: NBD clients without TLS (anonymous) list and open every
     /// volume and snapshot. Off by default: they see nothing, and only hosts
     /// with an NBD key (TLS-PSK) open the volumes connected to them.
@@ -173,6 +178,7 @@ fn main() -> ExitCode {
                     iscsi_target_name: args.iscsi_target_name,
                     iscsi_open_access: args.iscsi_open_access,
                     iscsi_poll_us: args.iscsi_poll_us,
+                    nbd_poll_us: args.nbd_poll_us,
                     nbd_open_access: args.nbd_open_access,
                     nbd_tls: args.nbd_tls,
                     soft_threshold_percent: args.soft_threshold_percent,

@@ -27,6 +27,8 @@ pub struct ServeConfig {
     pub iscsi_open_access: bool,
     /// How long an answered iSCSI connection polls before it sleeps.
     pub iscsi_poll_us: u32,
+    /// How long an answered NBD connection polls before it sleeps.
+    pub nbd_poll_us: u32,
     /// Anonymous (non-TLS) NBD clients see every volume.
     pub nbd_open_access: bool,
     pub nbd_tls: NbdTls,
@@ -125,7 +127,10 @@ fn nbd_server(
         hosts: hosts.clone(),
         open_access: config.nbd_open_access,
     });
-    let server_config = lacuna_nbd::ServerConfig::default();
+    let server_config = lacuna_nbd::ServerConfig {
+        idle_poll: std::time::Duration::from_micros(u64::from(config.nbd_poll_us)),
+        ..lacuna_nbd::ServerConfig::default()
+    };
     let mode = match config.nbd_tls {
         NbdTls::Off => return Ok(lacuna_nbd::Server::new(provider, server_config)),
         NbdTls::On => lacuna_nbd::TlsMode::Offered,

@@ -295,6 +295,10 @@ fn invalid_arguments_get_clap_messages() {
         &["serve", "--iscsi-poll-us", "soon"],
         "invalid value 'soon'",
     );
+    assert_usage_error(
+        &["serve", "--nbd-poll-us", "5000"],
+        "5000 is not in 0..=1000",
+    );
 }
 
 impl LiveApi {

@@ -1,9 +1,11 @@
 //! Accept loops and the per-connection driver.
 
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
+use lacuna_sockpoll::PollSlots;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -27,7 +29,16 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Export calls running at once on the blocking pool, across all connections.
     pub max_blocking_operations: usize,
+    /// How long a plain TCP connection that has answered everything polls its
+    /// socket before it sleeps (see `lacuna_sockpoll`); zero never polls, at
+    /// most [`lacuna_sockpoll::IDLE_POLL_MAX`].
+    pub idle_poll: Duration,
 }
+
+/// Default of [`ServerConfig::idle_poll`]: longer than a client at queue depth
+/// one usually takes between reading a reply and sending its next request,
+/// short enough that a connection going quiet wastes little.
+pub const DEFAULT_IDLE_POLL: Duration = Duration::from_micros(50);
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -35,8 +46,17 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(30),
             max_connections: 1024,
             max_blocking_operations: 128,
+            idle_poll: DEFAULT_IDLE_POLL,
         }
     }
+}
+
+/// What a connection on a plain socket needs to poll it when idle.
+pub(crate) struct SocketPoll {
+    /// The socket's descriptor, open as long as its stream lives.
+    pub fd: RawFd,
+    /// Connections allowed to poll at once.
+    pub slots: Arc<PollSlots>,
 }
 
 /// State shared by all connections of a server.
@@ -100,6 +120,7 @@ impl Server {
         tls: Option<TlsAcceptor>,
     ) -> Server {
         assert!(config.max_connections > 0 && config.max_blocking_operations > 0);
+        assert!(config.idle_poll <= lacuna_sockpoll::IDLE_POLL_MAX);
         let blocking = Arc::new(Semaphore::new(config.max_blocking_operations));
         Server {
             shared: Arc::new(Shared {
@@ -114,6 +135,10 @@ impl Server {
     /// Accepts TCP connections forever, one task per connection.
     pub async fn serve_tcp(&self, listener: TcpListener) -> std::io::Result<()> {
         let connections = Arc::new(Semaphore::new(self.shared.config.max_connections));
+        // One runtime worker always stays free of polling; a runtime with one
+        // worker never polls.
+        let workers = tokio::runtime::Handle::current().metrics().num_workers();
+        let poll_slots = Arc::new(PollSlots::new(workers.saturating_sub(1)));
         loop {
             let permit = connections
                 .clone()
@@ -131,9 +156,14 @@ impl Server {
             // Replies are latency-bound and written whole: never delay them.
             let _ = stream.set_nodelay(true);
             let server = self.clone();
+            let poll = SocketPoll {
+                fd: stream.as_raw_fd(),
+                slots: poll_slots.clone(),
+            };
             tokio::spawn(async move {
                 let _permit = permit;
-                if let Err(error) = server.serve_client(stream, Some(peer)).await {
+                let served = server.serve_polled(stream, Some(peer), Some(poll)).await;
+                if let Err(error) = served {
                     log_ended(&error, Some(peer));
                 }
             });
@@ -181,8 +211,23 @@ impl Server {
     /// transmission over whichever stream the handshake ended on.
     pub async fn serve_client<S>(
         &self,
+        stream: S,
+        address: Option<SocketAddr>,
+    ) -> Result<(), ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        self.serve_polled(stream, address, None).await
+    }
+
+    /// [`Server::serve_client`], with `poll` when `stream` is a plain socket
+    /// that transmission may poll (not once TLS is up: its bytes need
+    /// decrypting).
+    async fn serve_polled<S>(
+        &self,
         mut stream: S,
         address: Option<SocketAddr>,
+        poll: Option<SocketPoll>,
     ) -> Result<(), ConnectionError>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -209,7 +254,7 @@ impl Server {
             Outcome::Transmission(session) => session,
             Outcome::StartTls => return self.serve_tls(stream, state, deadline).await,
         };
-        self.transmit(stream, session, &state).await
+        self.transmit(stream, session, &state, poll).await
     }
 
     /// After an acknowledged STARTTLS: the TLS handshake, then haggling and
@@ -235,7 +280,7 @@ impl Server {
         let outcome = within(deadline, handshake::haggle(&mut stream, shared, &mut state)).await?;
         match outcome {
             Outcome::Aborted => Ok(()),
-            Outcome::Transmission(session) => self.transmit(stream, session, &state).await,
+            Outcome::Transmission(session) => self.transmit(stream, session, &state, None).await,
             Outcome::StartTls => unreachable!("STARTTLS is refused once TLS is up"),
         }
     }
@@ -245,13 +290,14 @@ impl Server {
         stream: S,
         session: handshake::Session,
         state: &Negotiation,
+        poll: Option<SocketPoll>,
     ) -> Result<(), ConnectionError>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let identity = state.client().identity.as_deref();
         tracing::debug!(export = %session.name, ?identity, "nbd: transmission");
-        transmission::run(stream, session, self.shared.clone()).await
+        transmission::run(stream, session, self.shared.clone(), poll).await
     }
 }
 

@@ -24,7 +24,8 @@ use crate::error::ConnectionError;
 use crate::export::{BlockExport, ExportError, ExtentKind};
 use crate::handshake::{drain, Session};
 use crate::protocol::{self as p, RequestHeader};
-use crate::server::Shared;
+use crate::server::{Shared, SocketPoll};
+use lacuna_sockpoll::{IdlePoll, Receive, SocketReader};
 
 /// Largest read or write payload we serve; also advertised as the maximum block size.
 pub const MAX_REQUEST_PAYLOAD_BYTES: u32 = 32 * 1024 * 1024;
@@ -208,13 +209,44 @@ struct Outgoing {
 /// replies made on the blocking pool, the reader for its own.
 type Wire<W> = Arc<Mutex<BufWriter<W>>>;
 
-/// Runs the transmission phase until the client disconnects.
-pub async fn run<S>(stream: S, session: Session, shared: Arc<Shared>) -> Result<(), ConnectionError>
+/// Runs the transmission phase until the client disconnects; `poll`: the
+/// socket may be polled when the connection is idle (see `lacuna_sockpoll`).
+pub(crate) async fn run<S>(
+    stream: S,
+    session: Session,
+    shared: Arc<Shared>,
+    poll: Option<SocketPoll>,
+) -> Result<(), ConnectionError>
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (read_half, write_half) = tokio::io::split(stream);
-    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
+    let budget = shared.config.idle_poll;
+    match poll {
+        Some(poll) if !budget.is_zero() => {
+            let idle = Arc::new(IdlePoll::new(budget, poll.slots));
+            let reader = SocketReader::new(read_half, poll.fd, idle.clone(), Receive::WhilePolling);
+            let reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
+            serve(reader, write_half, session, shared, Some(idle)).await
+        }
+        _ => {
+            let reader = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
+            serve(reader, write_half, session, shared, None).await
+        }
+    }
+}
+
+async fn serve<R, W>(
+    mut reader: R,
+    write_half: W,
+    session: Session,
+    shared: Arc<Shared>,
+    idle: Option<Arc<IdlePoll>>,
+) -> Result<(), ConnectionError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
     let wire = Arc::new(Mutex::new(BufWriter::with_capacity(
         WRITE_BUFFER_BYTES,
         write_half,
@@ -228,7 +260,14 @@ where
         frames: Vec::new(),
         held: Vec::new(),
     };
-    let read_result = read_requests(&mut reader, &session, &shared, &mut replies).await;
+    let read_result = read_requests(
+        &mut reader,
+        &session,
+        &shared,
+        &mut replies,
+        idle.as_deref(),
+    )
+    .await;
     // Every request running on the pool holds a sender: the writer finishes
     // once all of them replied.
     drop(replies);
@@ -302,6 +341,7 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
 async fn after_replies<F: Future + Unpin, W: AsyncWrite + Unpin>(
     replies: &mut Replies<W>,
     mut future: F,
+    before_waiting: impl FnOnce(),
 ) -> Result<Option<F::Output>, ConnectionError> {
     let now = std::future::poll_fn(|cx| {
         Poll::Ready(match Pin::new(&mut future).poll(cx) {
@@ -316,6 +356,7 @@ async fn after_replies<F: Future + Unpin, W: AsyncWrite + Unpin>(
     if replies.flush().await?.is_err() {
         return Ok(None);
     }
+    before_waiting();
     Ok(Some(future.await))
 }
 
@@ -324,23 +365,48 @@ async fn read_requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     session: &Arc<Session>,
     shared: &Arc<Shared>,
     replies: &mut Replies<W>,
+    idle: Option<&IdlePoll>,
 ) -> Result<(), ConnectionError> {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT_PER_CONNECTION));
     let budget = Arc::new(Semaphore::new(MAX_IN_FLIGHT_BYTES_PER_CONNECTION as usize));
     let limits = Limits::of(session);
+    let mut requests_since_wait: u32 = 0;
     loop {
         // Before any wait, the gathered replies go out (`after_replies`): they
         // hold slots and budget, and the client may be waiting for them.
         let acquire = std::pin::pin!(slots.clone().acquire_owned());
-        let Some(slot) = after_replies(replies, acquire).await? else {
+        let Some(slot) = after_replies(replies, acquire, || ()).await? else {
             return Ok(());
         };
         let slot = slot.expect("semaphore never closed");
         let mut raw = [0u8; p::REQUEST_HEADER_BYTES];
         let read = std::pin::pin!(reader.read_exact(&mut raw));
-        let Some(read) = after_replies(replies, read).await? else {
+        // With every reply written and nothing running elsewhere (this
+        // request's slot is the only one taken), the next request is the
+        // client's move: worth polling for, if the client is one that waits
+        // for its replies (it sent a request or two since the last wait). A
+        // client keeping many requests in flight sends more without waiting,
+        // and polling for it only took a core it needed (4 KiB random writes
+        // at queue depth 32 ran at 0.8x).
+        let mut waits = false;
+        let quiet = || {
+            waits = true;
+            let alone = slots.available_permits() + 1 == MAX_IN_FLIGHT_PER_CONNECTION;
+            match idle {
+                Some(idle) if alone && requests_since_wait <= MAX_REQUESTS_TO_POLL => idle.arm(),
+                _ => {}
+            }
+        };
+        let Some(read) = after_replies(replies, read, quiet).await? else {
             return Ok(());
         };
+        if let Some(idle) = idle {
+            idle.disarm();
+        }
+        if waits {
+            requests_since_wait = 0;
+        }
+        requests_since_wait += 1;
         match read {
             Ok(_) => {}
             Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -356,12 +422,12 @@ async fn read_requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             return Ok(());
         }
         let acquire = std::pin::pin!(budget.clone().acquire_many_owned(buffer_cost(&header)));
-        let Some(bytes) = after_replies(replies, acquire).await? else {
+        let Some(bytes) = after_replies(replies, acquire, || ()).await? else {
             return Ok(());
         };
         let bytes = bytes.expect("semaphore never closed");
         let read = std::pin::pin!(read_payload(reader, &header));
-        let Some(payload) = after_replies(replies, read).await? else {
+        let Some(payload) = after_replies(replies, read, || ()).await? else {
             return Ok(());
         };
         let payload = payload?;
@@ -408,6 +474,9 @@ async fn read_requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     }
 }
 
+/// Most requests read since the reader last waited for the socket for it to
+/// poll before it waits again (see `read_requests`).
+const MAX_REQUESTS_TO_POLL: u32 = 1;
 /// Largest read the reader runs itself.
 const MAX_INLINE_READ_BYTES: u32 = 128 * 1024;
 /// Largest write the reader runs itself, when the export says it is quick.

@@ -2,9 +2,9 @@
 //! sleeping. Shared by the transports (iSCSI, NBD), which know nothing of
 //! each other; this crate knows nothing of either protocol.
 //!
-//! Why: at queue depth one an initiator sends its next command a few tens of
-//! microseconds after it read our answer. If the processing loop sleeps in the
-//! reactor meanwhile, the next command costs a wake-up of a sleeping thread,
+//! Why: at queue depth one a client sends its next request a few tens of
+//! microseconds after it read our answer. If the connection's task sleeps in
+//! the reactor meanwhile, the next request costs a wake-up of a sleeping thread,
 //! often on a halted core; on virtual machines whose idle vCPUs halt at once
 //! (no guest halt polling), that wake-up costs as much as the whole command.
 //! Polling the socket for a short budget keeps the core awake across that gap,
@@ -72,7 +72,7 @@ impl PollSlots {
     }
 }
 
-/// One connection's polling state, shared between its processing loop (which
+/// One connection's polling state, shared between its reading task (which
 /// arms a poll when it is about to wait) and its [`SocketReader`] (which
 /// polls). Both live in the same task; atomics only make it `Sync`.
 #[derive(Debug)]
@@ -104,7 +104,7 @@ impl IdlePoll {
         }
     }
 
-    /// Called when the processing loop is about to wait for the socket: the
+    /// Called when the connection's task is about to wait for the socket: the
     /// next read that would block polls first, unless polling is off or
     /// backing off.
     pub fn arm(&self) {

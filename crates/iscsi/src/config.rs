@@ -10,10 +10,8 @@ use std::time::Duration;
 
 /// Port IANA assigned to iSCSI.
 pub const DEFAULT_PORT: u16 = 3260;
-/// Default of [`TargetConfig::idle_poll`]: longer than an initiator at queue
-/// depth one usually takes between reading an answer and sending its next
-/// command, short enough that a connection going quiet wastes little.
-pub const DEFAULT_IDLE_POLL: Duration = Duration::from_micros(50);
+/// Default of [`TargetConfig::idle_poll`] (see `lacuna_sockpoll`).
+pub use lacuna_sockpoll::DEFAULT_IDLE_POLL;
 /// The one target portal group every portal of this target belongs to.
 pub const PORTAL_GROUP_TAG: u16 = 1;
 

@@ -73,10 +73,7 @@ pub async fn serve(
         .map(TcpListener::local_addr)
         .collect::<io::Result<Vec<_>>>()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    // One runtime worker always stays free of polling; a runtime with one
-    // worker never polls.
-    let workers = tokio::runtime::Handle::current().metrics().num_workers();
-    let poll_slots = Arc::new(PollSlots::new(workers.saturating_sub(1)));
+    let poll_slots = Arc::new(PollSlots::for_current_runtime());
     let shared = Arc::new(Target {
         scsi: target,
         policy,

@@ -31,7 +31,7 @@ pub use handshake::{
     BLOCK_SIZE_MAXIMUM_BYTES, BLOCK_SIZE_MINIMUM_BYTES, BLOCK_SIZE_PREFERRED_BYTES,
     MAX_OPTIONS_PER_CONNECTION, MAX_OPTION_DATA_BYTES,
 };
-pub use server::{serve, serve_connection, serve_unix, Server, ServerConfig, DEFAULT_IDLE_POLL};
+pub use server::{serve, serve_connection, serve_unix, Server, ServerConfig};
 pub use tls::{
     PskKeys, TlsError, TlsMode, TlsSetupError, MAX_PSK_IDENTITY_BYTES, MAX_PSK_KEY_BYTES,
     MIN_PSK_KEY_BYTES,

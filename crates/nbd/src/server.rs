@@ -35,18 +35,13 @@ pub struct ServerConfig {
     pub idle_poll: Duration,
 }
 
-/// Default of [`ServerConfig::idle_poll`]: longer than a client at queue depth
-/// one usually takes between reading a reply and sending its next request,
-/// short enough that a connection going quiet wastes little.
-pub const DEFAULT_IDLE_POLL: Duration = Duration::from_micros(50);
-
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             handshake_timeout: Duration::from_secs(30),
             max_connections: 1024,
             max_blocking_operations: 128,
-            idle_poll: DEFAULT_IDLE_POLL,
+            idle_poll: lacuna_sockpoll::DEFAULT_IDLE_POLL,
         }
     }
 }
@@ -135,10 +130,7 @@ impl Server {
     /// Accepts TCP connections forever, one task per connection.
     pub async fn serve_tcp(&self, listener: TcpListener) -> std::io::Result<()> {
         let connections = Arc::new(Semaphore::new(self.shared.config.max_connections));
-        // One runtime worker always stays free of polling; a runtime with one
-        // worker never polls.
-        let workers = tokio::runtime::Handle::current().metrics().num_workers();
-        let poll_slots = Arc::new(PollSlots::new(workers.saturating_sub(1)));
+        let poll_slots = Arc::new(PollSlots::for_current_runtime());
         loop {
             let permit = connections
                 .clone()

@@ -437,12 +437,12 @@ async fn read_requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         match validate(&limits, &header) {
             Ok(command)
                 if runs_inline(session, command, payload.len())
-                    && execute_inline(
+                    && execute_caught(
                         &mut replies.frames,
                         session,
                         header.handle,
-                        command,
-                        &payload,
+                        (command, &payload),
+                        Fetch::Cached,
                     ) =>
             {
                 replies.add(in_flight);
@@ -552,7 +552,9 @@ fn dispatch(
     let sender = sender.clone();
     let run = move || {
         let mut frames = Vec::new();
-        execute_caught(&mut frames, &session, handle, command, &payload);
+        let fetch = Fetch::Wait;
+        let answered = execute_caught(&mut frames, &session, handle, (command, &payload), fetch);
+        assert!(answered, "a request that may wait is always answered");
         frames
     };
     let reply = move |frames: Vec<u8>| Outgoing {
@@ -590,12 +592,12 @@ fn execute_caught(
     frames: &mut Vec<u8>,
     session: &Session,
     handle: u64,
-    command: Command,
-    payload: &[u8],
-) {
+    (command, payload): (Command, &[u8]),
+    fetch: Fetch,
+) -> bool {
     let start = frames.len();
-    let call = || execute(frames, session, handle, command, payload);
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).is_err() {
+    let call = || execute(frames, session, handle, (command, payload), fetch);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).unwrap_or_else(|_| {
         frames.truncate(start);
         encode_error(
             frames,
@@ -604,58 +606,13 @@ fn execute_caught(
             p::NBD_EIO,
             EXPORT_FAILED,
         );
-    }
-}
-
-/// Runs a request on the reader (see `runs_inline`): false, with nothing
-/// appended, for a read the export could make only by waiting for a disk,
-/// which the pool then makes.
-fn execute_inline(
-    frames: &mut Vec<u8>,
-    session: &Session,
-    handle: u64,
-    command: Command,
-    payload: &[u8],
-) -> bool {
-    let Command::Read {
-        offset,
-        length,
-        dont_fragment,
-    } = command
-    else {
-        execute_caught(frames, session, handle, command, payload);
-        return true;
-    };
-    let start = frames.len();
-    let call = || {
-        read_reply(
-            frames,
-            session,
-            handle,
-            (offset, length),
-            dont_fragment,
-            Fetch::Cached,
-        )
-    };
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
-        Ok(answered) => answered,
-        Err(_) => {
-            frames.truncate(start);
-            encode_error(
-                frames,
-                session.structured,
-                handle,
-                p::NBD_EIO,
-                EXPORT_FAILED,
-            );
-            true
-        }
-    }
+        true
+    })
 }
 
 /// How a read gets its bytes from the export.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Fetch {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fetch {
     /// Waiting for the disk if need be (on the pool).
     Wait,
     /// From memory only (on the reader).
@@ -716,14 +673,17 @@ fn read_reply(
 }
 
 /// Performs a validated command against the export and appends its reply to
-/// `frames`. Runs on the blocking pool, or on the reader (`runs_inline`).
+/// `frames`: on the blocking pool (`Fetch::Wait`, always answered), or on the
+/// reader (`runs_inline`, `Fetch::Cached`): false then, with nothing
+/// appended, for a read the export could make only by waiting for a disk,
+/// which the pool then makes.
 pub fn execute(
     frames: &mut Vec<u8>,
     session: &Session,
     handle: u64,
-    command: Command,
-    payload: &[u8],
-) {
+    (command, payload): (Command, &[u8]),
+    fetch: Fetch,
+) -> bool {
     let export = session.export.as_ref();
     let structured = session.structured;
     let result = match command {
@@ -732,16 +692,14 @@ pub fn execute(
             length,
             dont_fragment,
         } => {
-            let answered = read_reply(
+            return read_reply(
                 frames,
                 session,
                 handle,
                 (offset, length),
                 dont_fragment,
-                Fetch::Wait,
+                fetch,
             );
-            assert!(answered);
-            return;
         }
         Command::Write { offset, fua } => export
             .write(offset, payload)
@@ -772,7 +730,7 @@ pub fn execute(
             match block_status(export, offset, length, req_one) {
                 Ok(extents) => {
                     p::encode_block_status_chunk(frames, handle, context, &extents);
-                    return;
+                    return true;
                 }
                 Err(error) => Err(error),
             }
@@ -788,6 +746,7 @@ pub fn execute(
             &error.to_string(),
         ),
     }
+    true
 }
 
 /// FUA is implemented as a flush after the write: the export's flush is grouped.

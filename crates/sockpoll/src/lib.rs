@@ -37,6 +37,10 @@ use tokio::io::{AsyncRead, ReadBuf};
 const ATTEMPT_NANOS_MIN: u128 = 100;
 /// Longest budget accepted.
 pub const IDLE_POLL_MAX: Duration = Duration::from_secs(1);
+/// The transports' default budget: longer than a client at queue depth one
+/// usually takes between reading an answer and sending its next request,
+/// short enough that a connection going quiet wastes little.
+pub const DEFAULT_IDLE_POLL: Duration = Duration::from_micros(50);
 /// Doublings of the backoff after idle periods in which nothing came: at
 /// most 2^6 - 1 = 63 periods are then slept through without polling.
 const BACKOFF_DOUBLINGS_MAX: u32 = 6;
@@ -56,6 +60,14 @@ impl PollSlots {
             polling: AtomicUsize::new(0),
             max,
         }
+    }
+
+    /// Slots for the connections of the current Tokio runtime: one below its
+    /// workers, so that one worker always stays free of polling (a runtime
+    /// with one worker never polls).
+    pub fn for_current_runtime() -> PollSlots {
+        let workers = tokio::runtime::Handle::current().metrics().num_workers();
+        PollSlots::new(workers.saturating_sub(1))
     }
 
     fn try_take(&self) -> bool {

@@ -380,6 +380,17 @@ mod tests {
         buf.fill(0);
         assert!(volume.read_cached(0, &mut buf).unwrap());
         assert_eq!(buf, data);
+        // A snapshot reads through the same path.
+        engine.create_snapshots(&["v"], Some("s"), None).unwrap();
+        let snapshot = engine.open_snapshot("v@s").unwrap();
+        evict_segments(dir.path());
+        assert!(!snapshot.read_cached(0, &mut buf).unwrap());
+        snapshot.read(0, &mut buf).unwrap();
+        assert_eq!(buf, data);
+        buf.fill(0);
+        assert!(snapshot.read_cached(0, &mut buf).unwrap());
+        assert_eq!(buf, data);
+        assert_eq!(engine.stats.read_errors.load(Ordering::Relaxed), 0);
     }
 
     #[test]

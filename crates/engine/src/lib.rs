@@ -815,11 +815,7 @@ impl Volume {
     /// disk may take milliseconds, and meanwhile the task would read no
     /// further requests).
     pub fn read_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool> {
-        match segment::without_waiting(|| self.read(offset_bytes, buf)) {
-            Ok(()) => Ok(true),
-            Err(EngineError::WouldBlock(_)) => Ok(false),
-            Err(error) => Err(error),
-        }
+        from_memory(|| self.read(offset_bytes, buf))
     }
 
     /// Writes at any byte offset (sub-grain writes read-modify-write the grain).
@@ -915,5 +911,16 @@ impl Drop for ForegroundGuard<'_> {
 impl Drop for Engine {
     fn drop(&mut self) {
         self.shutdown.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Runs `read` with segment reads that refuse to wait for the disk: `true`
+/// when it read everything from memory, `false` when it gave up (see
+/// [`Volume::read_cached`]).
+pub(crate) fn from_memory(read: impl FnOnce() -> Result<()>) -> Result<bool> {
+    match segment::without_waiting(read) {
+        Ok(()) => Ok(true),
+        Err(EngineError::WouldBlock(_)) => Ok(false),
+        Err(error) => Err(error),
     }
 }

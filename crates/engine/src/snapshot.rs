@@ -181,6 +181,12 @@ impl Snapshot {
         self.engine.read_snapshot(&self.shared, offset_bytes, buf)
     }
 
+    /// [`Snapshot::read`], unless it would have to wait for the disk (see
+    /// [`crate::Volume::read_cached`]).
+    pub fn read_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool> {
+        crate::from_memory(|| self.read(offset_bytes, buf))
+    }
+
     pub fn extents(&self, offset_bytes: u64, length_bytes: u64) -> Result<Vec<Extent>> {
         self.live()?;
         self.engine

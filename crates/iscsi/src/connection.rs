@@ -6,11 +6,12 @@
 //! loop frames PDUs itself (one read future kept alive across its `select!`, since reading
 //! is not cancel-safe; see `Inbound::next`), owns the connection state (commands gathering
 //! data, the CmdSN reorder buffer, R2T bookkeeping) and never waits on the SCSI layer: it
-//! runs only small READs and quick writes itself, which take microseconds (see
-//! `runs_inline`). The writer (`outbound`) owns the socket's write half and StatSN, so
-//! sequence numbers are stamped in the order PDUs hit the wire: a writer task writes what
-//! is queued for it, and the processing loop writes the completions of its own commands
-//! while nothing is queued. Every other command runs on the blocking pool from start to
+//! runs only small READs whose data is in memory and quick writes itself, which take
+//! microseconds (see `runs_inline`; a READ that would wait for a disk goes to the pool).
+//! The writer (`outbound`) owns the socket's write half and StatSN, so sequence numbers
+//! are stamped in the order PDUs hit the wire: a writer task writes what is queued for
+//! it, and the processing loop writes the completions of its own commands while nothing
+//! is queued. Every other command runs on the blocking pool from start to
 //! finish (`start`) and queues its completion for the writer task from there, after a
 //! dispatcher task has taken the ordering lock for it where it could not be had at once.
 
@@ -1129,7 +1130,8 @@ impl Connection {
             let _ = self.dispatch.send(Dispatch { ready, control });
             return;
         };
-        let inline = runs_inline(&ready.command)
+        let small_read = runs_inline(&ready.command);
+        let inline = small_read
             || self.target.scsi.runs_quickly(
                 &self.session.nexus,
                 ready.command.lun,
@@ -1137,7 +1139,12 @@ impl Connection {
                 &ready.data_out,
             );
         if ready.answer.is_none() && inline {
-            self.execute_here(control, ready, guard);
+            let fetch = if small_read {
+                Fetch::FromMemory
+            } else {
+                Fetch::Wait
+            };
+            self.execute_here(control, ready, guard, fetch);
             return;
         }
         start(
@@ -1175,14 +1182,27 @@ impl Connection {
 
     /// Runs a small command to completion on this task and queues its
     /// response: no hand-off to another task or thread at all (see
-    /// `runs_inline`).
-    fn execute_here(&self, control: Arc<TaskControl>, ready: ReadyCommand, guard: OrderGuard) {
-        let (itt, completion) = run_ready(&self.target, &self.session, &control, ready, guard);
-        let Some(completion) = completion else {
-            self.session.remove_task(itt);
-            return;
-        };
-        self.complete(itt, completion);
+    /// `runs_inline`). A read whose data is not in memory goes to the
+    /// blocking pool instead, so a disk does not hold up the connection.
+    fn execute_here(
+        &self,
+        control: Arc<TaskControl>,
+        ready: ReadyCommand,
+        guard: OrderGuard,
+        fetch: Fetch,
+    ) {
+        match run_ready(&self.target, &self.session, &control, ready, guard, fetch) {
+            Ran::Settled(itt, Some(completion)) => self.complete(itt, completion),
+            Ran::Settled(itt, None) => self.session.remove_task(itt),
+            Ran::WouldWait(ready, guard) => start(
+                self.target.clone(),
+                self.session.clone(),
+                control,
+                ready,
+                guard,
+                self.out.clone(),
+            ),
+        }
     }
 
     // -- Text ---------------------------------------------------------------------------
@@ -1762,9 +1782,14 @@ fn start(
         return;
     }
     tokio::task::spawn_blocking(move || {
-        let (itt, completion) = run_ready(&target, &session, &control, ready, guard);
-        if let Some(completion) = completion {
-            let _ = out.blocking_send(Outbound::Complete(completion));
+        let itt = ready.command.itt;
+        match run_ready(&target, &session, &control, ready, guard, Fetch::Wait) {
+            Ran::Settled(_, Some(completion)) => {
+                let _ = out.blocking_send(Outbound::Complete(completion));
+            }
+            Ran::Settled(_, None) => {}
+            // Only a read from memory gives up.
+            Ran::WouldWait(..) => unreachable!("a command that may wait gave up"),
         }
         session.remove_task(itt);
     });
@@ -1791,40 +1816,63 @@ async fn send_answer(
     session.remove_task(itt);
 }
 
+/// Where a command run on the connection's own task may get its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fetch {
+    /// Wherever it is: the command may wait for a disk.
+    Wait,
+    /// From memory only: a READ that would wait gives up (`Ran::WouldWait`).
+    FromMemory,
+}
+
+/// What `run_ready` did with a command.
+enum Ran {
+    /// Ran (or was aborted before it started) and settled: its tag, and the
+    /// completion to send unless it was aborted.
+    Settled(u32, Option<Completion>),
+    /// A read from memory found its data on a disk: nothing happened, and
+    /// the command and its ordering guard come back to run where it may wait.
+    WouldWait(ReadyCommand, OrderGuard),
+}
+
 /// Runs a ready command through the SCSI layer on the calling thread, unless
 /// it was aborted before it started (a panic in the layer is an outcome too),
-/// and settles it: its tag, and the completion to send unless it was aborted.
+/// and settles it.
 fn run_ready(
     target: &Target,
     session: &Session,
     control: &TaskControl,
     ready: ReadyCommand,
     guard: OrderGuard,
-) -> (u32, Option<Completion>) {
+    fetch: Fetch,
+) -> Ran {
+    debug_assert!(ready.answer.is_none());
+    let outcome = if control.aborted.load(Ordering::SeqCst) {
+        None
+    } else {
+        let call = || scsi_call(target, session, &ready.command, &ready.data_out, fetch);
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
+            Ok(Some(answered)) => Some(Ok(answered)),
+            Ok(None) => return Ran::WouldWait(ready, guard),
+            Err(_) => Some(Err("the SCSI layer panicked".to_string())),
+        }
+    };
     let ReadyCommand {
-        command,
-        data_out,
-        r2t_count,
-        answer,
+        command, r2t_count, ..
     } = ready;
-    debug_assert!(answer.is_none());
-    let outcome = (!control.aborted.load(Ordering::SeqCst)).then(|| {
-        let call = || scsi_call(target, session, &command, &data_out);
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(call))
-            .map_err(|_| "the SCSI layer panicked".to_string())
-    });
     let completion = settle(session, control, &command, r2t_count, guard, outcome);
-    (command.itt, completion)
+    Ran::Settled(command.itt, completion)
 }
 
 /// The SCSI layer's work for a command: its outcome, and how many Data-Out
-/// bytes it needed (for the residual).
+/// bytes it needed (for the residual); `None` when a read from memory gave up.
 fn scsi_call(
     target: &Target,
     session: &Session,
     command: &PendingCommand,
     data_out: &[u8],
-) -> (CommandOutcome, Option<u64>) {
+    fetch: Fetch,
+) -> Option<(CommandOutcome, Option<u64>)> {
     debug_assert!(data_out.len() <= u32::MAX as usize);
     // Only a write has a Data-Out residual (see `completion`): a read skips
     // the lookup of its unit this takes.
@@ -1835,18 +1883,21 @@ fn scsi_call(
     } else {
         None
     };
-    let outcome = target.scsi.execute(
-        &session.nexus,
-        Command {
-            lun: command.lun,
-            cdb: &command.cdb,
-            data_out,
-            expected_data_in_bytes: command.expected_data_in_bytes,
-            task_tag: command.itt,
-            attribute: command.attribute,
-        },
-    );
-    (outcome, needed)
+    let scsi_command = Command {
+        lun: command.lun,
+        cdb: &command.cdb,
+        data_out,
+        expected_data_in_bytes: command.expected_data_in_bytes,
+        task_tag: command.itt,
+        attribute: command.attribute,
+    };
+    let outcome = match fetch {
+        Fetch::Wait => target.scsi.execute(&session.nexus, scsi_command),
+        Fetch::FromMemory => target
+            .scsi
+            .execute_from_memory(&session.nexus, scsi_command)?,
+    };
+    Some((outcome, needed))
 }
 
 /// After the SCSI layer is done: lets later ordered commands go, frees the
@@ -1875,7 +1926,8 @@ fn settle(
 const MAX_INLINE_READ_BYTES: u32 = 128 * 1024;
 
 /// Whether a command runs on the connection's task itself, with no hand-off:
-/// small READs take microseconds (the volume's metadata, the page cache),
+/// small READs take microseconds when their data is in memory (the volume's
+/// metadata, the page cache; one that is not goes to the pool, see `Fetch`),
 /// less than two trips through the blocking pool, which at queue depth 1 are
 /// most of their latency. So do small writes the SCSI layer calls quick
 /// (`ScsiTarget::runs_quickly`; at queue depth 32 running them here gave

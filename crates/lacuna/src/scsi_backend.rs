@@ -259,6 +259,12 @@ impl LogicalUnit for VolumeUnit {
         self.volume.read(offset_bytes, buf).map_err(backend_error)
     }
 
+    fn read_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
+        self.volume
+            .read_cached(offset_bytes, buf)
+            .map_err(backend_error)
+    }
+
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), BackendError> {
         self.volume
             .write(offset_bytes, data)
@@ -415,6 +421,12 @@ impl LogicalUnit for SnapshotUnit {
 
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), BackendError> {
         self.snapshot.read(offset_bytes, buf).map_err(backend_error)
+    }
+
+    fn read_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
+        self.snapshot
+            .read_cached(offset_bytes, buf)
+            .map_err(backend_error)
     }
 
     fn write(&self, _offset_bytes: u64, _data: &[u8], _fua: bool) -> Result<(), BackendError> {

@@ -133,6 +133,13 @@ pub trait LogicalUnit: Send + Sync {
     /// Writes every byte of `buf` (holes as zeros), or fails: the buffer may
     /// hold another read's data (see `data_in`), and on success all of it is sent.
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), BackendError>;
+    /// `read` if every byte can be had from memory (`true`), or nothing but
+    /// `false`, with `buf` holding nothing in particular, when the read would
+    /// wait for a disk: a transport runs small reads on its own task and
+    /// hands the others to threads that may wait. `false` is always safe.
+    fn read_cached(&self, _offset_bytes: u64, _buf: &mut [u8]) -> Result<bool, BackendError> {
+        Ok(false)
+    }
     /// `fua`: durable before returning (Force Unit Access).
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), BackendError>;
     /// Whether a write of `length_bytes` (not FUA) would return without waiting

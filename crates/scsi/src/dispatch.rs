@@ -32,6 +32,9 @@ use crate::{
 pub(crate) enum Failure {
     Check(Sense),
     ReservationConflict,
+    /// A READ run by `execute_from_memory` found data that is not in memory
+    /// and did nothing: the transport runs the command again where it may wait.
+    WouldWait,
 }
 
 impl From<Sense> for Failure {
@@ -73,6 +76,8 @@ pub(crate) struct Request<'a> {
     pub state: &'a UnitState,
     pub geometry: Geometry,
     pub nexus_state: &'a Mutex<NexusState>,
+    /// Reads must not wait for the disk (see `ScsiTarget::execute_from_memory`).
+    pub from_memory: bool,
 }
 
 impl Request<'_> {
@@ -241,6 +246,64 @@ impl ScsiCore {
         units
     }
 
+    /// `execute`, or with `from_memory` a READ that gives up (`None`, having
+    /// changed nothing) rather than wait for the disk.
+    fn execute_with(
+        &self,
+        nexus: &ItNexus,
+        command: Command<'_>,
+        from_memory: bool,
+    ) -> Option<CommandOutcome> {
+        let nexus_state = self.nexus_state(nexus);
+        let unit = {
+            let state = nexus_state.lock();
+            state
+                .lun_map
+                .iter()
+                .find(|e| e.lun == command.lun)
+                .map(|e| Arc::clone(&e.unit))
+        };
+        let Some(unit) = unit else {
+            if command.cdb.first() == Some(&op::REPORT_LUNS) {
+                // REPORT LUNS is answered whichever LUN it is addressed to (SPC-5 6.33).
+                let result = commands::identify(command.cdb)
+                    .map_err(Failure::from)
+                    .and_then(|_| report::report_luns(command.cdb, &nexus_state));
+                return Some(outcome(result, SenseFormat::Fixed));
+            }
+            return Some(self.execute_without_unit(&command));
+        };
+        let state = self.unit_state(unit.as_ref());
+        let request = Request {
+            core: self,
+            nexus,
+            cdb: command.cdb,
+            data_out: command.data_out,
+            lun: command.lun,
+            task_tag: command.task_tag,
+            unit: &unit,
+            state: &state,
+            geometry: Geometry::of(unit.as_ref()),
+            nexus_state: &nexus_state,
+            from_memory,
+        };
+        let result = self.execute_on_unit(&request);
+        if result == Err(Failure::WouldWait) {
+            debug_assert!(from_memory);
+            return None;
+        }
+        if let Err(Failure::Check(sense)) = &result {
+            tracing::debug!(
+                opcode = command.cdb.first().copied().unwrap_or(0),
+                key = sense.key as u8,
+                asc = sense.code.asc,
+                ascq = sense.code.ascq,
+                "check condition"
+            );
+        }
+        Some(outcome(result, state.sense_format()))
+    }
+
     fn execute_without_unit(&self, command: &Command<'_>) -> CommandOutcome {
         let not_supported = Sense::illegal_request(AdditionalSense::LOGICAL_UNIT_NOT_SUPPORTED);
         let result = match command.cdb.first().copied() {
@@ -354,6 +417,17 @@ fn outcome(result: CommandResult, format: SenseFormat) -> CommandOutcome {
             data_in: Vec::new(),
             sense: Vec::new(),
         },
+        // Given back as `None` by `execute_with`; reaching here is a bug,
+        // answered cleanly.
+        Err(Failure::WouldWait) => CommandOutcome {
+            status: ScsiStatus::CheckCondition,
+            data_in: Vec::new(),
+            sense: Sense::new(
+                SenseKey::HardwareError,
+                AdditionalSense::INTERNAL_TARGET_FAILURE,
+            )
+            .encode(format),
+        },
     }
 }
 
@@ -376,49 +450,14 @@ impl ScsiTarget for ScsiCore {
     }
 
     fn execute(&self, nexus: &ItNexus, command: Command<'_>) -> CommandOutcome {
-        let nexus_state = self.nexus_state(nexus);
-        let unit = {
-            let state = nexus_state.lock();
-            state
-                .lun_map
-                .iter()
-                .find(|e| e.lun == command.lun)
-                .map(|e| Arc::clone(&e.unit))
-        };
-        let Some(unit) = unit else {
-            if command.cdb.first() == Some(&op::REPORT_LUNS) {
-                // REPORT LUNS is answered whichever LUN it is addressed to (SPC-5 6.33).
-                let result = commands::identify(command.cdb)
-                    .map_err(Failure::from)
-                    .and_then(|_| report::report_luns(command.cdb, &nexus_state));
-                return outcome(result, SenseFormat::Fixed);
-            }
-            return self.execute_without_unit(&command);
-        };
-        let state = self.unit_state(unit.as_ref());
-        let request = Request {
-            core: self,
-            nexus,
-            cdb: command.cdb,
-            data_out: command.data_out,
-            lun: command.lun,
-            task_tag: command.task_tag,
-            unit: &unit,
-            state: &state,
-            geometry: Geometry::of(unit.as_ref()),
-            nexus_state: &nexus_state,
-        };
-        let result = self.execute_on_unit(&request);
-        if let Err(Failure::Check(sense)) = &result {
-            tracing::debug!(
-                opcode = command.cdb.first().copied().unwrap_or(0),
-                key = sense.key as u8,
-                asc = sense.code.asc,
-                ascq = sense.code.ascq,
-                "check condition"
-            );
-        }
-        outcome(result, state.sense_format())
+        let answered = self.execute_with(nexus, command, false);
+        // Only a read from memory gives up; this one was allowed to wait.
+        debug_assert!(answered.is_some(), "a command that may wait gave up");
+        answered.unwrap_or_else(|| outcome(Err(Failure::WouldWait), SenseFormat::Fixed))
+    }
+
+    fn execute_from_memory(&self, nexus: &ItNexus, command: Command<'_>) -> Option<CommandOutcome> {
+        self.execute_with(nexus, command, true)
     }
 
     fn data_out_bytes(&self, nexus: &ItNexus, lun: u64, cdb: &[u8]) -> Option<u64> {

@@ -69,6 +69,9 @@ pub struct MemoryUnit {
     provisioning: Provisioning,
     removable: bool,
     read_only: AtomicBool,
+    /// Whether `read_cached` finds the data in memory (tests set it false to
+    /// stand for data that would have to come from a disk).
+    cached: AtomicBool,
     capacity_generation: AtomicU64,
     space: Arc<Space>,
     data: RwLock<UnitData>,
@@ -88,6 +91,7 @@ impl MemoryUnit {
             provisioning: config.provisioning,
             removable: config.removable,
             read_only: AtomicBool::new(config.read_only),
+            cached: AtomicBool::new(true),
             capacity_generation: AtomicU64::new(0),
             space,
             data: RwLock::new(UnitData {
@@ -109,6 +113,12 @@ impl MemoryUnit {
 
     pub fn set_read_only(&self, read_only: bool) {
         self.read_only.store(read_only, Ordering::SeqCst);
+    }
+
+    /// `false`: `read_cached` refuses, as if the data were on a disk
+    /// (`read` still reads it).
+    pub fn set_cached(&self, cached: bool) {
+        self.cached.store(cached, Ordering::SeqCst);
     }
 
     /// Bytes of memory held by mapped grains (what a thin unit "uses").
@@ -221,6 +231,14 @@ impl LogicalUnit for MemoryUnit {
             },
         );
         Ok(())
+    }
+
+    fn read_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
+        if !self.cached.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
+        self.read(offset_bytes, buf)?;
+        Ok(true)
     }
 
     fn write(&self, offset_bytes: u64, bytes: &[u8], _fua: bool) -> Result<(), BackendError> {

@@ -83,10 +83,20 @@ pub(crate) fn read(request: &Request<'_>) -> CommandResult {
     let len_bytes = geometry.transfer_len_bytes(fields.block_count, fields.length_field_byte)?;
     // A recycled buffer holds an earlier read's bytes: `read` overwrites them all.
     let mut data = request.core.data_in.take(len_bytes);
-    if len_bytes > 0 {
+    if len_bytes == 0 {
+        return Ok(data);
+    }
+    let offset_bytes = geometry.offset_bytes(fields.lba);
+    if request.from_memory {
+        let read = request.unit.read_cached(offset_bytes, &mut data);
+        if !read.map_err(|e| storage_failure(e, false))? {
+            request.core.data_in.give_back(data);
+            return Err(Failure::WouldWait);
+        }
+    } else {
         request
             .unit
-            .read(geometry.offset_bytes(fields.lba), &mut data)
+            .read(offset_bytes, &mut data)
             .map_err(|e| storage_failure(e, false))?;
     }
     Ok(data)

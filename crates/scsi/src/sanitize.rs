@@ -181,7 +181,9 @@ fn run(unit: &dyn LogicalUnit, job: &Job, state: &UnitState) -> Result<(), Sense
     let size_bytes = unit.size_bytes();
     let failure = |e| match storage_failure(e, true) {
         Failure::Check(sense) => sense,
-        Failure::ReservationConflict => unreachable!("storage errors are sense conditions"),
+        Failure::ReservationConflict | Failure::WouldWait => {
+            unreachable!("storage errors are sense conditions")
+        }
     };
     match job {
         Job::BlockErase => unit.unmap(0, size_bytes).map_err(failure),

@@ -101,6 +101,18 @@ pub trait ScsiTarget: Send + Sync {
     /// The nexus is gone (logout or connection loss without reinstatement).
     fn nexus_dropped(&self, nexus: &ItNexus);
     fn execute(&self, nexus: &ItNexus, command: Command<'_>) -> CommandOutcome;
+    /// `execute` for a transport that runs the command on its own task, where
+    /// waiting for a disk would hold up every other command of the connection:
+    /// a READ whose data is not all in memory does nothing and gives `None`,
+    /// and the transport then runs it with `execute` where it may wait.
+    /// Other commands run as with `execute`. `None` is always safe.
+    fn execute_from_memory(
+        &self,
+        _nexus: &ItNexus,
+        _command: Command<'_>,
+    ) -> Option<CommandOutcome> {
+        None
+    }
     /// Bytes of Data-Out the CDB asks for (transfer length × block size) when the
     /// command transfers data to the target, so the transport can report write
     /// residuals against its own expected length without parsing CDBs. `None` when

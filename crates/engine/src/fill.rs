@@ -173,6 +173,14 @@ impl<'a> Filler<'a> {
             Fill::Block(id, rec) => (id, rec),
         };
         assert_eq!(to, from + 1, "a block fills one grain");
+        let out = &mut self.buf[out_at..out_at + out_len];
+        if self.engine.hot.copy_out(id, in_grain, out) {
+            self.engine
+                .stats
+                .hot_grain_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(());
+        }
         // A pending block's location comes with it; a committed one's from
         // the cache, else the block table.
         let (rec, cached) = match rec {
@@ -260,6 +268,7 @@ impl<'a> Filler<'a> {
                     .decode_record(block.id, block.rec, record, out)
                     .is_ok()
                 {
+                    self.engine.hot.offer(block.id, out);
                     continue;
                 }
             }
@@ -300,8 +309,10 @@ impl<'a> Filler<'a> {
             }
             result => result,
         };
-        if let Err(EngineError::WouldBlock(_)) = result {
-            return result;
+        match result {
+            Ok(()) => engine.hot.offer(id, out),
+            Err(EngineError::WouldBlock(_)) => return result,
+            Err(_) => {}
         }
         result.inspect_err(|e| {
             engine.count_read_failure(e);
@@ -328,6 +339,20 @@ mod tests {
     fn engine() -> (tempfile::TempDir, Arc<Engine>, Volume) {
         let dir = crate::testdata::data_dir("fill");
         let engine = crate::testdata::quiet_engine(dir.path(), 1 << 30);
+        volume_of(dir, engine)
+    }
+
+    /// Every block read goes to its segment: none is kept (see `hot`).
+    fn engine_reading_segments() -> (tempfile::TempDir, Arc<Engine>, Volume) {
+        let dir = crate::testdata::data_dir("fill");
+        let engine = crate::testdata::quiet_engine_reading_segments(dir.path(), 1 << 30);
+        volume_of(dir, engine)
+    }
+
+    fn volume_of(
+        dir: tempfile::TempDir,
+        engine: Arc<Engine>,
+    ) -> (tempfile::TempDir, Arc<Engine>, Volume) {
         engine.create_volume("v", 4 * GRAINS * GRAIN_BYTES).unwrap();
         let volume = engine.open_volume("v").unwrap();
         (dir, engine, volume)
@@ -358,7 +383,9 @@ mod tests {
 
     #[test]
     fn a_read_that_must_not_wait_refuses_data_out_of_memory_and_counts_no_error() {
-        let (dir, engine, volume) = engine();
+        // Grains read again and again would be kept (see `hot`) and read from
+        // there, evicted pages or not: this is about the page cache.
+        let (dir, engine, volume) = engine_reading_segments();
         let data = crate::testdata::unique_bytes((GRAINS * GRAIN_BYTES) as usize, 3);
         volume.write(0, &data).unwrap();
         volume.flush().unwrap();
@@ -393,12 +420,10 @@ mod tests {
         assert_eq!(engine.stats.read_errors.load(Ordering::Relaxed), 0);
     }
 
-    #[test]
-    fn adjacent_records_are_read_in_spans_not_one_call_each() {
-        let (_dir, engine, volume) = engine();
-        let mut data = crate::testdata::unique_bytes((GRAINS * GRAIN_BYTES) as usize, 7);
-        // Every fourth grain a duplicate of grain 1: those grains name grain
-        // 1's record, out of the order of the read.
+    /// Writes and flushes unique grains where every fourth one (from grain
+    /// 0) is a duplicate of grain 1; returns them.
+    fn write_sharing_grain_one(volume: &Volume, seed: u64) -> Vec<u8> {
+        let mut data = crate::testdata::unique_bytes((GRAINS * GRAIN_BYTES) as usize, seed);
         let grain = GRAIN_BYTES as usize;
         let one = data[grain..2 * grain].to_vec();
         for at in (0..data.len()).step_by(4 * grain) {
@@ -406,6 +431,14 @@ mod tests {
         }
         volume.write(0, &data).unwrap();
         volume.flush().unwrap();
+        data
+    }
+
+    #[test]
+    fn adjacent_records_are_read_in_spans_not_one_call_each() {
+        let (_dir, engine, volume) = engine();
+        // Grains that name grain 1's record, out of the order of the read.
+        let data = write_sharing_grain_one(&volume, 7);
         let before = record_reads(&engine);
         assert_eq!(read(&volume, 0, GRAINS * GRAIN_BYTES), data);
         let calls = record_reads(&engine) - before;
@@ -422,6 +455,39 @@ mod tests {
         let mut expected = data[from as usize..].to_vec();
         expected.resize((to - from) as usize, 0);
         assert_eq!(read(&volume, from, to - from), expected);
+        engine.close().unwrap();
+    }
+
+    #[test]
+    fn a_block_reads_keep_coming_back_to_is_read_from_memory_after() {
+        let (_dir, engine, volume) = engine();
+        // One block, named 129 times: the first read of it keeps its grain.
+        let mut data = write_sharing_grain_one(&volume, 9);
+        let grain = GRAIN_BYTES as usize;
+        let hot_reads = || engine.stats.hot_grain_reads.load(Ordering::Relaxed);
+        assert_eq!(read(&volume, 0, GRAINS * GRAIN_BYTES), data);
+        let before = hot_reads();
+        assert_eq!(read(&volume, 0, GRAINS * GRAIN_BYTES), data);
+        let shared = GRAINS / 4 + 1;
+        assert_eq!(
+            hot_reads() - before,
+            shared,
+            "only the shared block is kept"
+        );
+        // Parts of the kept grain, alone and across its neighbours.
+        let from = 4 * GRAIN_BYTES + 1000;
+        assert_eq!(read(&volume, from, 100), data[from as usize..][..100]);
+        let from = 3 * GRAIN_BYTES + 5;
+        let to = 5 * GRAIN_BYTES + 9;
+        assert_eq!(
+            read(&volume, from, to - from),
+            data[from as usize..to as usize]
+        );
+        // Written over, the grains name new blocks: the kept grain is not read.
+        let new = crate::testdata::unique_bytes(8 * grain, 10);
+        volume.write(0, &new).unwrap();
+        data[..new.len()].copy_from_slice(&new);
+        assert_eq!(read(&volume, 0, GRAINS * GRAIN_BYTES), data);
         engine.close().unwrap();
     }
 

@@ -34,6 +34,7 @@ mod fault;
 mod fill;
 mod fsck;
 pub mod grain;
+mod hot;
 mod io;
 mod kv;
 mod lifecycle;
@@ -119,6 +120,9 @@ pub struct EngineConfig {
     /// Most point mappings remembered for small reads (see [`mapcache`]); 0
     /// turns the cache off.
     pub mapping_cache_entries: usize,
+    /// Most grains of blocks read again and again kept decoded for reads (see
+    /// [`hot`]); 0 turns the cache off.
+    pub hot_grains: usize,
 }
 
 impl EngineConfig {
@@ -137,6 +141,8 @@ impl EngineConfig {
     /// About 50 MB when full (24 bytes an entry, in a table of 2^21 slots):
     /// the mappings of 7 GiB of 4 KiB reads.
     pub const DEFAULT_MAPPING_CACHE_ENTRIES: usize = (1 << 21) / 8 * 7;
+    /// 16 MiB of grains when full.
+    pub const DEFAULT_HOT_GRAINS: usize = 4096;
 
     /// A configuration with the default policies.
     pub fn new(data_dir: impl Into<PathBuf>, capacity_bytes: u64) -> Self {
@@ -150,6 +156,7 @@ impl EngineConfig {
             metadata_cache_bytes: Self::DEFAULT_METADATA_CACHE_BYTES,
             block_location_entries: Self::DEFAULT_BLOCK_LOCATION_ENTRIES,
             mapping_cache_entries: Self::DEFAULT_MAPPING_CACHE_ENTRIES,
+            hot_grains: Self::DEFAULT_HOT_GRAINS,
         }
     }
 }
@@ -180,6 +187,9 @@ pub struct EngineStats {
     /// Segment reads made for host reads: one per record read alone, one per
     /// span of adjacent records (see `fill`). The span test counts these.
     pub record_reads: AtomicU64,
+    /// Grains host reads took from the kept grains of blocks read again and
+    /// again (see `hot`), with no segment read.
+    pub hot_grain_reads: AtomicU64,
     /// Unmap requests (UNMAP, TRIM, WRITE SAME / WRITE ZEROES that may unmap)
     /// and the logical bytes they covered.
     pub unmap_commands: AtomicU64,
@@ -302,6 +312,8 @@ pub struct Engine {
     pending: pending::PendingWrites,
     /// Where committed blocks are stored, for reads.
     locations: locations::BlockLocations,
+    /// Grains of blocks read again and again, for reads.
+    hot: hot::HotGrains,
     /// Why the array stopped taking I/O, if it did: a write batch's shared
     /// transaction failed after some of its writes were acknowledged, and only
     /// a restart (back to the last durable commit) makes the state whole.
@@ -337,6 +349,7 @@ impl Engine {
     /// there was one, and starts the background reclaimer.
     pub fn open(config: EngineConfig) -> Result<Arc<Engine>> {
         let locations = locations::BlockLocations::new(config.block_location_entries);
+        let hot = hot::HotGrains::new(config.hot_grains);
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| EngineError::io(format!("creating {}", config.data_dir.display()), e))?;
         let store = FileSegmentStore::open(&config.data_dir.join("segments"))
@@ -380,6 +393,7 @@ impl Engine {
             write_queue: batch::WriteQueue::default(),
             pending: pending::PendingWrites::default(),
             locations,
+            hot,
             fenced: Mutex::new(None),
             io_lock: RwLock::new(()),
             flush_lock: Mutex::new(()),

@@ -190,7 +190,8 @@ mod engine_tests {
     /// committed and read once.
     fn written(seed: u64) -> (tempfile::TempDir, Arc<Engine>, Volume, Vec<u8>) {
         let dir = crate::testdata::data_dir("loc");
-        let engine = crate::testdata::quiet_engine(dir.path(), 1 << 30);
+        // Reads of blocks read before would not look them up at all.
+        let engine = crate::testdata::quiet_engine_reading_segments(dir.path(), 1 << 30);
         engine.create_volume("v", 2 * GRAINS * GRAIN_BYTES).unwrap();
         let volume = engine.open_volume("v").unwrap();
         let written = data(seed);

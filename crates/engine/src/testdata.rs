@@ -47,7 +47,22 @@ pub(crate) fn quiet_engine(
     dir: &std::path::Path,
     capacity_bytes: u64,
 ) -> std::sync::Arc<crate::Engine> {
+    crate::Engine::open(quiet_config(dir, capacity_bytes)).unwrap()
+}
+
+fn quiet_config(dir: &std::path::Path, capacity_bytes: u64) -> crate::EngineConfig {
     let mut config = crate::EngineConfig::new(dir, capacity_bytes);
     config.background = false;
+    config
+}
+
+/// [`quiet_engine`] keeping no grains for reads (see `hot`): every block read
+/// goes to its segment, for tests of how that is done.
+pub(crate) fn quiet_engine_reading_segments(
+    dir: &std::path::Path,
+    capacity_bytes: u64,
+) -> std::sync::Arc<crate::Engine> {
+    let mut config = quiet_config(dir, capacity_bytes);
+    config.hot_grains = 0;
     crate::Engine::open(config).unwrap()
 }

@@ -8,8 +8,8 @@
 //! for the unique records, the rest for the shared ones), and decoded the same
 //! few blocks over and over.
 //!
-//! Why it is always right: a block's content never changes under its id and
-//! ids are never reused, so a grain kept here is the block's content for as
+//! Why it is always right (the argument of the location cache, `locations`):
+//! a block's content never changes under its id and ids are never reused, so a grain kept here is the block's content for as
 //! long as anything can name the block; once nothing does, nothing looks it
 //! up. A grain is kept only after its record verified (id, length, checksum)
 //! and decoded, so what comes from here was read from the media and checked,
@@ -43,9 +43,9 @@ struct Slot {
     grain: Grain,
 }
 
-/// One shard's kept grains and the clock over them.
+/// One shard's kept grains and the clock hand over them.
 #[derive(Default)]
-struct Clock {
+struct Shard {
     /// Block id → its slot.
     index: std::collections::HashMap<u64, usize>,
     slots: Vec<Slot>,
@@ -53,7 +53,7 @@ struct Clock {
 }
 
 pub(crate) struct HotGrains {
-    shards: Vec<Mutex<Clock>>,
+    shards: Vec<Mutex<Shard>>,
     slots_per_shard: usize,
     /// Block ids read from segments lately, each at a slot its hash picks
     /// (0: empty; block ids start at 1). Lock-free: a lost update only delays
@@ -67,7 +67,7 @@ impl HotGrains {
     pub(crate) fn new(max_grains: usize) -> Self {
         let slots_per_shard = max_grains.div_ceil(SHARDS);
         HotGrains {
-            shards: (0..SHARDS).map(|_| Mutex::new(Clock::default())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             slots_per_shard,
             noted: if slots_per_shard == 0 {
                 Vec::new()
@@ -77,7 +77,7 @@ impl HotGrains {
         }
     }
 
-    fn shard(&self, id: u64) -> &Mutex<Clock> {
+    fn shard(&self, id: u64) -> &Mutex<Shard> {
         &self.shards[(id % SHARDS as u64) as usize]
     }
 
@@ -88,11 +88,11 @@ impl HotGrains {
         if self.slots_per_shard == 0 {
             return false;
         }
-        let mut clock = self.shard(id).lock();
-        let Some(&at) = clock.index.get(&id) else {
+        let mut shard = self.shard(id).lock();
+        let Some(&at) = shard.index.get(&id) else {
             return false;
         };
-        let slot = &mut clock.slots[at];
+        let slot = &mut shard.slots[at];
         assert_eq!(slot.id, id);
         slot.referenced = true;
         out.copy_from_slice(&slot.grain[in_grain..in_grain + out.len()]);
@@ -116,35 +116,34 @@ impl HotGrains {
     }
 
     fn keep(&self, id: u64, grain: &[u8]) {
-        let mut clock = self.shard(id).lock();
-        let clock = &mut *clock;
-        if clock.index.contains_key(&id) {
+        let mut shard = self.shard(id).lock();
+        let shard = &mut *shard;
+        if shard.index.contains_key(&id) {
             return;
         }
-        let copy = || -> Grain { Box::new(grain.try_into().expect("a whole grain")) };
-        if clock.slots.len() < self.slots_per_shard {
-            clock.index.insert(id, clock.slots.len());
-            clock.slots.push(Slot {
+        if shard.slots.len() < self.slots_per_shard {
+            shard.index.insert(id, shard.slots.len());
+            shard.slots.push(Slot {
                 id,
                 referenced: false,
-                grain: copy(),
+                grain: Box::new(grain.try_into().expect("a whole grain")),
             });
             return;
         }
         // Each pass of the hand clears what it passes: a victim turns up
         // within two turns of the clock.
-        for _ in 0..2 * clock.slots.len() {
-            let at = clock.hand;
-            clock.hand = (at + 1) % clock.slots.len();
-            let slot = &mut clock.slots[at];
+        for _ in 0..2 * shard.slots.len() {
+            let at = shard.hand;
+            shard.hand = (at + 1) % shard.slots.len();
+            let slot = &mut shard.slots[at];
             if slot.referenced {
                 slot.referenced = false;
                 continue;
             }
             let evicted = std::mem::replace(&mut slot.id, id);
             slot.grain.copy_from_slice(grain);
-            clock.index.remove(&evicted);
-            clock.index.insert(id, at);
+            shard.index.remove(&evicted);
+            shard.index.insert(id, at);
             return;
         }
         unreachable!("the clock finds a victim within two turns");

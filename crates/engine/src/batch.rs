@@ -30,12 +30,13 @@ const MAX_BATCH_GRAINS: usize = 8192;
 /// A write of at least this many grains (1 MiB) is committed in a batch of its
 /// own. Batched together, a host's few large writes in flight all wait for one
 /// long commit, and the host has nothing left to send meanwhile: at 1 MiB and
-/// queue depth 4 a third of both cores sat idle. Committed one at a time, the
+/// queue depth 4 the cores sat idle 29% of the time. Committed one at a time, the
 /// first one's status goes out while the next commits, so the host's next
-/// command arrives and is reduced in parallel (1 MiB writes at QD4: 1.05x;
+/// command arrives and is reduced in parallel (1 MiB writes at QD4: 1.04x;
 /// bench/RESULTS.md). Small writes still batch up to the limits above: for
 /// them one commit a batch is what makes deep queues cheap.
 const SOLO_WRITE_GRAINS: usize = 256;
+
 /// Whether `job` may join `batch` (not empty, holding `grains`).
 fn joins_batch(batch: &[Arc<WriteJob>], grains: usize, job: &WriteJob) -> bool {
     let solo = |job: &WriteJob| job.contents.len() >= SOLO_WRITE_GRAINS;

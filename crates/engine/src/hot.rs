@@ -9,11 +9,12 @@
 //! few blocks over and over.
 //!
 //! Why it is always right (the argument of the location cache, `locations`):
-//! a block's content never changes under its id and ids are never reused, so a grain kept here is the block's content for as
-//! long as anything can name the block; once nothing does, nothing looks it
-//! up. A grain is kept only after its record verified (id, length, checksum)
-//! and decoded, so what comes from here was read from the media and checked,
-//! like what comes from the kernel's page cache.
+//! a block's content never changes under its id and ids are never reused, so a
+//! grain kept here is the block's content for as long as anything can name the
+//! block; once nothing does, nothing looks it up. A grain is kept only after
+//! its record verified (id, length, checksum) and decoded, so what comes from
+//! here was read from the media and checked, like what comes from the kernel's
+//! page cache.
 //!
 //! Which grains: those read again soon. A block read from a segment is first
 //! only noted (its id in a direct-mapped table of recent reads); read again

@@ -280,6 +280,13 @@ impl Engine {
         Ok(())
     }
 
+    /// The seqs of a volume's snapshots (pins included), in order.
+    fn sorted_snapshot_seqs(&self, volume_id: u64) -> Vec<u64> {
+        let mut seqs: Vec<u64> = self.snapshots_of(volume_id).iter().map(|s| s.seq).collect();
+        seqs.sort_unstable();
+        seqs
+    }
+
     /// A live or destroyed volume by id.
     pub(crate) fn volume_by_id(&self, id: u64) -> Option<Arc<VolumeShared>> {
         let live = self.volumes.read().values().find(|v| v.id == id).cloned();
@@ -390,9 +397,24 @@ impl Engine {
         else {
             return Ok(false);
         };
-        let mut seqs: Vec<u64> = self.snapshots_of(volume).iter().map(|s| s.seq).collect();
-        seqs.sort_unstable();
+        // Looked up before the writer mutex: the volume maps rank above it.
+        let live = self.volume_by_id(volume);
+        let gone_seqs = live.is_none().then(|| self.sorted_snapshot_seqs(volume));
+        #[cfg(test)]
+        tests::run_before_sweep_lock();
         let mut ws = self.writer.lock();
+        // Which snapshots there are is read here, under the writer mutex, from
+        // the volume's own list (snapshots join and leave it under this mutex).
+        // Read before it, a snapshot taken in between would be missed, and so
+        // would the history versions later writes keep for it alone: the sweep
+        // dropped them and the snapshot read zeroes there (crash torture).
+        // A volume no longer in memory takes no writes and no snapshots, so its
+        // snapshots' list can only shrink, which keeps more, never less.
+        let seqs = match &live {
+            Some(live) => live.snapshot_seqs.lock().clone(),
+            None => gone_seqs.expect("listed above for a volume not in memory"),
+        };
+        assert!(seqs.is_sorted(), "snapshot seqs in order");
         let next = self.transact(&mut ws, false, |st, t, _| {
             let mut next = cursor;
             if let Some(from) = cursor.points {
@@ -470,5 +492,73 @@ fn successor(a: u64, b: u64) -> Option<(u64, u64)> {
     match b.checked_add(1) {
         Some(b) => Some((a, b)),
         None => a.checked_add(1).map(|a| (a, 0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use crate::testdata::{data_dir, quiet_engine, unique_bytes};
+    use crate::GRAIN_BYTES;
+
+    use super::SweepCursor;
+
+    thread_local! {
+        /// What runs in a sweep step on this thread just before it takes the
+        /// writer mutex: another thread's work falling in that moment.
+        static BEFORE_SWEEP_LOCK: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    pub(super) fn run_before_sweep_lock() {
+        if let Some(hook) = BEFORE_SWEEP_LOCK.with(|hook| hook.borrow_mut().take()) {
+            hook();
+        }
+    }
+
+    /// A snapshot taken just as a sweep of its volume starts, and a write after
+    /// it: the version the write replaced is the snapshot's, and the sweep
+    /// keeps it. (Before the fix the sweep listed the snapshots before taking
+    /// the writer mutex, missed this one, and the snapshot read zeroes.)
+    #[test]
+    fn a_sweep_keeps_what_a_snapshot_taken_as_it_starts_sees() {
+        let dir = data_dir("sweep-race");
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        engine.create_volume("v", 1 << 20).unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        let old = unique_bytes(GRAIN_BYTES as usize, 1);
+        volume.write(0, &old).unwrap();
+        let id = engine.shared_volume("v").unwrap().id;
+        // A sweep pending for the volume, as after a snapshot of it went.
+        engine.sweep_pending.lock().insert(id, SweepCursor::START);
+        let (hook_engine, hook_volume) = (engine.clone(), volume.clone());
+        BEFORE_SWEEP_LOCK.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                hook_engine
+                    .create_snapshots(&["v"], Some("s"), None)
+                    .unwrap();
+                let new = unique_bytes(GRAIN_BYTES as usize, 2);
+                hook_volume.write(0, &new).unwrap();
+            }));
+        });
+
+        let mut steps = 0;
+        while engine.sweep_step().unwrap() {
+            steps += 1;
+            assert!(steps < 100, "the sweep ends");
+        }
+
+        let snapshot = engine.open_snapshot("v@s").unwrap();
+        let mut read = vec![0u8; GRAIN_BYTES as usize];
+        snapshot.read(0, &mut read).unwrap();
+        assert!(
+            read == old,
+            "the snapshot reads what the volume held when taken"
+        );
+        let mut live = vec![0u8; GRAIN_BYTES as usize];
+        volume.read(0, &mut live).unwrap();
+        assert_eq!(live, unique_bytes(GRAIN_BYTES as usize, 2));
+        engine.check_consistency().unwrap();
+        engine.close().unwrap();
     }
 }

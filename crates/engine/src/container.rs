@@ -509,36 +509,62 @@ pub(crate) fn load(
             created_unix_s: crate::catalog::now_unix_s(),
             policy: ContainerPolicy::default(),
         };
-        persist(db, &rec)?;
+        persist(db, None, &rec)?;
         containers.insert(rec.id, Arc::new(ContainerShared::new(&rec, now)));
     }
     Ok(containers)
 }
 
 /// Writes a container record durably (control-plane changes are durable once
-/// acknowledged).
-fn persist(db: &crate::kv::Kv, rec: &ContainerRec) -> Result<()> {
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)
-        .map_err(kv_error)?;
-    {
+/// acknowledged). `ws`: the writer's state while the array runs (see
+/// [`commit_durably`]); `None` only while it opens.
+fn persist(
+    db: &crate::kv::Kv,
+    ws: Option<&mut crate::tx::WriterState>,
+    rec: &ContainerRec,
+) -> Result<()> {
+    commit_durably(db, ws, |txn| {
         let mut table = txn.open_table(meta::CONTAINERS).map_err(kv_error)?;
         let json = serde_json::to_vec(rec).expect("container record serialises");
         table
             .insert(rec.name.as_str(), &json[..])
             .map_err(kv_error)?;
-    }
-    db.commit(txn, &ChangedMappings::NONE)
+        Ok(())
+    })
 }
 
-fn remove(db: &crate::kv::Kv, name: &str) -> Result<()> {
+fn remove(db: &crate::kv::Kv, ws: &mut crate::tx::WriterState, name: &str) -> Result<()> {
+    commit_durably(db, Some(ws), |txn| {
+        txn.open_table(meta::CONTAINERS)
+            .map_err(kv_error)?
+            .remove(name)
+            .map_err(kv_error)?;
+        Ok(())
+    })
+}
+
+/// One durable commit of `change`. A durable commit makes every commit before
+/// it durable too, so while the array runs it also writes the writer's
+/// counters and segment accounting, as every durable commit must
+/// ([`crate::tx::persist_writer_state`]): without them, a crash after a
+/// container change brought back mappings and blocks newer than the counters
+/// that hand out block ids and seqs, and those would be handed out again.
+fn commit_durably(
+    db: &crate::kv::Kv,
+    ws: Option<&mut crate::tx::WriterState>,
+    change: impl FnOnce(&redb::WriteTransaction) -> Result<()>,
+) -> Result<()> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
-    txn.open_table(meta::CONTAINERS)
-        .map_err(kv_error)?
-        .remove(name)
-        .map_err(kv_error)?;
+    change(&txn)?;
+    if let Some(ws) = ws {
+        assert!(
+            ws.open_txn.is_none(),
+            "the write batches' open transaction is committed first"
+        );
+        crate::tx::persist_writer_state(&txn, ws)?;
+    }
     db.commit(txn, &ChangedMappings::NONE)
 }
 
@@ -548,7 +574,7 @@ impl Engine {
     fn persist_container(&self, rec: &ContainerRec) -> Result<()> {
         let mut ws = self.writer.lock();
         self.commit_pending(&mut ws)?;
-        persist(&self.db, rec)
+        persist(&self.db, Some(&mut ws), rec)
     }
 
     pub(crate) fn container_named(&self, name: &str) -> Result<Arc<ContainerShared>> {
@@ -657,7 +683,7 @@ impl Engine {
             // single writer.
             let mut ws = self.writer.lock();
             self.commit_pending(&mut ws)?;
-            remove(&self.db, name)?;
+            remove(&self.db, &mut ws, name)?;
         }
         self.containers.write().remove(&shared.id);
         Ok(())

@@ -1,7 +1,9 @@
 //! A full consistency check of the metadata: every reference count equals the
 //! mappings that hold the block, every segment's live bytes equal its blocks'
-//! records, and the dedup index names exactly the stored blocks. Tests run it
-//! after random workloads; it is also the core of a future `lacuna scrub`.
+//! records, the dedup index names exactly the stored blocks, and no id or seq
+//! in the tables is past the counter that hands them out (else it would be
+//! handed out again). Tests run it after random workloads and crashes; it is
+//! also the core of a future `lacuna scrub`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -29,6 +31,12 @@ impl Engine {
                 (v.clone(), view.ranges.clone(), view.size_bytes)
             })
             .collect();
+        let snapshots: Vec<(u64, u64)> = self
+            .snapshots
+            .read()
+            .values()
+            .map(|s| (s.id, s.seq))
+            .collect();
         let mut ws = self.writer.lock();
         self.commit_pending(&mut ws)?;
         let txn = self.begin_read()?;
@@ -38,17 +46,22 @@ impl Engine {
         let mut refs: HashMap<u64, u64> = HashMap::new();
         let mut history_refs: HashMap<u64, u64> = HashMap::new();
         let mut mapping_counts: HashMap<u64, u64> = HashMap::new();
+        let mut highest = Highest::default();
         for item in maps.iter().map_err(kv_error)? {
             let (key, value) = item.map_err(kv_error)?;
             *mapping_counts.entry(key.value().0).or_default() += 1;
-            if let Target::Block(id) = MapValue::decode(value.value())?.target {
+            let value = MapValue::decode(value.value())?;
+            highest.seq = highest.seq.max(value.seq);
+            if let Target::Block(id) = value.target {
                 *refs.entry(id).or_default() += 1;
             }
         }
         let mut problems = self.check_reclaim_accounting(&ws, &maps, &views, &mapping_counts)?;
         for item in history.iter().map_err(kv_error)? {
-            let (_, value) = item.map_err(kv_error)?;
-            if let Target::Block(id) = HistValue::decode(value.value())?.target {
+            let (key, value) = item.map_err(kv_error)?;
+            let value = HistValue::decode(value.value())?;
+            highest.seq = highest.seq.max(key.value().2).max(value.died_seq);
+            if let Target::Block(id) = value.target {
                 *refs.entry(id).or_default() += 1;
                 *history_refs.entry(id).or_default() += 1;
             }
@@ -59,6 +72,8 @@ impl Engine {
         for item in blocks.iter().map_err(kv_error)? {
             let (id, value) = item.map_err(kv_error)?;
             let (id, rec) = (id.value(), BlockRec::decode(value.value())?);
+            highest.block_id = highest.block_id.max(id);
+            highest.segment = highest.segment.max(Some(rec.segment));
             let held = refs.remove(&id).unwrap_or(0);
             if u64::from(rec.refcount) != held {
                 problems.push(format!(
@@ -120,6 +135,17 @@ impl Engine {
                 "segment {id}: unknown but blocks hold {bytes} bytes"
             ));
         }
+        highest.seq = snapshots
+            .iter()
+            .map(|&(_, seq)| seq)
+            .fold(highest.seq, u64::max);
+        highest.volume_id = snapshots
+            .iter()
+            .map(|&(id, _)| id)
+            .chain(views.iter().map(|(v, _, _)| v.id))
+            .fold(0, u64::max);
+        highest.segment = highest.segment.max(ws.segments.keys().next_back().copied());
+        problems.extend(highest.past_counters(&ws));
         if problems.is_empty() {
             Ok(())
         } else {
@@ -194,5 +220,38 @@ impl Engine {
             }
         }
         Ok(problems)
+    }
+}
+
+/// The largest ids and seqs the tables and the catalogue hold.
+#[derive(Default)]
+struct Highest {
+    block_id: u64,
+    seq: u64,
+    volume_id: u64,
+    segment: Option<crate::segment::SegmentId>,
+}
+
+impl Highest {
+    /// Each counter is the last id (seq) handed out, or for segments the next
+    /// one: whatever the tables hold is within it.
+    fn past_counters(&self, ws: &crate::tx::WriterState) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (what, highest, counter) in [
+            ("block id", self.block_id, ws.next_block_id),
+            ("seq", self.seq, ws.next_seq),
+            ("volume or snapshot id", self.volume_id, ws.next_volume_id),
+        ] {
+            if highest > counter {
+                problems.push(format!("{what} {highest} is past its counter {counter}"));
+            }
+        }
+        if let Some(segment) = self.segment.filter(|&s| s >= ws.next_segment_id) {
+            problems.push(format!(
+                "segment {segment} is past its counter {}",
+                ws.next_segment_id
+            ));
+        }
+        problems
     }
 }

@@ -509,72 +509,61 @@ pub(crate) fn load(
             created_unix_s: crate::catalog::now_unix_s(),
             policy: ContainerPolicy::default(),
         };
-        persist(db, None, &rec)?;
+        persist_at_open(db, &rec)?;
         containers.insert(rec.id, Arc::new(ContainerShared::new(&rec, now)));
     }
     Ok(containers)
 }
 
-/// Writes a container record durably (control-plane changes are durable once
-/// acknowledged). `ws`: the writer's state while the array runs (see
-/// [`commit_durably`]); `None` only while it opens.
-fn persist(
-    db: &crate::kv::Kv,
-    ws: Option<&mut crate::tx::WriterState>,
-    rec: &ContainerRec,
-) -> Result<()> {
-    commit_durably(db, ws, |txn| {
-        let mut table = txn.open_table(meta::CONTAINERS).map_err(kv_error)?;
-        let json = serde_json::to_vec(rec).expect("container record serialises");
-        table
-            .insert(rec.name.as_str(), &json[..])
-            .map_err(kv_error)?;
-        Ok(())
-    })
-}
-
-fn remove(db: &crate::kv::Kv, ws: &mut crate::tx::WriterState, name: &str) -> Result<()> {
-    commit_durably(db, Some(ws), |txn| {
-        txn.open_table(meta::CONTAINERS)
-            .map_err(kv_error)?
-            .remove(name)
-            .map_err(kv_error)?;
-        Ok(())
-    })
-}
-
-/// One durable commit of `change`. A durable commit makes every commit before
-/// it durable too, so while the array runs it also writes the writer's
-/// counters and segment accounting, as every durable commit must
-/// ([`crate::tx::persist_writer_state`]): without them, a crash after a
-/// container change brought back mappings and blocks newer than the counters
-/// that hand out block ids and seqs, and those would be handed out again.
-fn commit_durably(
-    db: &crate::kv::Kv,
-    ws: Option<&mut crate::tx::WriterState>,
-    change: impl FnOnce(&redb::WriteTransaction) -> Result<()>,
-) -> Result<()> {
+/// Writes the default container's record at the array's first open, durably
+/// (nothing else is written yet).
+fn persist_at_open(db: &crate::kv::Kv, rec: &ContainerRec) -> Result<()> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
-    change(&txn)?;
-    if let Some(ws) = ws {
-        assert!(
-            ws.open_txn.is_none(),
-            "the write batches' open transaction is committed first"
-        );
-        crate::tx::persist_writer_state(&txn, ws)?;
+    {
+        let mut table = txn.open_table(meta::CONTAINERS).map_err(kv_error)?;
+        insert_rec(&mut table, rec)?;
     }
     db.commit(txn, &ChangedMappings::NONE)
 }
 
+fn insert_rec(
+    table: &mut redb::Table<&'static str, &'static [u8]>,
+    rec: &ContainerRec,
+) -> Result<()> {
+    let json = serde_json::to_vec(rec).expect("container record serialises");
+    table
+        .insert(rec.name.as_str(), &json[..])
+        .map_err(kv_error)?;
+    Ok(())
+}
+
 impl Engine {
-    /// Writes a container record durably, first committing the write batches'
-    /// open transaction (redb has one writer at a time).
+    /// Writes a container record; durable once this returns.
     fn persist_container(&self, rec: &ContainerRec) -> Result<()> {
-        let mut ws = self.writer.lock();
-        self.commit_pending(&mut ws)?;
-        persist(&self.db, Some(&mut ws), rec)
+        self.commit_container_change(|t| insert_rec(t.containers()?, rec))
+    }
+
+    /// Commits a change to the container table in order with every other
+    /// commit, then makes it durable as a FLUSH does (control-plane changes
+    /// are durable once acknowledged). A commit of its own with durability
+    /// set would make every earlier commit durable too, without the segment
+    /// sync and the writer's counters a durable commit must carry: after a
+    /// crash the array handed out block ids and seqs again.
+    fn commit_container_change(
+        &self,
+        change: impl FnOnce(&mut crate::tx::Tables) -> Result<()>,
+    ) -> Result<()> {
+        {
+            let mut ws = self.writer.lock();
+            self.transact(&mut ws, true, |st, t, _| {
+                change(t)?;
+                st.records_written += 1;
+                Ok(())
+            })?;
+        }
+        self.flush()
     }
 
     pub(crate) fn container_named(&self, name: &str) -> Result<Arc<ContainerShared>> {
@@ -678,13 +667,10 @@ impl Engine {
                 "container '{name}' still holds {members} volume(s) and {doomed} being reclaimed: delete and eradicate them first"
             )));
         }
-        {
-            // The write batches' open transaction must not hold up redb's
-            // single writer.
-            let mut ws = self.writer.lock();
-            self.commit_pending(&mut ws)?;
-            remove(&self.db, &mut ws, name)?;
-        }
+        self.commit_container_change(|t| {
+            t.containers()?.remove(name).map_err(kv_error)?;
+            Ok(())
+        })?;
         self.containers.write().remove(&shared.id);
         Ok(())
     }

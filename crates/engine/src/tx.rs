@@ -262,6 +262,7 @@ pub struct Tables<'t> {
     range_history: Option<VersionTable<'t>>,
     snapshots: Option<Table<'t, u64, &'static [u8]>>,
     retained: Option<Table<'t, u64, &'static [u8]>>,
+    containers: Option<Table<'t, &'static str, &'static [u8]>>,
 }
 
 impl<'t> Tables<'t> {
@@ -279,6 +280,7 @@ impl<'t> Tables<'t> {
             range_history: None,
             snapshots: None,
             retained: None,
+            containers: None,
         })
     }
 
@@ -339,6 +341,13 @@ impl<'t> Tables<'t> {
             self.doomed = Some(self.txn.open_table(meta::DOOMED).map_err(kv_error)?);
         }
         Ok(self.doomed.as_mut().expect("opened"))
+    }
+
+    pub fn containers(&mut self) -> Result<&mut Table<'t, &'static str, &'static [u8]>> {
+        if self.containers.is_none() {
+            self.containers = Some(self.txn.open_table(meta::CONTAINERS).map_err(kv_error)?);
+        }
+        Ok(self.containers.as_mut().expect("opened"))
     }
 
     pub fn doomed_containers(&mut self) -> Result<&mut Table<'t, u64, u64>> {

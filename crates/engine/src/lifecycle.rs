@@ -398,8 +398,8 @@ impl Engine {
             return Ok(false);
         };
         // Looked up before the writer mutex: the volume maps rank above it.
-        let live = self.volume_by_id(volume);
-        let gone_seqs = live.is_none().then(|| self.sorted_snapshot_seqs(volume));
+        let shared = self.volume_by_id(volume);
+        let gone_seqs = shared.is_none().then(|| self.sorted_snapshot_seqs(volume));
         #[cfg(test)]
         tests::run_before_sweep_lock();
         let mut ws = self.writer.lock();
@@ -410,8 +410,8 @@ impl Engine {
         // dropped them and the snapshot read zeroes there (crash torture).
         // A volume no longer in memory takes no writes and no snapshots, so its
         // snapshots' list can only shrink, which keeps more, never less.
-        let seqs = match &live {
-            Some(live) => live.snapshot_seqs.lock().clone(),
+        let seqs = match &shared {
+            Some(shared) => shared.snapshot_seqs.lock().clone(),
             None => gone_seqs.expect("listed above for a volume not in memory"),
         };
         assert!(seqs.is_sorted(), "snapshot seqs in order");

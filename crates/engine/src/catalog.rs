@@ -250,11 +250,11 @@ impl Engine {
     pub fn resize_volume(&self, name: &str, size_bytes: u64) -> Result<VolumeInfo> {
         validate_size(size_bytes)?;
         let shared = self.shared_volume(name)?;
-        let old_size = shared.view.read().size_bytes;
-        if size_bytes < old_size {
-            self.write_range(&shared, size_bytes, old_size - size_bytes, RangeKind::Hole)?;
-        }
         let mut view = shared.view.write();
+        let shrinks = size_bytes < view.size_bytes;
+        if shrinks {
+            self.cut_end(&shared, &mut view, size_bytes)?;
+        }
         let mut ws = self.writer.lock();
         let (old_grains, new_grains) = (grains_of(view.size_bytes), grains_of(size_bytes));
         if shared.provisioning.is_thick() && new_grains > old_grains {
@@ -279,8 +279,35 @@ impl Engine {
         shared.sync_usage(Some(size_bytes));
         shared.last_change_seq.store(ws.next_seq, Ordering::SeqCst);
         drop((ws, view));
+        if shrinks {
+            self.wake_reclaimer();
+        }
         self.flush()?;
         Ok(self.info_of(&shared))
+    }
+
+    /// Unmaps what falls off the end of a volume shrinking to `size_bytes`:
+    /// the sectors past it in its last grain are zeroed, the whole grains past
+    /// it get one hole record. Under the volume's view, which every write
+    /// holds from its range check to its commit, so no write lands past the
+    /// new end between the cut and the new size (cut first and then locked,
+    /// such a write survived the cut and came back with a later grow).
+    fn cut_end(
+        &self,
+        vol: &Arc<VolumeShared>,
+        view: &mut crate::VolumeView,
+        size_bytes: u64,
+    ) -> Result<()> {
+        assert!(size_bytes < view.size_bytes, "a shrink");
+        if !size_bytes.is_multiple_of(GRAIN_BYTES) {
+            self.zero_grain_tail_locked(vol, view, size_bytes)?;
+        }
+        let first_cut = size_bytes.div_ceil(GRAIN_BYTES);
+        let old_grains = grains_of(view.size_bytes);
+        if first_cut < old_grains {
+            self.insert_range_locked(vol, view, first_cut, old_grains, RangeKind::Hole, None)?;
+        }
+        Ok(())
     }
 
     /// A volume, live or destroyed.

@@ -34,6 +34,18 @@ fn check_range(size_bytes: u64, offset_bytes: u64, length_bytes: u64) -> Result<
     }
 }
 
+/// Refuses a change to a destroyed volume. Called under the volume's view:
+/// eradication holds it for writing to hand the volume's data to the
+/// reclaimer, so nothing checked here can land in a volume being reclaimed
+/// (its mappings would never be freed, and a thick volume's reservation
+/// would be given back twice).
+fn check_live(vol: &VolumeShared) -> Result<()> {
+    if vol.deleted.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(EngineError::VolumeNotFound(vol.name.clone()));
+    }
+    Ok(())
+}
+
 fn state_of(content: Content) -> ExtentState {
     match content {
         Content::Hole => ExtentState::Hole,
@@ -220,6 +232,7 @@ impl Engine {
     ) -> Result<()> {
         self.make_room(data.len() as u64)?;
         let view = vol.view.read();
+        check_live(vol)?;
         check_range(view.size_bytes, offset_bytes, data.len() as u64)?;
         if data.is_empty() {
             return Ok(());
@@ -309,6 +322,29 @@ impl Engine {
         Ok(())
     }
 
+    /// Zeroes `from_bytes`'s grain from there to its end, under the volume's
+    /// view, which the caller holds (a shrink: see `resize_volume`).
+    pub(crate) fn zero_grain_tail_locked(
+        &self,
+        vol: &Arc<VolumeShared>,
+        view: &VolumeView,
+        from_bytes: u64,
+    ) -> Result<()> {
+        check_live(vol)?;
+        let grain = from_bytes / GRAIN_BYTES;
+        let start = grain * GRAIN_BYTES;
+        let mut merged = vec![0u8; GRAIN_BYTES as usize];
+        let mut ws = self.writer.lock();
+        {
+            let _io = self.io_lock.read();
+            self.read_locked(vol, view, start, &mut merged)?;
+        }
+        merged[(from_bytes - start) as usize..].fill(0);
+        let compression = vol.container.policy.read().compression;
+        let content = grain::classify_with(&merged, compression);
+        self.commit_grains_locked(&mut ws, vol.clone(), grain, vec![content])
+    }
+
     fn write_zero_bytes(&self, vol: &Arc<VolumeShared>, from: u64, to: u64) -> Result<()> {
         let zeroes = vec![0u8; (to - from) as usize];
         self.write(vol, from, &zeroes)
@@ -336,6 +372,24 @@ impl Engine {
             vol.container.check_quota((end - start) * GRAIN_BYTES)?;
         }
         let mut view = vol.view.write();
+        let seq = self.insert_range_locked(vol, &mut view, start, end, kind, bits_from)?;
+        drop(view);
+        self.wake_reclaimer();
+        Ok(seq)
+    }
+
+    /// [`Engine::insert_range`] under the volume's view, which the caller
+    /// holds for writing (quota checked).
+    pub(crate) fn insert_range_locked(
+        &self,
+        vol: &VolumeShared,
+        view: &mut VolumeView,
+        start: u64,
+        end: u64,
+        kind: RangeKind,
+        bits_from: Option<(&VolumeShared, u64)>,
+    ) -> Result<u64> {
+        check_live(vol)?;
         let mut ws = self.writer.lock();
         let snapshot_seqs = vol.snapshot_seqs.lock().clone();
         let mut planned = view.ranges.clone_overlapping(start, end);
@@ -402,9 +456,6 @@ impl Engine {
                 .checked_sub(after)
                 .expect("thick reservation never negative");
         }
-        drop(ws);
-        drop(view);
-        self.wake_reclaimer();
         Ok(seq)
     }
 

@@ -111,12 +111,13 @@ impl Engine {
         for snapshot in &theirs {
             self.eradicate_snapshot_locked(snapshot, &needed)?;
         }
-        let retained = self
-            .snapshots_of(shared.id)
-            .iter()
-            .any(|s| !s.gone.load(Ordering::SeqCst));
         let view = shared.view.write();
         let mut ws = self.writer.lock();
+        // Retained while any snapshot or pin of it is left: asked of the
+        // volume's own list under the writer mutex, which a snapshot joins
+        // under that mutex (and under the volume's view, which this holds),
+        // so none committed meanwhile is missed.
+        let retained = !shared.snapshot_seqs.lock().is_empty();
         let grains = grains_of(view.size_bytes);
         let rec = shared.rec(view.size_bytes);
         self.transact(&mut ws, true, |st, t, _| {
@@ -271,8 +272,9 @@ impl Engine {
             volume.snapshot_seqs.lock().retain(|&s| s != snapshot.seq);
         }
         snapshot.gone.store(true, Ordering::SeqCst);
-        drop(ws);
+        // Out of the map together with its seq (see `commit_snapshots`).
         self.snapshots.write().remove(&snapshot.id);
+        drop(ws);
         self.sweep_pending
             .lock()
             .insert(snapshot.volume_id, SweepCursor::START);
@@ -514,6 +516,39 @@ mod tests {
         if let Some(hook) = BEFORE_SWEEP_LOCK.with(|hook| hook.borrow_mut().take()) {
             hook();
         }
+    }
+
+    /// A volume destroyed between a caller's lookup and its snapshot, pin or
+    /// write: each is refused under the volume's view, so nothing joins a
+    /// volume that eradication may be handing to the reclaimer.
+    #[test]
+    fn a_destroyed_volume_takes_no_snapshot_pin_or_write() {
+        let dir = data_dir("destroyed-race");
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        engine.create_volume("v", 1 << 20).unwrap();
+        let looked_up = engine.shared_volume("v").unwrap();
+        engine.delete_volume("v").unwrap();
+
+        let snapshot = engine.commit_snapshots(vec![(looked_up.clone(), Some("s".into()))], None);
+        assert!(matches!(
+            snapshot,
+            Err(crate::EngineError::VolumeNotFound(_))
+        ));
+        let pin = engine.pin_volume(&looked_up);
+        assert!(matches!(pin, Err(crate::EngineError::VolumeNotFound(_))));
+        let data = unique_bytes(GRAIN_BYTES as usize, 3);
+        let write = engine.write(&looked_up, 0, &data);
+        assert!(matches!(write, Err(crate::EngineError::VolumeNotFound(_))));
+        let unmap = engine.write_range(&looked_up, 0, GRAIN_BYTES, crate::meta::RangeKind::Hole);
+        assert!(matches!(unmap, Err(crate::EngineError::VolumeNotFound(_))));
+
+        engine.eradicate_volume("v").unwrap();
+        assert!(
+            engine.snapshots.read().is_empty(),
+            "no snapshot or pin left"
+        );
+        engine.check_consistency().unwrap();
+        engine.close().unwrap();
     }
 
     /// A snapshot taken just as a sweep of its volume starts, and a write after

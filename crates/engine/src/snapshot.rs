@@ -295,6 +295,16 @@ impl Engine {
         let mut ws = self.writer.lock();
         // Writes are held from here (the writer mutex) until it is released.
         let held_since = Instant::now();
+        // A destroyed volume takes no snapshot (nor pin): checked under its
+        // view, which eradication holds to hand the volume's data over, so a
+        // snapshot either commits before and keeps the volume retained, or
+        // is refused.
+        if let Some((gone, _)) = members
+            .iter()
+            .find(|(m, _)| m.deleted.load(Ordering::SeqCst))
+        {
+            return Err(EngineError::VolumeNotFound(gone.name.clone()));
+        }
         let created_unix_s = now_unix_s();
         let recs = self.transact(&mut ws, true, |st, t, _| {
             let seq = st.take_seq();
@@ -326,13 +336,18 @@ impl Engine {
             seqs.push(rec.seq);
             taken.push(Arc::new(SnapshotShared::from_rec(rec, view.ranges.clone())));
         }
-        drop(ws);
-        let window = held_since.elapsed();
-        drop(views);
+        // In the map before the writer mutex goes, together with the seqs:
+        // whatever decides from the map what is still needed (pins a frozen
+        // range map references, a volume's snapshots at eradication) must
+        // not see a snapshot's seq without the snapshot.
         let mut all = self.snapshots.write();
         for s in &taken {
             all.insert(s.id, s.clone());
         }
+        drop(all);
+        drop(ws);
+        let window = held_since.elapsed();
+        drop(views);
         Ok((taken, window))
     }
 

@@ -158,6 +158,9 @@ impl Engine {
         if volumes.contains_key(name) || self.destroyed.read().contains_key(name) {
             return Err(EngineError::VolumeExists(name.to_string()));
         }
+        if container.deleting.load(Ordering::SeqCst) {
+            return Err(EngineError::ContainerNotFound(container.name.clone()));
+        }
         let mut ws = self.writer.lock();
         let grains = grains_of(size_bytes);
         if provisioning.is_thick() {

@@ -395,6 +395,9 @@ pub(crate) struct ContainerShared {
     pub bucket: Mutex<TokenBucket>,
     /// Set by `reclaim --now` until the backlog is empty.
     pub draining: AtomicBool,
+    /// Set while a delete decides whether the container is empty: a volume
+    /// created into it meanwhile is refused (see `delete_container`).
+    pub deleting: AtomicBool,
     pub counters: ReclaimCounters,
     pub window: Mutex<RateWindow>,
     /// Grains counted against the quota: thin volumes' data grains plus thick
@@ -415,6 +418,7 @@ impl ContainerShared {
                 now,
             )),
             draining: AtomicBool::new(false),
+            deleting: AtomicBool::new(false),
             counters: ReclaimCounters::default(),
             window: Mutex::new(RateWindow::new()),
             used_grains: AtomicU64::new(0),
@@ -654,6 +658,20 @@ impl Engine {
                 "the default container cannot be deleted".into(),
             ));
         }
+        // Flagged before members are counted, under the volume map's lock that
+        // a create holds from its flag check to its insert: a volume is either
+        // counted here or refused there, never created into a deleted
+        // container (where reclaim, which walks the containers, never finds it).
+        shared.deleting.store(true, Ordering::SeqCst);
+        let result = self.delete_empty_container(&shared);
+        if result.is_err() {
+            shared.deleting.store(false, Ordering::SeqCst);
+        }
+        result
+    }
+
+    fn delete_empty_container(&self, shared: &ContainerShared) -> Result<()> {
+        let name = shared.name.as_str();
         let members = self.container_members(shared.id).len();
         let doomed = self
             .writer
@@ -757,5 +775,39 @@ impl Engine {
             .map(|(id, _)| ws.mapping_count(*id))
             .sum();
         doomed + members.iter().map(|v| v.backlog_grains(&ws)).sum::<u64>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata::{data_dir, quiet_engine};
+    use crate::Provisioning;
+
+    /// While a delete decides whether a container is empty, a volume created
+    /// into it is refused; a delete refused for members leaves it usable.
+    #[test]
+    fn no_volume_is_created_into_a_container_being_deleted() {
+        let dir = data_dir("container-delete");
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        engine
+            .create_container("c", ContainerPolicy::default())
+            .unwrap();
+        let shared = engine.container_named("c").unwrap();
+
+        shared.deleting.store(true, Ordering::SeqCst);
+        let refused = engine.create_volume_in("v", 1 << 20, Provisioning::Thin, "c");
+        assert!(matches!(refused, Err(EngineError::ContainerNotFound(_))));
+        shared.deleting.store(false, Ordering::SeqCst);
+
+        engine
+            .create_volume_in("v", 1 << 20, Provisioning::Thin, "c")
+            .unwrap();
+        assert!(engine.delete_container("c").is_err(), "it holds v");
+        assert!(!shared.deleting.load(Ordering::SeqCst));
+        engine
+            .create_volume_in("w", 1 << 20, Provisioning::Thin, "c")
+            .unwrap();
+        engine.close().unwrap();
     }
 }

@@ -566,6 +566,19 @@ fn volume_shared(
 }
 
 impl VolumeShared {
+    /// Refuses anything aimed at a destroyed volume. Under the volume's view
+    /// (writes, range records, snapshots and pins check it there) it also
+    /// keeps out of a volume that eradication, which holds the view for
+    /// writing, is handing to the reclaimer: its mappings would never be
+    /// freed, its snapshots' data would be, and a thick volume's reservation
+    /// would be given back twice.
+    pub(crate) fn ensure_live(&self) -> Result<()> {
+        if self.deleted.load(Ordering::SeqCst) {
+            return Err(EngineError::VolumeNotFound(self.name.clone()));
+        }
+        Ok(())
+    }
+
     /// The persistent record of this volume at `size_bytes`.
     pub(crate) fn rec(&self, size_bytes: u64) -> VolumeRec {
         VolumeRec {

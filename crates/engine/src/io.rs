@@ -34,18 +34,6 @@ fn check_range(size_bytes: u64, offset_bytes: u64, length_bytes: u64) -> Result<
     }
 }
 
-/// Refuses a change to a destroyed volume. Called under the volume's view:
-/// eradication holds it for writing to hand the volume's data to the
-/// reclaimer, so nothing checked here can land in a volume being reclaimed
-/// (its mappings would never be freed, and a thick volume's reservation
-/// would be given back twice).
-fn check_live(vol: &VolumeShared) -> Result<()> {
-    if vol.deleted.load(std::sync::atomic::Ordering::SeqCst) {
-        return Err(EngineError::VolumeNotFound(vol.name.clone()));
-    }
-    Ok(())
-}
-
 fn state_of(content: Content) -> ExtentState {
     match content {
         Content::Hole => ExtentState::Hole,
@@ -232,7 +220,7 @@ impl Engine {
     ) -> Result<()> {
         self.make_room(data.len() as u64)?;
         let view = vol.view.read();
-        check_live(vol)?;
+        vol.ensure_live()?;
         check_range(view.size_bytes, offset_bytes, data.len() as u64)?;
         if data.is_empty() {
             return Ok(());
@@ -271,17 +259,13 @@ impl Engine {
             }
             let grain = first + i as u64;
             let start = grain * GRAIN_BYTES;
-            let mut merged = vec![0u8; GRAIN_BYTES as usize];
-            {
-                let _io = self.io_lock.read();
-                self.read_locked(vol, &view, start, &mut merged)?;
-            }
             let from = offset_bytes.max(start);
             let to = end_bytes.min(start + GRAIN_BYTES);
-            merged[(from - start) as usize..(to - start) as usize].copy_from_slice(
-                &data[(from - offset_bytes) as usize..(to - offset_bytes) as usize],
-            );
-            *content = Some(classify(&merged));
+            *content = Some(self.edited_grain(vol, &view, grain, |merged| {
+                merged[(from - start) as usize..(to - start) as usize].copy_from_slice(
+                    &data[(from - offset_bytes) as usize..(to - offset_bytes) as usize],
+                )
+            })?);
         }
         let contents = contents
             .into_iter()
@@ -330,19 +314,34 @@ impl Engine {
         view: &VolumeView,
         from_bytes: u64,
     ) -> Result<()> {
-        check_live(vol)?;
+        vol.ensure_live()?;
         let grain = from_bytes / GRAIN_BYTES;
         let start = grain * GRAIN_BYTES;
-        let mut merged = vec![0u8; GRAIN_BYTES as usize];
         let mut ws = self.writer.lock();
+        let content = self.edited_grain(vol, view, grain, |merged| {
+            merged[(from_bytes - start) as usize..].fill(0)
+        })?;
+        self.commit_grains_locked(&mut ws, vol.clone(), grain, vec![content])
+    }
+
+    /// A grain as it holds now with `edit` applied, classified: the read half
+    /// of a read-modify-write, under the writer mutex the caller holds so no
+    /// other write to the grain can slip between the read and the write.
+    fn edited_grain(
+        &self,
+        vol: &VolumeShared,
+        view: &VolumeView,
+        grain: u64,
+        edit: impl FnOnce(&mut [u8]),
+    ) -> Result<GrainContent> {
+        let mut merged = vec![0u8; GRAIN_BYTES as usize];
         {
             let _io = self.io_lock.read();
-            self.read_locked(vol, view, start, &mut merged)?;
+            self.read_locked(vol, view, grain * GRAIN_BYTES, &mut merged)?;
         }
-        merged[(from_bytes - start) as usize..].fill(0);
+        edit(&mut merged);
         let compression = vol.container.policy.read().compression;
-        let content = grain::classify_with(&merged, compression);
-        self.commit_grains_locked(&mut ws, vol.clone(), grain, vec![content])
+        Ok(grain::classify_with(&merged, compression))
     }
 
     fn write_zero_bytes(&self, vol: &Arc<VolumeShared>, from: u64, to: u64) -> Result<()> {
@@ -389,7 +388,7 @@ impl Engine {
         kind: RangeKind,
         bits_from: Option<(&VolumeShared, u64)>,
     ) -> Result<u64> {
-        check_live(vol)?;
+        vol.ensure_live()?;
         let mut ws = self.writer.lock();
         let snapshot_seqs = vol.snapshot_seqs.lock().clone();
         let mut planned = view.ranges.clone_overlapping(start, end);

@@ -803,10 +803,7 @@ impl Volume {
 
     fn live(&self) -> Result<()> {
         self.engine.check_fence()?;
-        if self.shared.deleted.load(Ordering::SeqCst) {
-            return Err(EngineError::VolumeNotFound(self.shared.name.clone()));
-        }
-        Ok(())
+        self.shared.ensure_live()
     }
 
     /// Current size (volumes can be resized while open). Fails if deleted.

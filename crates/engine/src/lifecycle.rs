@@ -518,14 +518,20 @@ mod tests {
         }
     }
 
+    /// A quiet engine with one volume `v` of 1 MiB.
+    fn engine_with_volume(tag: &str) -> (tempfile::TempDir, std::sync::Arc<crate::Engine>) {
+        let dir = data_dir(tag);
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        engine.create_volume("v", 1 << 20).unwrap();
+        (dir, engine)
+    }
+
     /// A volume destroyed between a caller's lookup and its snapshot, pin or
     /// write: each is refused under the volume's view, so nothing joins a
     /// volume that eradication may be handing to the reclaimer.
     #[test]
     fn a_destroyed_volume_takes_no_snapshot_pin_or_write() {
-        let dir = data_dir("destroyed-race");
-        let engine = quiet_engine(dir.path(), 1 << 30);
-        engine.create_volume("v", 1 << 20).unwrap();
+        let (_dir, engine) = engine_with_volume("destroyed-race");
         let looked_up = engine.shared_volume("v").unwrap();
         engine.delete_volume("v").unwrap();
 
@@ -557,9 +563,7 @@ mod tests {
     /// the writer mutex, missed this one, and the snapshot read zeroes.)
     #[test]
     fn a_sweep_keeps_what_a_snapshot_taken_as_it_starts_sees() {
-        let dir = data_dir("sweep-race");
-        let engine = quiet_engine(dir.path(), 1 << 30);
-        engine.create_volume("v", 1 << 20).unwrap();
+        let (_dir, engine) = engine_with_volume("sweep-race");
         let volume = engine.open_volume("v").unwrap();
         let old = unique_bytes(GRAIN_BYTES as usize, 1);
         volume.write(0, &old).unwrap();

@@ -295,15 +295,10 @@ impl Engine {
         let mut ws = self.writer.lock();
         // Writes are held from here (the writer mutex) until it is released.
         let held_since = Instant::now();
-        // A destroyed volume takes no snapshot (nor pin): checked under its
-        // view, which eradication holds to hand the volume's data over, so a
-        // snapshot either commits before and keeps the volume retained, or
-        // is refused.
-        if let Some((gone, _)) = members
-            .iter()
-            .find(|(m, _)| m.deleted.load(Ordering::SeqCst))
-        {
-            return Err(EngineError::VolumeNotFound(gone.name.clone()));
+        // Under the members' views: a snapshot either commits before an
+        // eradication (and keeps the volume retained) or is refused.
+        for (member, _) in &members {
+            member.ensure_live()?;
         }
         let created_unix_s = now_unix_s();
         let recs = self.transact(&mut ws, true, |st, t, _| {

@@ -279,6 +279,9 @@ impl Engine {
                 ws.thick_unwritten_grains - before_unwritten + (new_grains - bitmap.count());
         }
         drop(bitmap);
+        // Grain by grain like the data bitmap: writes and range records past
+        // the old end set their bits here (a shrink's cut cleared the end).
+        shared.live_mapped.lock().resize(new_grains);
         shared.sync_usage(Some(size_bytes));
         shared.last_change_seq.store(ws.next_seq, Ordering::SeqCst);
         drop((ws, view));
@@ -990,4 +993,46 @@ fn rebuild_bitmap(
         bitmap.set(grain, crate::io::is_data(value.target));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testdata::{data_dir, quiet_engine, unique_bytes};
+    use crate::GRAIN_BYTES;
+
+    const G: u64 = GRAIN_BYTES;
+
+    /// A volume grown takes writes, unmaps and a shrink in what it gained,
+    /// and its counts stay right. (Before the fix the grow left the bitmap of
+    /// its live mappings at the old size, and the first write past the old
+    /// end panicked under the writer mutex.)
+    #[test]
+    fn a_grown_volume_takes_writes_and_range_records_past_its_old_end() {
+        let dir = data_dir("grown");
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        engine.create_volume("v", 64 * G).unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        volume.write(0, &unique_bytes(64 * G as usize, 1)).unwrap();
+        engine.resize_volume("v", 256 * G).unwrap();
+
+        let gained = unique_bytes(128 * G as usize, 2);
+        volume.write(64 * G, &gained).unwrap();
+        volume.write(200 * G, &unique_bytes(G as usize, 3)).unwrap();
+        volume.unmap(100 * G, 50 * G).unwrap();
+        engine.resize_volume("v", 120 * G).unwrap();
+
+        let mut read = vec![0u8; 56 * G as usize];
+        volume.read(64 * G, &mut read).unwrap();
+        let (kept, unmapped) = read.split_at(36 * G as usize);
+        assert!(kept == &gained[..36 * G as usize]);
+        assert!(unmapped.iter().all(|&b| b == 0));
+        engine.resize_volume("v", 256 * G).unwrap();
+        let mut tail = vec![0xFFu8; 136 * G as usize];
+        volume.read(120 * G, &mut tail).unwrap();
+        assert!(
+            tail.iter().all(|&b| b == 0),
+            "a grow after a shrink shows zeroes"
+        );
+        engine.check_consistency().unwrap();
+    }
 }

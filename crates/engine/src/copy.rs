@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{grains_of, Initial};
+use crate::io::check_range;
 use crate::meta::RangeKind;
 use crate::snapshot::{split_full_name, SnapshotShared};
 use crate::{Engine, EngineError, Provisioning, Result, VolumeInfo, VolumeShared, GRAIN_BYTES};
@@ -189,8 +190,13 @@ impl Engine {
         if length_bytes == 0 {
             return Ok(report);
         }
+        crate::interleave::at(crate::interleave::Point::CopyBeforePin);
         let _pins = self.pin_lock.lock();
         let pin = self.pin_volume(&src)?;
+        // The source may have shrunk since its size was checked: the pin is
+        // what is copied, and it must hold the whole range. (The destination
+        // is checked again where its record goes in, under its view.)
+        check_range(pin.size_bytes, source_offset_bytes, length_bytes)?;
         let same_alignment =
             source_offset_bytes % GRAIN_BYTES == destination_offset_bytes % GRAIN_BYTES;
         if !same_alignment {
@@ -323,7 +329,19 @@ impl Engine {
             snapshot: source.id,
             delta: 0,
         };
-        self.insert_range(&vol, 0, grains, kind, None)?;
+        crate::interleave::at(crate::interleave::Point::RevertBeforeRecord);
+        Self::check_range_quota(&vol, 0, grains, kind)?;
+        // The size and the record under one hold of the view: a resize in
+        // between would leave the volume reverted at another size.
+        let mut view = vol.view.write();
+        if view.size_bytes != source.size_bytes {
+            return Err(EngineError::InvalidArgument(format!(
+                "volume {volume} was resized while being reverted to {full}; try again"
+            )));
+        }
+        self.insert_range_locked(&vol, &mut view, 0, grains, kind, None)?;
+        drop(view);
+        self.wake_reclaimer();
         self.flush()?;
         self.volume_info(volume)
     }
@@ -331,7 +349,105 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use crate::GRAIN_BYTES;
+    use crate::interleave::{self, Point};
+    use crate::testdata::{data_dir, quiet_engine};
+    use crate::{EngineError, GRAIN_BYTES};
+
+    const G: u64 = GRAIN_BYTES;
+
+    /// An engine with `src` of 128 grains all written (0xAB) and an empty
+    /// `dst` of 100 grains.
+    fn engine_with_source(tag: &str) -> (tempfile::TempDir, std::sync::Arc<crate::Engine>) {
+        let dir = data_dir(tag);
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        engine.create_volume("src", 128 * G).unwrap();
+        engine.create_volume("dst", 100 * G).unwrap();
+        let src = engine.open_volume("src").unwrap();
+        src.write(0, &vec![0xAB; 128 * G as usize]).unwrap();
+        (dir, engine)
+    }
+
+    fn read(
+        engine: &std::sync::Arc<crate::Engine>,
+        volume: &str,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Vec<u8> {
+        let mut buf = vec![0u8; len_bytes as usize];
+        let volume = engine.open_volume(volume).unwrap();
+        volume.read(offset_bytes, &mut buf).unwrap();
+        buf
+    }
+
+    /// A copy into the tail of a volume that a shrink cuts while the copy
+    /// runs: refused, and a later grow shows zeroes there. (Before the fix the
+    /// copy's record went in past the new end, and the grow showed the source
+    /// volume's data in a volume that never held it.)
+    #[test]
+    fn a_copy_into_a_volume_shrunk_meanwhile_leaves_nothing_past_its_end() {
+        let (_dir, engine) = engine_with_source("copy-shrunk-destination");
+        let hook_engine = engine.clone();
+        interleave::set(Point::CopyBeforePin, move || {
+            hook_engine.resize_volume("dst", 60 * G).unwrap();
+        });
+
+        let copied = engine.copy_range("src", 0, 50 * G, "dst", 50 * G);
+
+        assert!(
+            matches!(copied, Err(EngineError::OutOfRange { .. })),
+            "{copied:?}"
+        );
+        engine.resize_volume("dst", 100 * G).unwrap();
+        assert!(read(&engine, "dst", 0, 100 * G).iter().all(|&b| b == 0));
+        engine.check_consistency().unwrap();
+    }
+
+    /// A copy out of a volume that a shrink cuts while the copy runs is
+    /// refused, as it would be had the shrink come first. (Before the fix it
+    /// succeeded and the copy read zeroes where the source had been cut.)
+    #[test]
+    fn a_copy_out_of_a_volume_shrunk_meanwhile_is_refused() {
+        let (_dir, engine) = engine_with_source("copy-shrunk-source");
+        let hook_engine = engine.clone();
+        interleave::set(Point::CopyBeforePin, move || {
+            hook_engine.resize_volume("src", 20 * G).unwrap();
+        });
+
+        let copied = engine.copy_range("src", 0, 50 * G, "dst", 0);
+
+        assert!(
+            matches!(copied, Err(EngineError::OutOfRange { .. })),
+            "{copied:?}"
+        );
+        assert!(read(&engine, "dst", 0, 100 * G).iter().all(|&b| b == 0));
+        engine.check_consistency().unwrap();
+    }
+
+    /// A revert whose volume is resized between the revert's own resize and
+    /// its record is refused, rather than leaving the volume reverted at a
+    /// size the snapshot never had.
+    #[test]
+    fn a_revert_refuses_a_volume_resized_meanwhile() {
+        let (_dir, engine) = engine_with_source("revert-resized");
+        engine.create_snapshots(&["src"], Some("s"), None).unwrap();
+        engine.resize_volume("src", 150 * G).unwrap();
+        let hook_engine = engine.clone();
+        interleave::set(Point::RevertBeforeRecord, move || {
+            hook_engine.resize_volume("src", 120 * G).unwrap();
+        });
+
+        let reverted = engine.restore_volume("src", "s");
+
+        assert!(
+            matches!(reverted, Err(EngineError::InvalidArgument(_))),
+            "{reverted:?}"
+        );
+        engine.check_consistency().unwrap();
+        // Tried again, the revert takes the snapshot's size and data.
+        let info = engine.restore_volume("src", "s").unwrap();
+        assert_eq!(info.size_bytes, 128 * G);
+        assert!(read(&engine, "src", 0, 128 * G).iter().all(|&b| b == 0xAB));
+    }
 
     /// A copy is quick (metadata only) exactly when source and destination lie
     /// alike within a grain, and not once the array is fenced.

@@ -23,7 +23,7 @@ pub(crate) fn is_data(target: Target) -> bool {
     !matches!(target, Target::Pattern(0))
 }
 
-fn check_range(size_bytes: u64, offset_bytes: u64, length_bytes: u64) -> Result<()> {
+pub(crate) fn check_range(size_bytes: u64, offset_bytes: u64, length_bytes: u64) -> Result<()> {
     match offset_bytes.checked_add(length_bytes) {
         Some(end) if end <= size_bytes => Ok(()),
         _ => Err(EngineError::OutOfRange {
@@ -361,15 +361,7 @@ impl Engine {
         kind: RangeKind,
         bits_from: Option<(&VolumeShared, u64)>,
     ) -> Result<u64> {
-        let adds_data = match kind {
-            RangeKind::Hole => false,
-            RangeKind::Pattern(p) => p != 0,
-            RangeKind::Ref { .. } => true,
-        };
-        if adds_data && !vol.provisioning.is_thick() {
-            // Conservative: the whole range counts, written before or not.
-            vol.container.check_quota((end - start) * GRAIN_BYTES)?;
-        }
+        Self::check_range_quota(vol, start, end, kind)?;
         let mut view = vol.view.write();
         let seq = self.insert_range_locked(vol, &mut view, start, end, kind, bits_from)?;
         drop(view);
@@ -377,8 +369,31 @@ impl Engine {
         Ok(seq)
     }
 
+    /// Refuses a range record that would take `vol`'s container past its
+    /// quota: conservatively, the whole range counts, written before or not.
+    pub(crate) fn check_range_quota(
+        vol: &VolumeShared,
+        start: u64,
+        end: u64,
+        kind: RangeKind,
+    ) -> Result<()> {
+        let adds_data = match kind {
+            RangeKind::Hole => false,
+            RangeKind::Pattern(p) => p != 0,
+            RangeKind::Ref { .. } => true,
+        };
+        if adds_data && !vol.provisioning.is_thick() {
+            vol.container.check_quota((end - start) * GRAIN_BYTES)?;
+        }
+        Ok(())
+    }
+
     /// [`Engine::insert_range`] under the volume's view, which the caller
-    /// holds for writing (quota checked).
+    /// holds for writing (quota checked). A range past the volume's end is
+    /// refused here, under the view, whatever the caller checked before it:
+    /// a copy checked against a size that a shrink then cut would leave a
+    /// record past the new end, and a later grow would expose what it names
+    /// (another volume's data) where zeroes belong.
     pub(crate) fn insert_range_locked(
         &self,
         vol: &VolumeShared,
@@ -389,6 +404,14 @@ impl Engine {
         bits_from: Option<(&VolumeShared, u64)>,
     ) -> Result<u64> {
         vol.ensure_live()?;
+        assert!(start < end, "a range record covers a grain at least");
+        if end > view.size_bytes.div_ceil(GRAIN_BYTES) {
+            return Err(EngineError::OutOfRange {
+                offset_bytes: start * GRAIN_BYTES,
+                length_bytes: (end - start) * GRAIN_BYTES,
+                size_bytes: view.size_bytes,
+            });
+        }
         let mut ws = self.writer.lock();
         let snapshot_seqs = vol.snapshot_seqs.lock().clone();
         let mut planned = view.ranges.clone_overlapping(start, end);

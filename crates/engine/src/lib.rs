@@ -35,6 +35,7 @@ mod fill;
 mod fsck;
 pub mod grain;
 mod hot;
+mod interleave;
 mod io;
 mod kv;
 mod lifecycle;

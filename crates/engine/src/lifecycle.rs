@@ -402,8 +402,7 @@ impl Engine {
         // Looked up before the writer mutex: the volume maps rank above it.
         let shared = self.volume_by_id(volume);
         let gone_seqs = shared.is_none().then(|| self.sorted_snapshot_seqs(volume));
-        #[cfg(test)]
-        tests::run_before_sweep_lock();
+        crate::interleave::at(crate::interleave::Point::SweepBeforeWriterLock);
         let mut ws = self.writer.lock();
         // Which snapshots there are is read here, under the writer mutex, from
         // the volume's own list (snapshots join and leave it under this mutex).
@@ -499,24 +498,11 @@ fn successor(a: u64, b: u64) -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::RefCell;
-
+    use crate::interleave::{self, Point};
     use crate::testdata::{data_dir, quiet_engine, unique_bytes};
     use crate::GRAIN_BYTES;
 
     use super::SweepCursor;
-
-    thread_local! {
-        /// What runs in a sweep step on this thread just before it takes the
-        /// writer mutex: another thread's work falling in that moment.
-        static BEFORE_SWEEP_LOCK: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
-    }
-
-    pub(super) fn run_before_sweep_lock() {
-        if let Some(hook) = BEFORE_SWEEP_LOCK.with(|hook| hook.borrow_mut().take()) {
-            hook();
-        }
-    }
 
     /// A quiet engine with one volume `v` of 1 MiB.
     fn engine_with_volume(tag: &str) -> (tempfile::TempDir, std::sync::Arc<crate::Engine>) {
@@ -571,14 +557,12 @@ mod tests {
         // A sweep pending for the volume, as after a snapshot of it went.
         engine.sweep_pending.lock().insert(id, SweepCursor::START);
         let (hook_engine, hook_volume) = (engine.clone(), volume.clone());
-        BEFORE_SWEEP_LOCK.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                hook_engine
-                    .create_snapshots(&["v"], Some("s"), None)
-                    .unwrap();
-                let new = unique_bytes(GRAIN_BYTES as usize, 2);
-                hook_volume.write(0, &new).unwrap();
-            }));
+        interleave::set(Point::SweepBeforeWriterLock, move || {
+            hook_engine
+                .create_snapshots(&["v"], Some("s"), None)
+                .unwrap();
+            let new = unique_bytes(GRAIN_BYTES as usize, 2);
+            hook_volume.write(0, &new).unwrap();
         });
 
         let mut steps = 0;

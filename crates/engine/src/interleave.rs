@@ -17,6 +17,8 @@ pub(crate) enum Point {
     SweepBeforeWriterLock,
     /// A copy of a range, after its size checks and before it pins the source.
     CopyBeforePin,
+    /// `volume_by_id`, as it looks the volume up.
+    VolumeLookup,
     /// A revert to a snapshot, after its resize and before its record.
     RevertBeforeRecord,
 }

@@ -289,10 +289,20 @@ impl Engine {
         seqs
     }
 
-    /// A live or destroyed volume by id.
+    /// A live or destroyed volume by id. Both lists under their locks at
+    /// once (in their order, live first): looked up one after the other, a
+    /// volume being recovered or destroyed in between is in neither, and a
+    /// history sweep took it for eradicated and swept with a list of its
+    /// snapshots that missed the ones taken after.
     pub(crate) fn volume_by_id(&self, id: u64) -> Option<Arc<VolumeShared>> {
-        let live = self.volumes.read().values().find(|v| v.id == id).cloned();
-        live.or_else(|| self.destroyed.read().values().find(|v| v.id == id).cloned())
+        let volumes = self.volumes.read();
+        let destroyed = self.destroyed.read();
+        crate::interleave::at(crate::interleave::Point::VolumeLookup);
+        let found = volumes
+            .values()
+            .chain(destroyed.values())
+            .find(|v| v.id == id);
+        found.cloned()
     }
 
     /// A retained volume whose last snapshot went is handed to the reclaimer.
@@ -538,6 +548,59 @@ mod tests {
         assert!(
             engine.snapshots.read().is_empty(),
             "no snapshot or pin left"
+        );
+        engine.check_consistency().unwrap();
+        engine.close().unwrap();
+    }
+
+    /// A sweep that starts while its volume is being recovered finds it, and
+    /// keeps what a snapshot taken right after the recovery sees. (Before the
+    /// fix the volume was looked up among live volumes, then among destroyed
+    /// ones: recovered in between, it was in neither, the sweep took it for
+    /// eradicated and dropped the version the snapshot sees.)
+    #[test]
+    fn a_sweep_finds_a_volume_recovered_as_it_starts() {
+        let (_dir, engine) = engine_with_volume("sweep-recover-race");
+        let volume = engine.open_volume("v").unwrap();
+        let old = unique_bytes(GRAIN_BYTES as usize, 1);
+        volume.write(0, &old).unwrap();
+        let id = engine.shared_volume("v").unwrap().id;
+        engine.delete_volume("v").unwrap();
+        engine.sweep_pending.lock().insert(id, SweepCursor::START);
+        // The recovery runs on its own thread, given time to finish: it can
+        // only once the lookup has let go of the volume lists.
+        let recovery = std::sync::Arc::new(parking_lot::Mutex::new(None));
+        let (hook_engine, hook_recovery) = (engine.clone(), recovery.clone());
+        interleave::set(Point::VolumeLookup, move || {
+            let recovering = std::thread::spawn(move || hook_engine.recover_volume("v"));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            *hook_recovery.lock() = Some(recovering);
+        });
+        let hook_engine = engine.clone();
+        interleave::set(Point::SweepBeforeWriterLock, move || {
+            let recovering = recovery.lock().take().expect("the lookup ran first");
+            recovering.join().unwrap().unwrap();
+            hook_engine
+                .create_snapshots(&["v"], Some("s"), None)
+                .unwrap();
+            let volume = hook_engine.open_volume("v").unwrap();
+            volume
+                .write(0, &unique_bytes(GRAIN_BYTES as usize, 2))
+                .unwrap();
+        });
+
+        let mut steps = 0;
+        while engine.sweep_step().unwrap() {
+            steps += 1;
+            assert!(steps < 100, "the sweep ends");
+        }
+
+        let snapshot = engine.open_snapshot("v@s").unwrap();
+        let mut read = vec![0u8; GRAIN_BYTES as usize];
+        snapshot.read(0, &mut read).unwrap();
+        assert!(
+            read == old,
+            "the snapshot reads what the volume held when taken"
         );
         engine.check_consistency().unwrap();
         engine.close().unwrap();

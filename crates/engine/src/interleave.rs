@@ -19,6 +19,9 @@ pub(crate) enum Point {
     CopyBeforePin,
     /// `volume_by_id`, as it looks the volume up.
     VolumeLookup,
+    /// A metadata commit, once its transaction committed and before readers
+    /// are told.
+    KvCommitted,
     /// A revert to a snapshot, after its resize and before its record.
     RevertBeforeRecord,
 }

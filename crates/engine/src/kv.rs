@@ -12,7 +12,9 @@
 //! seeing the new state (forgetting pending writes, freeing segments), so a
 //! reader that sees such an effect sees the bump too. A view is labelled with
 //! the generation read *before* its transaction began, so a view begun across a
-//! commit is never taken for current. A stale view is dropped from the slot at
+//! commit is never taken for current. Such a view may see the new state under
+//! the old label, so the mapping cache, which answers by label, is closed to
+//! every reader from before the transaction commits until the bump. A stale view is dropped from the slot at
 //! the commit and its transaction ends with its last reader: no read
 //! transaction outlives the reads using it, and redb can reuse freed pages.
 //!
@@ -102,6 +104,9 @@ impl Kv {
     /// [`crate::tx::Tables`] write the mapping table, and they keep the list.
     #[allow(clippy::disallowed_methods)] // the one place that commits
     pub fn commit(&self, txn: WriteTransaction, changed: &ChangedMappings) -> Result<()> {
+        // The cache answers no reader from before the transaction commits
+        // until the generation moves on (see `MapCache::begin_commit`).
+        let cache_commit = self.maps_cache.begin_commit();
         let committed = match self.store.write_back() {
             Ok(()) => txn.commit().map_err(kv_error),
             Err(e) => Err(crate::room::segment_error(
@@ -109,11 +114,13 @@ impl Kv {
                 e,
             )),
         };
+        crate::interleave::at(crate::interleave::Point::KvCommitted);
         // The cache moves to the next generation before any reader can
         // take a view labelled with it.
-        self.maps_cache.committed(changed, committed.is_ok(), || {
-            self.generation.fetch_add(1, Ordering::SeqCst) + 1
-        });
+        self.maps_cache
+            .committed(cache_commit, changed, committed.is_ok(), || {
+                self.generation.fetch_add(1, Ordering::SeqCst) + 1
+            });
         self.shared.lock().take();
         committed
     }
@@ -174,6 +181,63 @@ mod tests {
     fn seq_of(view: &ReadView, grain: u64) -> Option<u64> {
         let value = view.maps().get((1, grain)).unwrap()?;
         Some(MapValue::decode(value.value()).unwrap().seq)
+    }
+
+    /// A read whose view is taken as a transaction commits (labelled with the
+    /// generation before, seeing the state after) never mixes the cache's
+    /// mappings of the state before with the blocks of the state after.
+    /// (Before the fix the cache still answered for the old generation there:
+    /// the read was given a block the commit had freed, and failed with
+    /// "block … is mapped but missing".)
+    #[test]
+    fn a_read_as_a_commit_lands_never_finds_a_freed_block_through_the_cache() {
+        use crate::interleave::{self, Point};
+        use crate::meta::Target;
+        use crate::testdata::{block_rows, data_dir, quiet_engine_reading_segments, unique_bytes};
+        use crate::GRAIN_BYTES;
+
+        let dir = data_dir("cache-commit-race");
+        let engine = quiet_engine_reading_segments(dir.path(), 1 << 30);
+        engine.create_volume("v", 64 * GRAIN_BYTES).unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        let grain = GRAIN_BYTES as usize;
+        volume.write(0, &unique_bytes(grain, 1)).unwrap();
+        engine.flush().unwrap();
+        let old_block = block_rows(&engine)[0].0;
+        let mut read = vec![0u8; grain];
+        volume.read(0, &mut read).unwrap();
+        // A commit after: the shared view goes, the cache keeps grain 0.
+        volume
+            .write(5 * GRAIN_BYTES, &unique_bytes(grain, 2))
+            .unwrap();
+        engine.flush().unwrap();
+        engine.locations.forget(old_block);
+        let reader = volume.clone();
+        interleave::set(Point::KvCommitted, move || {
+            let mut read = vec![0u8; grain];
+            reader.read(0, &mut read).unwrap();
+        });
+
+        let id = engine.shared_volume("v").unwrap().id;
+        let mut ws = engine.writer.lock();
+        engine
+            .transact(&mut ws, true, |st, t, _| {
+                let value = MapValue {
+                    seq: st.take_seq(),
+                    target: Target::Pattern(7),
+                };
+                st.set_mapping(t, id, 0, value, &[])
+            })
+            .unwrap();
+        drop(ws);
+
+        assert!(
+            block_rows(&engine).iter().all(|(id, _)| *id != old_block),
+            "the commit freed the old block"
+        );
+        volume.read(0, &mut read).unwrap();
+        assert!(read.chunks(8).all(|word| word == 7u64.to_le_bytes()));
+        engine.check_consistency().unwrap();
     }
 
     /// Reads between two commits share one view; a commit makes the next read

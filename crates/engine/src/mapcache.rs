@@ -105,6 +105,15 @@ struct Inner {
     entries: HashMap<u64, Slot, BuildHasherDefault<KeyMix>>,
 }
 
+/// A commit under way in the cache, from [`MapCache::begin_commit`] to
+/// [`MapCache::committed`].
+pub(crate) struct CacheCommit<'a> {
+    /// Commits apply their changes one after the other, never interleaved.
+    _one_at_a_time: parking_lot::MutexGuard<'a, ()>,
+    /// The generation before this commit.
+    previous: u64,
+}
+
 pub(crate) struct MapCache {
     inner: Mutex<Inner>,
     /// Held by a commit through all of its part: commits apply their changes
@@ -226,24 +235,37 @@ impl MapCache {
         inner.entries.insert(key, slot_of(value));
     }
 
-    /// A commit's part, called once its transaction committed (`succeeded`)
-    /// or failed, with the changes it made or tried, and before readers can
-    /// see the next generation: applies them (or, after a failure, forgets
+    /// A commit's part begins before its transaction commits: from here on
+    /// no reader finds or adds anything. Why before: a reader that takes its
+    /// view as the transaction commits labels the view with the generation it
+    /// read before, yet may see the new state; the cache still at that label
+    /// would give it mappings of the old state (a block the commit freed, say)
+    /// to mix with the new, and the read failed on a block "mapped but
+    /// missing".
+    pub fn begin_commit(&self) -> CacheCommit<'_> {
+        let one_at_a_time = self.committing.lock();
+        let mut inner = self.inner.lock();
+        let previous = inner.generation;
+        assert_ne!(previous, BETWEEN_GENERATIONS, "commits never interleave");
+        inner.generation = BETWEEN_GENERATIONS;
+        CacheCommit {
+            _one_at_a_time: one_at_a_time,
+            previous,
+        }
+    }
+
+    /// A commit's part ends once its transaction committed (`succeeded`) or
+    /// failed, with the changes it made or tried, and before readers can see
+    /// the next generation: applies them (or, after a failure, forgets
     /// everything) and moves on to `next_generation`.
     pub fn committed(
         &self,
+        commit: CacheCommit<'_>,
         changed: &ChangedMappings,
         succeeded: bool,
         next_generation: impl FnOnce() -> u64,
     ) {
-        let _one_commit_at_a_time = self.committing.lock();
-        let previous = {
-            let mut inner = self.inner.lock();
-            let previous = inner.generation;
-            assert_ne!(previous, BETWEEN_GENERATIONS, "commits never interleave");
-            inner.generation = BETWEEN_GENERATIONS;
-            previous
-        };
+        assert_eq!(self.inner.lock().generation, BETWEEN_GENERATIONS);
         match changed {
             ChangedMappings::Keys(keys) if succeeded => {
                 for slice in keys.chunks(CHANGES_PER_SLICE) {
@@ -258,7 +280,7 @@ impl MapCache {
         // Readers of the next generation may come before it is set here:
         // until then they find nothing and add nothing.
         let next = next_generation();
-        assert!(next > previous, "generations only grow");
+        assert!(next > commit.previous, "generations only grow");
         self.inner.lock().generation = next;
     }
 
@@ -310,7 +332,7 @@ mod tests {
         changed.add(1, 2, Some(block(3, 5)));
         changed.add(1, 0, None);
         changed.add(1, 7, Some(block(3, 6)));
-        cache.committed(&changed, true, || 1);
+        cache.committed(cache.begin_commit(), &changed, true, || 1);
         assert_eq!(cache.get(0, 1, (0, 1)), None, "older view");
         assert_eq!(
             cache.get(1, 1, (0, 4)),
@@ -326,9 +348,14 @@ mod tests {
         );
         let mut changed = ChangedMappings::NONE;
         changed.add(1, 9, Some(block(4, 9)));
-        cache.committed(&changed, false, || 2);
+        cache.committed(cache.begin_commit(), &changed, false, || 2);
         assert_eq!(cache.len(), 0, "a failed commit forgets everything");
-        cache.committed(&ChangedMappings::Everything, true, || 3);
+        cache.committed(
+            cache.begin_commit(),
+            &ChangedMappings::Everything,
+            true,
+            || 3,
+        );
         assert_eq!(cache.len(), 0);
     }
 
@@ -344,7 +371,7 @@ mod tests {
             changed.add(1, grain, Some(block(5, grain + 1)));
         }
         let mut seen_between = None;
-        cache.committed(&changed, true, || {
+        cache.committed(cache.begin_commit(), &changed, true, || {
             seen_between = Some(cache.inner.lock().generation);
             1
         });

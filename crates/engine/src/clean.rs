@@ -221,6 +221,7 @@ impl Engine {
 
     /// Relocates every live record of `victim`.
     fn clean_segment(&self, victim: SegmentId) -> Result<()> {
+        crate::interleave::at(crate::interleave::Point::CleanBeforeRead);
         let found = self.read_records(victim)?;
         for batch in found.chunks(BATCH_RECORDS) {
             let batch_bytes: u64 = batch.iter().map(|r| r.bytes.len() as u64).sum();
@@ -273,21 +274,29 @@ impl Engine {
 
     /// Walks a sealed segment's records in order, keeping those whose checksum
     /// holds (a bad one is logged and counted, and left where it is).
+    /// None if the victim was emptied and freed (or set to be) since it was
+    /// picked: host writes can overwrite its last live records meanwhile, and
+    /// a durable commit then removes its file. Checked under the writer
+    /// mutex, and the I/O lock taken before that mutex is let go, so that no
+    /// removal falls between the check and the read (before, the cleaner
+    /// read a removed file and failed, and with it the host write that had
+    /// called on it for room).
     fn read_records(&self, victim: SegmentId) -> Result<Vec<Found>> {
-        let written_bytes = self
-            .writer
-            .lock()
-            .segments
-            .get(&victim)
-            .map(|s| s.written_bytes)
-            .unwrap_or(0);
+        let (written_bytes, io) = {
+            let ws = self.writer.lock();
+            let state = ws.segments.get(&victim);
+            match state {
+                Some(state) if !ws.pending_free.contains(&victim) => {
+                    (state.written_bytes, self.io_lock.read())
+                }
+                _ => return Ok(Vec::new()),
+            }
+        };
         let mut data = vec![0u8; written_bytes as usize];
-        {
-            let _io = self.io_lock.read();
-            self.store.read_at(victim, 0, &mut data).map_err(|e| {
-                crate::EngineError::io(format!("reading segment {victim} to clean it"), e)
-            })?;
-        }
+        self.store.read_at(victim, 0, &mut data).map_err(|e| {
+            crate::EngineError::io(format!("reading segment {victim} to clean it"), e)
+        })?;
+        drop(io);
         let mut found = Vec::new();
         // Headers whose record does not check out: damage if live, else a dead
         // record whose later pages were punched out.
@@ -415,6 +424,43 @@ mod tests {
     /// durable commit: no commit of its own, durable or not (each held host
     /// writes behind it). The data reads back before and after the victim is
     /// freed, and after a restart.
+    /// A victim whose last live records host writes overwrite, and a durable
+    /// commit frees, between its pick and its cleaning: the pass finds nothing
+    /// to move and succeeds. (Before the fix it read the removed file and
+    /// failed, and so did a host write that had called on it for room.)
+    #[test]
+    fn a_victim_freed_after_its_pick_is_passed_over() {
+        let (_dir, engine, volume, _) = with_stale(1 << 30, 96);
+        let rewritten = unique_bytes((96 * MIB) as usize, 3);
+        let (hook_engine, hook_volume) = (engine.clone(), volume.clone());
+        let left = Arc::new(parking_lot::Mutex::new(None));
+        let hook_left = left.clone();
+        crate::interleave::set(crate::interleave::Point::CleanBeforeRead, move || {
+            let ids = || -> Vec<crate::segment::SegmentId> {
+                let listed = hook_engine.store.list().unwrap();
+                listed.into_iter().map(|(id, _)| id).collect()
+            };
+            // Sealed ones: the open one goes on taking the new data.
+            let open = hook_engine.writer.lock().open_segment;
+            let before: Vec<_> = ids().into_iter().filter(|id| *id != open).collect();
+            hook_volume
+                .write(0, &unique_bytes((96 * MIB) as usize, 3))
+                .unwrap();
+            hook_engine.flush().unwrap();
+            let after = ids();
+            *hook_left.lock() = Some(before.iter().filter(|id| after.contains(id)).count());
+        });
+
+        assert!(engine.clean_step().unwrap(), "cleaning was due");
+
+        let left = left.lock().take().expect("the hook ran");
+        assert_eq!(
+            left, 0,
+            "every sealed segment of before, the victim too, is gone"
+        );
+        check_and_close(&engine, &volume, &rewritten);
+    }
+
     #[test]
     fn with_room_to_spare_a_pass_leaves_freeing_to_the_next_durable_commit() {
         let (dir, engine, volume, expected) = with_stale(1 << 30, 96);

@@ -22,6 +22,8 @@ pub(crate) enum Point {
     /// A metadata commit, once its transaction committed and before readers
     /// are told.
     KvCommitted,
+    /// A cleaning, after its victim was picked and before its records are read.
+    CleanBeforeRead,
     /// A revert to a snapshot, after its resize and before its record.
     RevertBeforeRecord,
 }

@@ -24,6 +24,9 @@ pub(crate) enum Point {
     KvCommitted,
     /// A cleaning, after its victim was picked and before its records are read.
     CleanBeforeRead,
+    /// A segment's removal, once its handle is forgotten and before its file
+    /// goes.
+    SegmentRemoveBeforeUnlink,
     /// A revert to a snapshot, after its resize and before its record.
     RevertBeforeRecord,
 }

@@ -181,10 +181,19 @@ impl SegmentStore for FileSegmentStore {
         file.sync_all()
     }
 
+    /// The file goes while its handle's entry is locked out: a read that
+    /// missed the entry between the two (a reader with a stale location may
+    /// still aim at a freed segment) opened the file again and kept the
+    /// handle, and the space of the deleted file never came back while the
+    /// daemon ran.
     fn remove(&self, segment: SegmentId) -> io::Result<()> {
         self.tails.write().discard(&self.tail_mask, segment);
-        self.files.write().remove(&segment);
-        match fs::remove_file(self.path(segment)) {
+        let mut files = self.files.write();
+        files.remove(&segment);
+        crate::interleave::at(crate::interleave::Point::SegmentRemoveBeforeUnlink);
+        let removed = fs::remove_file(self.path(segment));
+        drop(files);
+        match removed {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
@@ -478,6 +487,35 @@ fn read_exact_at_cached(file: &File, buf: &mut [u8], offset_bytes: u64) -> io::R
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A read that comes as a segment is removed does not open its file again
+    /// and keep it. The read runs on a thread of its own, given time to: it
+    /// can only once the removal lets the handles go.
+    #[test]
+    fn a_read_racing_a_removal_keeps_no_handle_to_the_removed_file() {
+        let dir = crate::testdata::data_dir("segment-remove");
+        let store = Arc::new(FileSegmentStore::open(dir.path()).unwrap());
+        store.write_at(7, 0, &[1u8; 4096]).unwrap();
+        store.write_back().unwrap();
+        let reading = Arc::new(parking_lot::Mutex::new(None));
+        let (hook_store, hook_reading) = (store.clone(), reading.clone());
+        crate::interleave::set(
+            crate::interleave::Point::SegmentRemoveBeforeUnlink,
+            move || {
+                let reader = std::thread::spawn(move || hook_store.read_at(7, 0, &mut [0u8; 512]));
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                *hook_reading.lock() = Some(reader);
+            },
+        );
+
+        store.remove(7).unwrap();
+
+        let reader = reading.lock().take().expect("the hook ran");
+        let read = reader.join().unwrap();
+        assert!(!store.files.read().contains_key(&7), "no handle kept");
+        assert_eq!(read.unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert!(!store.path(7).exists());
+    }
 
     proptest! {
         /// Records written with either implementation verify with the other:

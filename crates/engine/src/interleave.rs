@@ -27,6 +27,8 @@ pub(crate) enum Point {
     /// A segment's removal, once its handle is forgotten and before its file
     /// goes.
     SegmentRemoveBeforeUnlink,
+    /// A segment sync, which a test can make fail (see [`fails`]).
+    SegmentSync,
     /// A revert to a snapshot, after its resize and before its record.
     RevertBeforeRecord,
 }
@@ -40,8 +42,21 @@ pub(crate) fn at(point: Point) {
     let _ = point;
 }
 
+/// Whether a failure a test armed for `point` on this thread is due now
+/// (see [`fail_after`]). Outside tests, never.
+#[inline]
+pub(crate) fn fails(point: Point) -> bool {
+    #[cfg(test)]
+    return hooks::fails(point);
+    #[cfg(not(test))]
+    {
+        let _ = point;
+        false
+    }
+}
+
 #[cfg(test)]
-pub(crate) use hooks::set;
+pub(crate) use hooks::{fail_after, set};
 
 #[cfg(test)]
 mod hooks {
@@ -54,6 +69,30 @@ mod hooks {
 
     thread_local! {
         static HOOKS: RefCell<HashMap<Point, Hook>> = RefCell::new(HashMap::new());
+        /// Points armed to fail, with the passes still to go before.
+        static FAILURES: RefCell<HashMap<Point, u32>> = RefCell::new(HashMap::new());
+    }
+
+    /// Makes `point` fail once on this thread, after `passes` passes succeed.
+    pub(crate) fn fail_after(point: Point, passes: u32) {
+        FAILURES.with(|failures| failures.borrow_mut().insert(point, passes));
+    }
+
+    pub(super) fn fails(point: Point) -> bool {
+        FAILURES.with(|failures| {
+            let mut failures = failures.borrow_mut();
+            match failures.get_mut(&point) {
+                Some(0) => {
+                    failures.remove(&point);
+                    true
+                }
+                Some(passes) => {
+                    *passes -= 1;
+                    false
+                }
+                None => false,
+            }
+        })
     }
 
     /// Makes `hook` run when this thread next reaches `point`.

@@ -629,11 +629,25 @@ impl Engine {
         }
     }
 
+    /// A failed sync fences the array. Why not retry: the caller has taken
+    /// the segment off the dirty list, and a later flush would commit
+    /// metadata naming records never synced and report success; and putting
+    /// it back would not help, since after a failed fsync Linux may drop the
+    /// dirty pages and let the next fsync "succeed". Restarting recovers the
+    /// array to its last durable commit, which is the truth.
     fn sync_segment(&self, segment: segment::SegmentId) -> Result<()> {
-        match self.store.sync(segment) {
+        let synced = if interleave::fails(interleave::Point::SegmentSync) {
+            Err(std::io::Error::from_raw_os_error(libc::EIO))
+        } else {
+            self.store.sync(segment)
+        };
+        match synced {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => {
-                other.map_err(|e| room::segment_error(format!("syncing segment {segment}"), e))
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let error = room::segment_error(format!("syncing segment {segment}"), e);
+                self.fence(&error);
+                Err(error)
             }
         }
     }
@@ -755,8 +769,8 @@ impl Engine {
         let mut fenced = self.fenced.lock();
         if fenced.is_none() {
             tracing::error!(
-                "a write batch's metadata transaction failed ({error}); the array takes no more \
-                 I/O until it is restarted, which recovers it to the last flush"
+                "a write could not be kept ({error}); the array takes no more I/O until it is \
+                 restarted, which recovers it to the last flush"
             );
             *fenced = Some(error.to_string());
         }
@@ -934,5 +948,37 @@ pub(crate) fn from_memory(read: impl FnOnce() -> Result<()>) -> Result<bool> {
         Ok(()) => Ok(true),
         Err(EngineError::WouldBlock(_)) => Ok(false),
         Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::interleave::{self, Point};
+    use crate::testdata::{data_dir, quiet_engine, unique_bytes};
+    use crate::{EngineError, GRAIN_BYTES};
+
+    /// A flush whose segment sync fails fences the array: every later flush
+    /// fails too, rather than committing metadata that names records never
+    /// synced and reporting success. (Before the fix the failed segment had
+    /// left the dirty list, and the next flush succeeded without syncing it.)
+    #[test]
+    fn a_failed_segment_sync_fails_every_later_flush() {
+        let dir = data_dir("sync-failure");
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        engine.create_volume("v", 64 * GRAIN_BYTES).unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        volume
+            .write(0, &unique_bytes(GRAIN_BYTES as usize, 1))
+            .unwrap();
+        // The first sync is the pass before the writer mutex, the second
+        // the one under it, after which the segment is off the dirty list.
+        interleave::fail_after(Point::SegmentSync, 1);
+
+        assert!(engine.flush().is_err(), "the failed sync is reported");
+
+        let again = engine.flush();
+        assert!(matches!(again, Err(EngineError::Fenced(_))), "{again:?}");
+        let write = volume.write(GRAIN_BYTES, &unique_bytes(GRAIN_BYTES as usize, 2));
+        assert!(write.is_err(), "no more writes until a restart");
     }
 }

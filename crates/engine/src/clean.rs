@@ -274,8 +274,8 @@ impl Engine {
 
     /// Walks a sealed segment's records in order, keeping those whose checksum
     /// holds (a bad one is logged and counted, and left where it is).
-    /// None if the victim was emptied and freed (or set to be) since it was
-    /// picked: host writes can overwrite its last live records meanwhile, and
+    /// Nothing if the victim was emptied and freed (or set to be) since it
+    /// was picked: host writes can overwrite its last live records meanwhile, and
     /// a durable commit then removes its file. Checked under the writer
     /// mutex, and the I/O lock taken before that mutex is let go, so that no
     /// removal falls between the check and the read (before, the cleaner
@@ -419,11 +419,6 @@ mod tests {
         engine.stats.durable_commits.load(Ordering::SeqCst)
     }
 
-    /// With room to spare, a background pass relocates in the host writes'
-    /// open transaction and leaves freeing the victim to the background
-    /// durable commit: no commit of its own, durable or not (each held host
-    /// writes behind it). The data reads back before and after the victim is
-    /// freed, and after a restart.
     /// A victim whose last live records host writes overwrite, and a durable
     /// commit frees, between its pick and its cleaning: the pass finds nothing
     /// to move and succeeds. (Before the fix it read the removed file and
@@ -461,6 +456,11 @@ mod tests {
         check_and_close(&engine, &volume, &rewritten);
     }
 
+    /// With room to spare, a background pass relocates in the host writes'
+    /// open transaction and leaves freeing the victim to the background
+    /// durable commit: no commit of its own, durable or not (each held host
+    /// writes behind it). The data reads back before and after the victim is
+    /// freed, and after a restart.
     #[test]
     fn with_room_to_spare_a_pass_leaves_freeing_to_the_next_durable_commit() {
         let (dir, engine, volume, expected) = with_stale(1 << 30, 96);

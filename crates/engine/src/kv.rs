@@ -14,8 +14,9 @@
 //! the generation read *before* its transaction began, so a view begun across a
 //! commit is never taken for current. Such a view may see the new state under
 //! the old label, so the mapping cache, which answers by label, is closed to
-//! every reader from before the transaction commits until the bump. A stale view is dropped from the slot at
-//! the commit and its transaction ends with its last reader: no read
+//! every reader from before the transaction commits until the bump. A stale
+//! view is dropped from the slot at the commit and its transaction ends with
+//! its last reader: no read
 //! transaction outlives the reads using it, and redb can reuse freed pages.
 //!
 //! `clippy.toml` forbids `redb::WriteTransaction::commit` outside this module.

@@ -553,6 +553,23 @@ mod tests {
         engine.close().unwrap();
     }
 
+    /// Runs the pending history sweep steps until none is left.
+    fn sweep_to_the_end(engine: &crate::Engine) {
+        let mut steps = 0;
+        while engine.sweep_step().unwrap() {
+            steps += 1;
+            assert!(steps < 100, "the sweep ends");
+        }
+    }
+
+    /// Grain 0 of snapshot `name`.
+    fn snapshot_grain_0(engine: &std::sync::Arc<crate::Engine>, name: &str) -> Vec<u8> {
+        let snapshot = engine.open_snapshot(name).unwrap();
+        let mut read = vec![0u8; GRAIN_BYTES as usize];
+        snapshot.read(0, &mut read).unwrap();
+        read
+    }
+
     /// A sweep that starts while its volume is being recovered finds it, and
     /// keeps what a snapshot taken right after the recovery sees. (Before the
     /// fix the volume was looked up among live volumes, then among destroyed
@@ -589,17 +606,10 @@ mod tests {
                 .unwrap();
         });
 
-        let mut steps = 0;
-        while engine.sweep_step().unwrap() {
-            steps += 1;
-            assert!(steps < 100, "the sweep ends");
-        }
+        sweep_to_the_end(&engine);
 
-        let snapshot = engine.open_snapshot("v@s").unwrap();
-        let mut read = vec![0u8; GRAIN_BYTES as usize];
-        snapshot.read(0, &mut read).unwrap();
         assert!(
-            read == old,
+            snapshot_grain_0(&engine, "v@s") == old,
             "the snapshot reads what the volume held when taken"
         );
         engine.check_consistency().unwrap();
@@ -628,17 +638,10 @@ mod tests {
             hook_volume.write(0, &new).unwrap();
         });
 
-        let mut steps = 0;
-        while engine.sweep_step().unwrap() {
-            steps += 1;
-            assert!(steps < 100, "the sweep ends");
-        }
+        sweep_to_the_end(&engine);
 
-        let snapshot = engine.open_snapshot("v@s").unwrap();
-        let mut read = vec![0u8; GRAIN_BYTES as usize];
-        snapshot.read(0, &mut read).unwrap();
         assert!(
-            read == old,
+            snapshot_grain_0(&engine, "v@s") == old,
             "the snapshot reads what the volume held when taken"
         );
         let mut live = vec![0u8; GRAIN_BYTES as usize];

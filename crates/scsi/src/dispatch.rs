@@ -103,12 +103,29 @@ impl Request<'_> {
 const MAX_ABORTS_REMEMBERED: usize = 256;
 
 /// A task management function that ends tasks; `None` fields match anything.
+/// Why a unit as well as a LUN: a LUN number names a unit only within one
+/// nexus's LUN map, and a LOGICAL UNIT RESET ends the unit's tasks from every
+/// nexus, which may know it by other numbers (or another unit by the same).
 #[derive(Clone, Debug)]
 struct Abort {
     generation: u64,
     nexus: Option<ItNexus>,
     lun: Option<u64>,
+    unit: Option<UnitId>,
     task_tag: Option<u32>,
+}
+
+/// What an [`Abort`] ends.
+#[derive(Clone, Copy)]
+enum Aborted<'a> {
+    /// One task of a nexus.
+    Task(&'a ItNexus, u64, u32),
+    /// Every task of a nexus on one LUN.
+    TaskSet(&'a ItNexus, u64),
+    /// Every task of a nexus.
+    Nexus(&'a ItNexus),
+    /// Every task on a unit, from every nexus.
+    Unit(UnitId),
 }
 
 /// The transport-independent SCSI device server for the whole array.
@@ -147,15 +164,23 @@ impl ScsiCore {
     /// Whether a task management function since `generation` ended this task.
     pub(crate) fn aborted_since(&self, generation: u64, request: &Request<'_>) -> bool {
         let aborts = self.aborts.lock();
+        let unit = request.unit.unit_id();
         aborts.1.iter().any(|abort| {
             abort.generation > generation
                 && abort.nexus.as_ref().is_none_or(|n| n == request.nexus)
                 && abort.lun.is_none_or(|lun| lun == request.lun)
+                && abort.unit.is_none_or(|id| id == unit)
                 && abort.task_tag.is_none_or(|tag| tag == request.task_tag)
         })
     }
 
-    fn record_abort(&self, nexus: Option<&ItNexus>, lun: Option<u64>, task_tag: Option<u32>) {
+    fn record_abort(&self, aborted: Aborted<'_>) {
+        let (nexus, lun, unit, task_tag) = match aborted {
+            Aborted::Task(nexus, lun, tag) => (Some(nexus), Some(lun), None, Some(tag)),
+            Aborted::TaskSet(nexus, lun) => (Some(nexus), Some(lun), None, None),
+            Aborted::Nexus(nexus) => (Some(nexus), None, None, None),
+            Aborted::Unit(unit) => (None, None, Some(unit), None),
+        };
         let mut aborts = self.aborts.lock();
         aborts.0 += 1;
         let generation = aborts.0;
@@ -166,6 +191,7 @@ impl ScsiCore {
             generation,
             nexus: nexus.cloned(),
             lun,
+            unit,
             task_tag,
         });
     }
@@ -509,11 +535,11 @@ impl ScsiTarget for ScsiCore {
             TaskManagementFunction::AbortTask {
                 referenced_task_tag,
             } => {
-                self.record_abort(Some(nexus), Some(lun), Some(referenced_task_tag));
+                self.record_abort(Aborted::Task(nexus, lun, referenced_task_tag));
                 TaskManagementResponse::FunctionComplete
             }
             TaskManagementFunction::AbortTaskSet | TaskManagementFunction::ClearTaskSet => {
-                self.record_abort(Some(nexus), Some(lun), None);
+                self.record_abort(Aborted::TaskSet(nexus, lun));
                 TaskManagementResponse::FunctionComplete
             }
             TaskManagementFunction::ClearAca => TaskManagementResponse::FunctionNotSupported,
@@ -528,7 +554,6 @@ impl ScsiTarget for ScsiCore {
                 let Some(unit) = unit else {
                     return TaskManagementResponse::LunDoesNotExist;
                 };
-                self.record_abort(None, Some(lun), None);
                 self.reset_unit(
                     unit.as_ref(),
                     AdditionalSense::BUS_DEVICE_RESET_FUNCTION_OCCURRED,
@@ -536,37 +561,43 @@ impl ScsiTarget for ScsiCore {
                 TaskManagementResponse::FunctionComplete
             }
             TaskManagementFunction::TargetWarmReset => {
-                self.reset_target(AdditionalSense::BUS_DEVICE_RESET_FUNCTION_OCCURRED);
+                self.reset_target(nexus, AdditionalSense::BUS_DEVICE_RESET_FUNCTION_OCCURRED);
                 TaskManagementResponse::FunctionComplete
             }
             TaskManagementFunction::TargetColdReset => {
-                self.reset_target(AdditionalSense::POWER_ON_OCCURRED);
+                self.reset_target(nexus, AdditionalSense::POWER_ON_OCCURRED);
                 TaskManagementResponse::FunctionComplete
             }
         }
+    }
+
+    fn nexus_closing(&self, nexus: &ItNexus) {
+        self.record_abort(Aborted::Nexus(nexus));
     }
 }
 
 impl ScsiCore {
     /// A logical unit reset (SAM-5 6.6): SPC-2 reservations and medium-removal prevention
     /// are cleared, persistent reservations survive, and every nexus gets `code`.
+    /// The unit's tasks end, from every nexus.
     fn reset_unit(&self, unit: &dyn LogicalUnit, code: AdditionalSense) {
         let unit_id = unit.unit_id();
+        self.record_abort(Aborted::Unit(unit_id));
         self.unit_state(unit).reset();
         self.for_each_nexus(|_, state| state.reset(&unit_id, code));
     }
 
-    fn reset_target(&self, code: AdditionalSense) {
-        self.record_abort(None, None, None);
-        let units: Vec<(UnitId, Arc<UnitState>)> = self
-            .units
-            .lock()
-            .iter()
-            .map(|(id, state)| (*id, Arc::clone(state)))
-            .collect();
-        for (unit_id, state) in units {
-            state.reset();
-            self.for_each_nexus(|_, nexus| nexus.reset(&unit_id, code));
+    /// A target reset resets the units `nexus` may address, and no others.
+    /// Why not the whole array: every host logs in to the one target, and a
+    /// host must not clear the reservations of (or end commands on) volumes it
+    /// was never granted.
+    fn reset_target(&self, nexus: &ItNexus, code: AdditionalSense) {
+        let mut units = self.units_visible_to(nexus);
+        // A unit mapped at two LUNs is reset once.
+        units.sort_by_key(|unit| unit.unit_id());
+        units.dedup_by_key(|unit| unit.unit_id());
+        for unit in units {
+            self.reset_unit(unit.as_ref(), code);
         }
     }
 }

@@ -98,6 +98,11 @@ pub trait ScsiTarget: Send + Sync {
     /// A new nexus exists (iSCSI: a session completed login). Power-on unit attentions start
     /// here.
     fn nexus_created(&self, nexus: &ItNexus);
+    /// The transport is ending the nexus: every command of it still running is
+    /// aborted. The transport waits for those commands before `nexus_dropped`,
+    /// so one blocked inside the SCSI layer (a SANITIZE without IMMED) must end
+    /// on this. Must not block.
+    fn nexus_closing(&self, _nexus: &ItNexus) {}
     /// The nexus is gone (logout or connection loss without reinstatement).
     fn nexus_dropped(&self, nexus: &ItNexus);
     fn execute(&self, nexus: &ItNexus, command: Command<'_>) -> CommandOutcome;

@@ -1007,6 +1007,128 @@ fn sanitize_without_immed_ends_when_its_task_is_aborted() {
     );
 }
 
+/// Runs SANITIZE (overwrite, one pass, without IMMED) on `lun` of `nexus` as
+/// task `tag`, on a thread of `scope`: it waits for the overwrite to end.
+fn sanitize_waiting<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    core: &'scope ScsiCore,
+    nexus: &'scope ItNexus,
+    lun: u64,
+    tag: u32,
+) -> std::thread::ScopedJoinHandle<'scope, CommandOutcome> {
+    const PARAMETERS: [u8; 5] = [0x01, 0, 0, 1, 0x77];
+    const CDB: [u8; 10] = [0x48, 0x01, 0, 0, 0, 0, 0, 0, PARAMETERS.len() as u8, 0];
+    scope.spawn(move || {
+        core.execute(
+            nexus,
+            Command {
+                lun,
+                cdb: &CDB,
+                data_out: &PARAMETERS,
+                expected_data_in_bytes: 0,
+                task_tag: tag,
+                attribute: TaskAttribute::Simple,
+            },
+        )
+    })
+}
+
+/// Polls for up to `limit` for `handle` to finish.
+fn finishes_within<T>(handle: &std::thread::ScopedJoinHandle<'_, T>, limit_ms: u64) -> bool {
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_millis(limit_ms) {
+        if handle.is_finished() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    handle.is_finished()
+}
+
+/// The transport ends a nexus (its connection is gone) while a SANITIZE of
+/// it waits: the command ends at once, so the transport's teardown, which
+/// waits for every running command, does not wait for the overwrite.
+#[test]
+fn sanitize_without_immed_ends_when_its_nexus_is_closing() {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    std::thread::scope(|scope| {
+        let waiting = sanitize_waiting(scope, &array.core, &a, 0, 42);
+        assert!(
+            !finishes_within(&waiting, 200),
+            "the overwrite takes a second"
+        );
+        array.core.nexus_closing(&a);
+        assert!(finishes_within(&waiting, 500), "ended by the closing nexus");
+        assert_eq!(sense(&waiting.join().unwrap()).0, 0xb);
+    });
+}
+
+/// A LOGICAL UNIT RESET ends the tasks on the unit it names from every
+/// nexus, and none on another unit that some other nexus knows by the same
+/// LUN number (aborts were once keyed by LUN number alone).
+#[test]
+fn a_lun_reset_ends_tasks_on_its_unit_whatever_lun_names_it_elsewhere() {
+    let backend = Arc::new(MemoryBackend::new());
+    let x = backend.create_unit(MemoryUnitConfig::thin("x", 64 * MIB));
+    let y = backend.create_unit(MemoryUnitConfig::thin("y", 16 * MIB));
+    backend.map(Some("iqn.a"), 0, &x);
+    backend.map(Some("iqn.b"), 0, &y);
+    backend.map(Some("iqn.b"), 3, &x);
+    let core = ScsiCore::new(Arc::clone(&backend) as Arc<dyn lacuna_scsi::backend::Backend>);
+    let (a, b) = (nexus("iqn.a", 1), nexus("iqn.b", 2));
+    drain_attentions(&core, &a, 0);
+    std::thread::scope(|scope| {
+        let waiting = sanitize_waiting(scope, &core, &a, 0, 42);
+        assert!(!finishes_within(&waiting, 100));
+        // b's LUN 0 is another unit: a's SANITIZE goes on waiting.
+        let reset = core.task_management(&b, 0, TaskManagementFunction::LogicalUnitReset);
+        assert_eq!(reset, TaskManagementResponse::FunctionComplete);
+        assert!(
+            !finishes_within(&waiting, 300),
+            "ended by a reset of another unit"
+        );
+        // b's LUN 3 is a's unit.
+        let reset = core.task_management(&b, 3, TaskManagementFunction::LogicalUnitReset);
+        assert_eq!(reset, TaskManagementResponse::FunctionComplete);
+        assert!(
+            finishes_within(&waiting, 500),
+            "ended by the reset of its unit"
+        );
+        assert_eq!(sense(&waiting.join().unwrap()).0, 0xb);
+    });
+}
+
+/// A TARGET RESET from one host resets the units it may address and no
+/// others: every host logs in to the one target, and one must not clear
+/// another's reservations on volumes it was never granted.
+#[test]
+fn a_target_reset_leaves_units_the_nexus_cannot_address_alone() {
+    let array = array();
+    let (a, a2, b) = (nexus("iqn.a", 1), nexus("iqn.a", 2), nexus("iqn.b", 3));
+    for n in [&a, &a2] {
+        drain_attentions(&array.core, n, 0);
+        drain_attentions(&array.core, n, 1);
+    }
+    drain_attentions(&array.core, &b, 0);
+    // a reserves LUN 1, which b does not see.
+    good(exec(&array.core, &a, 1, &[0x16, 0, 0, 0, 0, 0], &[]));
+    let reset = array
+        .core
+        .task_management(&b, 0, TaskManagementFunction::TargetWarmReset);
+    assert_eq!(reset, TaskManagementResponse::FunctionComplete);
+    // LUN 0 is shared: every nexus hears of its reset.
+    assert_eq!(drain_attentions(&array.core, &a, 0), vec![(0x29, 0x03)]);
+    // LUN 1 was not reset: no unit attention, and a's reservation holds.
+    assert!(drain_attentions(&array.core, &a, 1).is_empty());
+    assert_eq!(
+        exec(&array.core, &a2, 1, &read10(0, 1), &[]).status,
+        ScsiStatus::ReservationConflict
+    );
+    good(exec(&array.core, &a, 1, &read10(0, 1), &[]));
+}
+
 #[test]
 fn extended_copy_respects_reservations_on_the_units_it_names() {
     let array = array();

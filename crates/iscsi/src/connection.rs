@@ -75,8 +75,8 @@ pub(crate) async fn run(stream: TcpStream, target: Arc<Target>) {
         login_phase(&mut reader, &mut writer, &target),
     )
     .await;
-    let (session, stat_sn) = match established {
-        Ok(Ok(Some(established))) => established,
+    let admitted = match established {
+        Ok(Ok(Some(admitted))) => admitted,
         Ok(Ok(None)) => return,
         Ok(Err(error)) => {
             tracing::debug!(?peer, %error, "login ended");
@@ -86,6 +86,9 @@ pub(crate) async fn run(stream: TcpStream, target: Arc<Target>) {
             tracing::info!(?peer, "login timed out");
             return;
         }
+    };
+    let Some((session, stat_sn)) = complete_login(&mut writer, &target, admitted).await else {
+        return;
     };
     tracing::info!(
         ?peer,
@@ -106,12 +109,21 @@ pub(crate) async fn run(stream: TcpStream, target: Arc<Target>) {
     teardown(&target, &session).await;
 }
 
+/// A login the target accepted: its session is registered, its final reply
+/// not yet sent.
+struct Admitted {
+    session: Arc<Session>,
+    request: pdu::LoginRequest,
+    reply: LoginReply,
+    stat_sn: u32,
+}
+
 /// Runs the login exchange. `Ok(None)` when the login failed and was answered.
 async fn login_phase(
     reader: &mut SocketIn,
     writer: &mut BufWriter<OwnedWriteHalf>,
     target: &Arc<Target>,
-) -> Result<Option<(Arc<Session>, u32)>, PduError> {
+) -> Result<Option<Admitted>, PduError> {
     let mut login = Login::new(&target.config, target.policy.as_ref());
     let mut stat_sn: Option<u32> = None;
     loop {
@@ -167,16 +179,50 @@ async fn login_phase(
                         return Ok(None);
                     }
                 };
-                send_login_reply(writer, &request, &reply, session.tsih, sn, target).await?;
-                if session.session_type == SessionType::Normal {
-                    let scsi = target.scsi.clone();
-                    let nexus = session.nexus.clone();
-                    let _ = tokio::task::spawn_blocking(move || scsi.nexus_created(&nexus)).await;
-                }
-                return Ok(Some((session, sn.wrapping_add(1))));
+                return Ok(Some(Admitted {
+                    session,
+                    request,
+                    reply,
+                    stat_sn: sn,
+                }));
             }
         }
     }
+}
+
+/// Tells the SCSI layer of an admitted session's nexus and sends the login's
+/// final reply; the session and the StatSN to go on with, or `None` when the
+/// reply could not be sent. Why outside the login timeout: from admission on
+/// the session is registered, and every way out must tear it down (a timeout
+/// that fired here once left it registered for ever). The reply has the
+/// write timeout of every other PDU.
+async fn complete_login(
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    target: &Arc<Target>,
+    admitted: Admitted,
+) -> Option<(Arc<Session>, u32)> {
+    let Admitted {
+        session,
+        request,
+        reply,
+        stat_sn,
+    } = admitted;
+    if session.session_type == SessionType::Normal {
+        let scsi = target.scsi.clone();
+        let nexus = session.nexus.clone();
+        let _ = tokio::task::spawn_blocking(move || scsi.nexus_created(&nexus)).await;
+    }
+    let sent = tokio::time::timeout(
+        target.config.timeouts.write,
+        send_login_reply(writer, &request, &reply, session.tsih, stat_sn, target),
+    )
+    .await;
+    if let Ok(Ok(())) = sent {
+        return Some((session, stat_sn.wrapping_add(1)));
+    }
+    tracing::info!(tsih = session.tsih, "final login reply not delivered");
+    teardown(target, &session).await;
+    None
 }
 
 fn login_request_fallback(raw: &RawPdu) -> pdu::LoginRequest {
@@ -295,8 +341,7 @@ async fn admit_session(
 /// After the full feature phase: wait for running commands, forget the session, tell the
 /// SCSI layer the nexus is gone.
 async fn teardown(target: &Target, session: &Arc<Session>) {
-    session.abort_tasks(|_, _| true);
-    session.wait_for_all_tasks().await;
+    end_all_tasks(target, session).await;
     if session.session_type == SessionType::Normal {
         target.registry.remove(session);
         let scsi = target.scsi.clone();
@@ -305,6 +350,17 @@ async fn teardown(target: &Target, session: &Arc<Session>) {
     }
     session.mark_closed();
     tracing::info!(tsih = session.tsih, "iSCSI session closed");
+}
+
+/// Aborts every command of the session, here and in the SCSI layer (where a
+/// command may be waiting on a long operation, a SANITIZE without IMMED), and
+/// waits for them all to end.
+async fn end_all_tasks(target: &Target, session: &Session) {
+    session.abort_tasks(|_, _| true);
+    if session.session_type == SessionType::Normal {
+        target.scsi.nexus_closing(&session.nexus);
+    }
+    session.wait_for_all_tasks().await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -413,6 +469,39 @@ struct Connection {
 struct Dispatch {
     ready: ReadyCommand,
     control: Arc<TaskControl>,
+    unstarted: Unstarted,
+}
+
+/// Unregisters a command dropped before it started. Why: a command waiting at
+/// the dispatcher (behind an ORDERED one, say) is already registered with the
+/// session, and the dispatcher is aborted when its connection closes; the
+/// command never reaches the SCSI layer, and without this its registration
+/// would keep the session's teardown waiting for ever.
+struct Unstarted {
+    session: Arc<Session>,
+    itt: Option<u32>,
+}
+
+impl Unstarted {
+    fn new(session: Arc<Session>, itt: u32) -> Unstarted {
+        Unstarted {
+            session,
+            itt: Some(itt),
+        }
+    }
+
+    /// The command starts: whoever runs it unregisters it when done.
+    fn started(mut self) {
+        self.itt = None;
+    }
+}
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        if let Some(itt) = self.itt.take() {
+            self.session.remove_task(itt);
+        }
+    }
 }
 
 async fn full_feature_phase(
@@ -482,8 +571,7 @@ async fn full_feature_phase(
     dispatcher_task.abort();
     let _ = dispatcher_task.await;
     // Executors still running hold senders; the writer ends when they are done or gone.
-    session.abort_tasks(|_, _| true);
-    session.wait_for_all_tasks().await;
+    end_all_tasks(&target, &session).await;
     let _ = writer_task.await;
 }
 
@@ -1127,7 +1215,12 @@ impl Connection {
         let Some(guard) = guard else {
             // The dispatcher lives as long as the connection; a send error means it is ending.
             self.dispatch_backlog.fetch_add(1, Ordering::SeqCst);
-            let _ = self.dispatch.send(Dispatch { ready, control });
+            let unstarted = Unstarted::new(self.session.clone(), itt);
+            let _ = self.dispatch.send(Dispatch {
+                ready,
+                control,
+                unstarted,
+            });
             return;
         };
         let small_read = runs_inline(&ready.command);
@@ -1739,13 +1832,19 @@ async fn dispatch_loop(
     session: Arc<Session>,
     out: Outbox,
 ) {
-    while let Some(Dispatch { ready, control }) = rx.recv().await {
+    while let Some(Dispatch {
+        ready,
+        control,
+        unstarted,
+    }) = rx.recv().await
+    {
         let guard = match ready.command.attribute {
             TaskAttribute::Ordered => OrderGuard::Exclusive(order_lock.clone().write_owned().await),
             _ => OrderGuard::Shared(order_lock.clone().read_owned().await),
         };
         let before = backlog.fetch_sub(1, Ordering::SeqCst);
         assert!(before > 0, "a dispatched command was counted");
+        unstarted.started();
         start(
             target.clone(),
             session.clone(),

@@ -508,3 +508,99 @@ fn shutdown_asks_initiators_to_log_out_then_closes() {
     assert!(message.parameter3 >= 1);
     assert!(client.closed_by_target());
 }
+
+/// A command sent with `attribute` (1 SIMPLE, 2 ORDERED) and no data, the
+/// way the tests below queue commands without waiting for their answers.
+fn send_no_data_command(client: &mut RawClient, attribute: u8) -> u32 {
+    let itt = client.next_itt();
+    let command = Header::ScsiCommand(pdu::ScsiCommand {
+        immediate: false,
+        final_bit: true,
+        read: false,
+        write: false,
+        attribute,
+        lun: [0; 8],
+        initiator_task_tag: itt,
+        expected_data_transfer_bytes: 0,
+        cmd_sn: client.cmd_sn,
+        exp_stat_sn: client.exp_stat_sn,
+        cdb: [0; 16],
+    });
+    client.send(&command, &[]);
+    client.cmd_sn += 1;
+    itt
+}
+
+/// A connection dropped while a command waits behind an ORDERED one for the
+/// ordering lock: the waiting command never ran, and the session must still
+/// end (its nexus dropped, its initiator port free for a new login) once the
+/// running one is done. It once stayed registered for ever, and the next
+/// login with the same ISID failed with TARGET ERROR.
+#[test]
+fn a_connection_dropped_with_commands_queued_behind_an_ordered_one_ends_its_session() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    *server.disk.delay.lock() = Duration::from_millis(300);
+    send_no_data_command(&mut client, 2);
+    send_no_data_command(&mut client, 1);
+    // Both are in before the socket goes: the first runs, the second waits.
+    wait_for(|| server.disk.commands.load(Ordering::SeqCst) >= 1);
+    drop(client);
+    let ended = (0..500).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        server.disk.nexus_dropped.load(Ordering::SeqCst) == 1
+    });
+    if !ended {
+        // The server's threads would never join: leave them to the process's end.
+        std::mem::forget(server);
+        panic!("the session outlived its connection");
+    }
+    *server.disk.delay.lock() = Duration::ZERO;
+    // The command behind the ORDERED one never reached the SCSI layer.
+    assert_eq!(server.disk.commands.load(Ordering::SeqCst), 1);
+    let mut again = RawClient::connect(server.portals[0]);
+    again.login_normal(INITIATOR_IQN, ISID_A);
+    assert!(again.ping().is_some());
+}
+
+/// The login timeout bounds the exchange, not the admission after it: a
+/// SCSI layer slow to set up the new nexus once made the timeout fire after
+/// the session was registered, and the connection closed with the session
+/// left behind for ever (its nexus never dropped).
+#[test]
+fn a_slow_nexus_setup_outlasting_the_login_timeout_still_gives_a_working_session() {
+    let mut config = test_config();
+    config.timeouts.login = Duration::from_millis(300);
+    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    *server.disk.nexus_created_delay.lock() = Duration::from_millis(700);
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    assert!(client.ping().is_some(), "the admitted session was dropped");
+    drop(client);
+    let ended = (0..500).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        server.disk.nexus_dropped.load(Ordering::SeqCst) == 1
+    });
+    if !ended {
+        std::mem::forget(server);
+        panic!("the session outlived its connection");
+    }
+    assert_eq!(server.disk.nexus_created.load(Ordering::SeqCst), 1);
+}
+
+/// A connection dropped while a command waits inside the SCSI layer on a
+/// long operation: the SCSI layer hears that the nexus is closing, the
+/// command ends, and the session with it (it once waited for the operation).
+#[test]
+fn a_connection_dropped_during_a_long_command_tells_the_scsi_layer_and_ends() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    server.disk.hold_until_closing.store(true, Ordering::SeqCst);
+    send_no_data_command(&mut client, 1);
+    wait_for(|| server.disk.commands.load(Ordering::SeqCst) >= 1);
+    drop(client);
+    wait_for(|| server.disk.nexus_dropped.load(Ordering::SeqCst) == 1);
+    assert!(server.disk.closing.load(Ordering::SeqCst));
+}

@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -33,6 +33,12 @@ pub struct MemoryDisk {
     pub commands: AtomicUsize,
     /// Sleep before answering each command (for abort tests).
     pub delay: Mutex<Duration>,
+    /// Sleep in `nexus_created` (for login tests).
+    pub nexus_created_delay: Mutex<Duration>,
+    /// Each command waits (for up to ten seconds) until its nexus is closing,
+    /// like a SANITIZE without IMMED.
+    pub hold_until_closing: AtomicBool,
+    pub closing: AtomicBool,
     /// LBAs [start, end) whose data stands for data on a slow disk: a read
     /// from memory of them gives up, and `execute` of a read touching them
     /// sleeps `cold_read_delay` first.
@@ -50,6 +56,9 @@ impl MemoryDisk {
             nexus_dropped: AtomicUsize::new(0),
             commands: AtomicUsize::new(0),
             delay: Mutex::new(Duration::ZERO),
+            nexus_created_delay: Mutex::new(Duration::ZERO),
+            hold_until_closing: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             cold: Mutex::new(None),
             cold_read_delay: Mutex::new(Duration::ZERO),
             reads_from_memory: AtomicUsize::new(0),
@@ -224,7 +233,12 @@ impl MemoryDisk {
 
 impl ScsiTarget for MemoryDisk {
     fn nexus_created(&self, _nexus: &ItNexus) {
+        thread::sleep(*self.nexus_created_delay.lock());
         self.nexus_created.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn nexus_closing(&self, _nexus: &ItNexus) {
+        self.closing.store(true, Ordering::SeqCst);
     }
 
     fn nexus_dropped(&self, _nexus: &ItNexus) {
@@ -236,6 +250,14 @@ impl ScsiTarget for MemoryDisk {
         let delay = *self.delay.lock();
         if !delay.is_zero() {
             thread::sleep(delay);
+        }
+        if self.hold_until_closing.load(Ordering::SeqCst) {
+            for _ in 0..1000 {
+                if self.closing.load(Ordering::SeqCst) {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
         }
         let cdb = command.cdb;
         if cdb.is_empty() {

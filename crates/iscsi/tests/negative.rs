@@ -531,6 +531,21 @@ fn send_no_data_command(client: &mut RawClient, attribute: u8) -> u32 {
     itt
 }
 
+/// Waits up to five seconds for the one session's nexus to be dropped, and
+/// gives the server back. Otherwise panics, leaving the server to the
+/// process's end: its threads would wait for the session for ever.
+fn expect_session_ended(server: TestServer) -> TestServer {
+    let ended = (0..500).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        server.disk.nexus_dropped.load(Ordering::SeqCst) == 1
+    });
+    if !ended {
+        std::mem::forget(server);
+        panic!("the session outlived its connection");
+    }
+    server
+}
+
 /// A connection dropped while a command waits behind an ORDERED one for the
 /// ordering lock: the waiting command never ran, and the session must still
 /// end (its nexus dropped, its initiator port free for a new login) once the
@@ -547,15 +562,7 @@ fn a_connection_dropped_with_commands_queued_behind_an_ordered_one_ends_its_sess
     // Both are in before the socket goes: the first runs, the second waits.
     wait_for(|| server.disk.commands.load(Ordering::SeqCst) >= 1);
     drop(client);
-    let ended = (0..500).any(|_| {
-        std::thread::sleep(Duration::from_millis(10));
-        server.disk.nexus_dropped.load(Ordering::SeqCst) == 1
-    });
-    if !ended {
-        // The server's threads would never join: leave them to the process's end.
-        std::mem::forget(server);
-        panic!("the session outlived its connection");
-    }
+    let server = expect_session_ended(server);
     *server.disk.delay.lock() = Duration::ZERO;
     // The command behind the ORDERED one never reached the SCSI layer.
     assert_eq!(server.disk.commands.load(Ordering::SeqCst), 1);
@@ -578,14 +585,7 @@ fn a_slow_nexus_setup_outlasting_the_login_timeout_still_gives_a_working_session
     client.login_normal(INITIATOR_IQN, ISID_A);
     assert!(client.ping().is_some(), "the admitted session was dropped");
     drop(client);
-    let ended = (0..500).any(|_| {
-        std::thread::sleep(Duration::from_millis(10));
-        server.disk.nexus_dropped.load(Ordering::SeqCst) == 1
-    });
-    if !ended {
-        std::mem::forget(server);
-        panic!("the session outlived its connection");
-    }
+    let server = expect_session_ended(server);
     assert_eq!(server.disk.nexus_created.load(Ordering::SeqCst), 1);
 }
 
@@ -601,6 +601,6 @@ fn a_connection_dropped_during_a_long_command_tells_the_scsi_layer_and_ends() {
     send_no_data_command(&mut client, 1);
     wait_for(|| server.disk.commands.load(Ordering::SeqCst) >= 1);
     drop(client);
-    wait_for(|| server.disk.nexus_dropped.load(Ordering::SeqCst) == 1);
+    let server = expect_session_ended(server);
     assert!(server.disk.closing.load(Ordering::SeqCst));
 }

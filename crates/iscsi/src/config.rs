@@ -55,6 +55,12 @@ pub struct Limits {
     pub immediate_commands_max: u32,
     /// Sessions across all portals.
     pub max_sessions: usize,
+    /// TCP connections served at once across all portals, logging in or not;
+    /// further ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// Task management functions a connection may have running (waiting for
+    /// the commands they abort); further ones are answered FUNCTION REJECTED.
+    pub task_management_max: usize,
     /// Longest text (login or text request, continuation PDUs included).
     pub text_max_bytes: usize,
     /// Offer ImmediateData=Yes.
@@ -88,6 +94,8 @@ impl Default for Limits {
             command_window: 128,
             immediate_commands_max: 16,
             max_sessions: 256,
+            max_connections: 512,
+            task_management_max: 16,
             text_max_bytes: 64 * 1024,
             immediate_data: true,
             initial_r2t: false,

@@ -352,6 +352,23 @@ async fn teardown(target: &Target, session: &Arc<Session>) {
     tracing::info!(tsih = session.tsih, "iSCSI session closed");
 }
 
+/// Counts one running piece of work in a shared counter while it lives.
+struct RunningGuard(Arc<AtomicUsize>);
+
+impl RunningGuard {
+    fn enter(counter: &Arc<AtomicUsize>) -> RunningGuard {
+        counter.fetch_add(1, Ordering::SeqCst);
+        RunningGuard(counter.clone())
+    }
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        let before = self.0.fetch_sub(1, Ordering::SeqCst);
+        assert!(before > 0, "every exit follows an entry");
+    }
+}
+
 /// Aborts every command of the session, here and in the SCSI layer (where a
 /// command may be waiting on a long operation, a SANITIZE without IMMED), and
 /// waits for them all to end.
@@ -461,6 +478,8 @@ struct Connection {
     text_out: Option<(u32, u32, Vec<u8>)>,
     /// Text Request continuation from the initiator: (ITT, bytes so far).
     text_in: Option<(u32, Vec<u8>)>,
+    /// Task management functions of this connection still running.
+    task_management_running: Arc<AtomicUsize>,
     /// Armed before the loop waits for the initiator with nothing running.
     idle_poll: Arc<IdlePoll>,
 }
@@ -555,6 +574,7 @@ async fn full_feature_phase(
         next_transfer_tag: 1,
         text_out: None,
         text_in: None,
+        task_management_running: Arc::new(AtomicUsize::new(0)),
         idle_poll,
     };
     let inbound = Inbound {
@@ -1415,6 +1435,15 @@ impl Connection {
                 .send_tmf_response(request.initiator_task_tag, TMF_NOT_SUPPORTED)
                 .await;
         }
+        // Each one runs until the commands it aborts end; TMF requests are
+        // immediate, outside the CmdSN window, so this is their only bound.
+        let limit = self.target.config.limits.task_management_max;
+        if self.task_management_running.load(Ordering::SeqCst) >= limit {
+            return self
+                .send_tmf_response(request.initiator_task_tag, TMF_FUNCTION_REJECTED)
+                .await;
+        }
+        let running = RunningGuard::enter(&self.task_management_running);
         let (local_found, dispatched) = match function {
             TaskManagementFunction::AbortTask {
                 referenced_task_tag,
@@ -1474,6 +1503,7 @@ impl Connection {
                 let _ = out.send(Outbound::Close).await;
                 session.request_close();
             }
+            drop(running);
         });
         Ok(Flow::Continue)
     }

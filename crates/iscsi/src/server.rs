@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use lacuna_scsi::target::ScsiTarget;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::config::TargetConfig;
@@ -32,6 +32,8 @@ pub(crate) struct Target {
     pub shutdown: watch::Receiver<bool>,
     /// Connections allowed to poll their sockets at once (`lacuna_sockpoll`).
     pub poll_slots: Arc<PollSlots>,
+    /// One permit per connection served (`Limits::max_connections`).
+    pub connection_slots: Arc<Semaphore>,
 }
 
 /// Binds every portal of the configuration.
@@ -59,6 +61,12 @@ pub async fn serve(
             "no listener to serve",
         ));
     }
+    if config.limits.max_connections == 0 || config.limits.task_management_max == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "max_connections and task_management_max must be at least 1",
+        ));
+    }
     if config.idle_poll > IDLE_POLL_MAX {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -74,6 +82,7 @@ pub async fn serve(
         .collect::<io::Result<Vec<_>>>()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let poll_slots = Arc::new(PollSlots::for_current_runtime());
+    let connection_slots = Arc::new(Semaphore::new(config.limits.max_connections));
     let shared = Arc::new(Target {
         scsi: target,
         policy,
@@ -82,6 +91,7 @@ pub async fn serve(
         portals,
         shutdown: shutdown_rx,
         poll_slots,
+        connection_slots,
     });
     let mut acceptors = JoinSet::new();
     for listener in listeners {
@@ -102,12 +112,23 @@ pub async fn serve(
 async fn accept_loop(listener: TcpListener, target: Arc<Target>) -> io::Result<()> {
     let mut shutdown = target.shutdown.clone();
     let mut connections = JoinSet::new();
+    // A connection is accepted only with a permit in hand: past the limit,
+    // new ones wait in the listen backlog.
+    let mut permit = None;
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            acquired = target.connection_slots.clone().acquire_owned(), if permit.is_none() => {
+                permit = Some(acquired.expect("the semaphore is never closed"));
+            }
+            accepted = listener.accept(), if permit.is_some() => match accepted {
                 Ok((stream, peer)) => {
                     tracing::debug!(%peer, "iSCSI connection");
-                    connections.spawn(connection::run(stream, target.clone()));
+                    let permit = permit.take();
+                    let target = target.clone();
+                    connections.spawn(async move {
+                        connection::run(stream, target).await;
+                        drop(permit);
+                    });
                 }
                 // Per-connection errors (e.g. the peer reset before accept) are not fatal.
                 Err(error) => {

@@ -435,6 +435,22 @@ fn crc32c_digests_protect_full_feature_pdus() {
     );
 }
 
+/// An immediate ABORT TASK (tag `tag`) of the command with tag `referenced`,
+/// the last one `client` sent.
+fn abort_task_request(client: &RawClient, tag: u32, referenced: u32) -> Header {
+    Header::TaskManagementRequest(pdu::TaskManagementRequest {
+        immediate: true,
+        function: 1,
+        lun: [0; 8],
+        initiator_task_tag: tag,
+        referenced_task_tag: referenced,
+        cmd_sn: client.cmd_sn,
+        exp_stat_sn: client.exp_stat_sn,
+        ref_cmd_sn: client.cmd_sn - 1,
+        exp_data_sn: 0,
+    })
+}
+
 #[test]
 fn abort_task_waits_for_the_running_command_and_suppresses_its_response() {
     let server = TestServer::start();
@@ -458,17 +474,7 @@ fn abort_task_waits_for_the_running_command_and_suppresses_its_response() {
     client.send(&command, &[]);
     client.cmd_sn += 1;
     std::thread::sleep(Duration::from_millis(100));
-    let abort = Header::TaskManagementRequest(pdu::TaskManagementRequest {
-        immediate: true,
-        function: 1,
-        lun: [0; 8],
-        initiator_task_tag: 500,
-        referenced_task_tag: itt,
-        cmd_sn: client.cmd_sn,
-        exp_stat_sn: client.exp_stat_sn,
-        ref_cmd_sn: client.cmd_sn - 1,
-        exp_data_sn: 0,
-    });
+    let abort = abort_task_request(&client, 500, itt);
     client.send(&abort, &[]);
     let received = client.receive().expect("TMF response");
     let Header::TaskManagementResponse(response) = received.header else {
@@ -603,4 +609,85 @@ fn a_connection_dropped_during_a_long_command_tells_the_scsi_layer_and_ends() {
     drop(client);
     let server = expect_session_ended(server);
     assert!(server.disk.closing.load(Ordering::SeqCst));
+}
+
+/// Past `max_connections` a new connection waits in the listen backlog: its
+/// login is answered only once another connection ends.
+#[test]
+fn connections_past_the_limit_wait_until_one_ends() {
+    let mut config = test_config();
+    config.limits.max_connections = 2;
+    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let first = RawClient::connect(server.portals[0]);
+    let mut second = RawClient::connect(server.portals[0]);
+    second.login_normal(INITIATOR_IQN, ISID_A);
+    let mut third = RawClient::connect(server.portals[0]);
+    third
+        .stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let login = Header::LoginRequest(pdu::LoginRequest {
+        transit: true,
+        continue_bit: false,
+        current_stage: 1,
+        next_stage: 3,
+        version_max: 0,
+        version_min: 0,
+        isid: ISID_B,
+        tsih: 0,
+        initiator_task_tag: 1,
+        cid: 0,
+        cmd_sn: 1,
+        exp_stat_sn: 0,
+    });
+    let mut text = lacuna_iscsi::text::Pairs::default();
+    text.push("InitiatorName", INITIATOR_IQN);
+    text.push("TargetName", TARGET_IQN);
+    third.send(&login, &text.encode());
+    assert!(third.receive().is_none(), "a third connection was served");
+    drop(first);
+    third
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let received = third.receive().expect("the login is answered");
+    let Header::LoginResponse(response) = received.header else {
+        panic!("expected a Login Response, got {:?}", received.header);
+    };
+    assert_eq!((response.status_class, response.status_detail), (0, 0));
+    assert!(second.ping().is_some());
+}
+
+/// Task management requests are immediate (outside the CmdSN window): past
+/// `task_management_max` running at once, more are refused at once with
+/// FUNCTION REJECTED rather than each holding a task of the target.
+#[test]
+fn task_management_past_the_limit_is_rejected_at_once() {
+    let mut config = test_config();
+    config.limits.task_management_max = 2;
+    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    *server.disk.delay.lock() = Duration::from_millis(500);
+    let slow = send_no_data_command(&mut client, 1);
+    wait_for(|| server.disk.commands.load(Ordering::SeqCst) >= 1);
+    // Three aborts of the running command: two wait for it, the third is refused.
+    for tag in [500, 501, 502] {
+        let abort = abort_task_request(&client, tag, slow);
+        client.send(&abort, &[]);
+    }
+    let mut answers = Vec::new();
+    while answers.len() < 3 {
+        let received = client.receive().expect("TMF response");
+        let Header::TaskManagementResponse(response) = received.header else {
+            panic!("the aborted command answered: {:?}", received.header);
+        };
+        answers.push((response.initiator_task_tag, response.response));
+    }
+    // The refusal comes first, without waiting for the command.
+    assert_eq!(answers[0], (502, 255));
+    answers[1..].sort_unstable();
+    assert_eq!(&answers[1..], &[(500, 0), (501, 0)]);
+    *server.disk.delay.lock() = Duration::ZERO;
+    assert!(client.ping().is_some());
 }

@@ -954,8 +954,52 @@ pub(crate) fn from_memory(read: impl FnOnce() -> Result<()>) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use crate::interleave::{self, Point};
-    use crate::testdata::{data_dir, quiet_engine, unique_bytes};
+    use crate::testdata::{block_rows, data_dir, quiet_engine, unique_bytes};
     use crate::{EngineError, GRAIN_BYTES};
+
+    /// A dedup hit on a block whose reference count is at its limit stores
+    /// the grain in a block of its own. It once failed the write with an
+    /// error inside the batch's shared transaction, which fences the array.
+    #[test]
+    fn a_dedup_hit_on_a_block_at_its_reference_limit_gets_a_new_block() {
+        let dir = data_dir("refcount-limit");
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        engine.create_volume("v", 64 * GRAIN_BYTES).unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        let grain = unique_bytes(GRAIN_BYTES as usize, 7);
+        volume.write(0, &grain).unwrap();
+        engine.flush().unwrap();
+        let rows = block_rows(&engine);
+        assert_eq!(rows.len(), 1);
+        let (id, mut rec) = rows[0];
+        rec.refcount = u32::MAX;
+        {
+            let _writer = engine.writer.lock();
+            let txn = engine.db.begin_write().unwrap();
+            txn.open_table(crate::meta::BLOCKS)
+                .unwrap()
+                .insert(id, &rec.encode()[..])
+                .unwrap();
+            engine
+                .db
+                .commit(txn, &crate::mapcache::ChangedMappings::NONE)
+                .unwrap();
+        }
+
+        volume.write(GRAIN_BYTES, &grain).unwrap();
+        engine.flush().unwrap();
+
+        let rows = block_rows(&engine);
+        assert_eq!(rows.len(), 2, "the second copy has a block of its own");
+        assert_eq!((rows[0].1.refcount, rows[1].1.refcount), (u32::MAX, 1));
+        let mut back = vec![0u8; 2 * GRAIN_BYTES as usize];
+        volume.read(0, &mut back).unwrap();
+        assert!(back.chunks(GRAIN_BYTES as usize).all(|c| c == grain));
+        // A third copy finds the indexed block still full: a third block.
+        volume.write(2 * GRAIN_BYTES, &grain).unwrap();
+        engine.flush().unwrap();
+        assert_eq!(block_rows(&engine).len(), 3);
+    }
 
     /// A flush whose segment sync fails fences the array: every later flush
     /// fails too, rather than committing metadata that names records never

@@ -704,11 +704,15 @@ impl TxState {
                 // has it (one block per key, so a collision cannot unindex it).
                 return self.store_new_block(ws, t, data, false);
             }
+            let Some(refcount) = rec.refcount.checked_add(1) else {
+                // A block shared by every reference it can count: the grain
+                // gets a block of its own, left out of the index (the key
+                // stays with the full one). An error here would fail the
+                // batch's shared transaction, and with it the array.
+                return self.store_new_block(ws, t, data, false);
+            };
             let before = rec;
-            rec.refcount = rec
-                .refcount
-                .checked_add(1)
-                .ok_or_else(|| EngineError::Metadata("refcount overflow".into()))?;
+            rec.refcount = refcount;
             self.put_block(t, id, Some(&before), Some(&rec))?;
             return Ok((id, rec));
         }

@@ -37,7 +37,7 @@ use crate::pdu::{
     self, Digests, Header, PduError, RawPdu, ReadOutcome, RejectReason, RESERVED_TAG,
 };
 use crate::server::Target;
-use crate::session::{Admission, Session, SessionKey, TaskControl};
+use crate::session::{AbortedTasks, Admission, Session, SessionKey, TaskControl};
 use crate::text::{self, Pairs};
 use lacuna_sockpoll::{IdlePoll, Receive, SocketReader};
 
@@ -1456,7 +1456,7 @@ impl Connection {
             TaskManagementFunction::TargetWarmReset | TaskManagementFunction::TargetColdReset => {
                 self.abort_local(|_, _| true, RESERVED_TAG)
             }
-            TaskManagementFunction::ClearAca => (false, Vec::new()),
+            TaskManagementFunction::ClearAca => (false, AbortedTasks::default()),
         };
         let cold_reset = function == TaskManagementFunction::TargetColdReset;
         // Waiting for running commands must not stall this loop: finish in a task.
@@ -1473,10 +1473,11 @@ impl Connection {
             let scsi_response =
                 tokio::task::spawn_blocking(move || scsi.task_management(&nexus, lun, function))
                     .await;
-            session.wait_for_tasks(&dispatched).await;
+            // Commands answered before the abort send their responses first.
+            session.wait_for_tasks(&dispatched.all()).await;
             let response = match (function, scsi_response) {
                 (TaskManagementFunction::AbortTask { .. }, _) => {
-                    if local_found || !dispatched.is_empty() {
+                    if local_found || !dispatched.aborted.is_empty() {
                         TMF_FUNCTION_COMPLETE
                     } else {
                         TMF_TASK_DOES_NOT_EXIST
@@ -1510,7 +1511,11 @@ impl Connection {
 
     /// Aborts matching commands of this connection: those still gathering data are dropped
     /// here; dispatched ones are flagged and their tags returned to wait for.
-    fn abort_local(&mut self, matches: impl Fn(u32, u64) -> bool, _hint: u32) -> (bool, Vec<u32>) {
+    fn abort_local(
+        &mut self,
+        matches: impl Fn(u32, u64) -> bool,
+        _hint: u32,
+    ) -> (bool, AbortedTasks) {
         let doomed: Vec<u32> = self
             .gathering
             .iter()
@@ -1968,7 +1973,7 @@ fn run_ready(
     fetch: Fetch,
 ) -> Ran {
     debug_assert!(ready.answer.is_none());
-    let outcome = if control.aborted.load(Ordering::SeqCst) {
+    let outcome = if control.is_aborted() {
         None
     } else {
         let call = || scsi_call(target, session, &ready.command, &ready.data_out, fetch);
@@ -2036,9 +2041,8 @@ fn settle(
     if command.holds_slot {
         session.window.lock().release();
     }
-    let aborted = control.aborted.load(Ordering::SeqCst);
-    match (aborted, outcome) {
-        (false, Some(outcome)) => Some(completion(command, r2t_count, outcome)),
+    match outcome {
+        Some(outcome) if control.answer() => Some(completion(command, r2t_count, outcome)),
         _ => None,
     }
 }

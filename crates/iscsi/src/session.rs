@@ -8,7 +8,7 @@
 //! unanswered, and the target tells the initiator so through MaxCmdSN.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use lacuna_scsi::target::ItNexus;
@@ -97,7 +97,77 @@ impl CommandWindow {
 #[derive(Debug)]
 pub struct TaskControl {
     pub lun: u64,
-    pub aborted: AtomicBool,
+    /// `TASK_RUNNING`, then `TASK_ABORTED` or `TASK_ANSWERED`, whichever
+    /// comes first. Why one word for both: an abort and a completion race,
+    /// and exactly one may win. The initiator must never see a command's
+    /// response and also hear that its abort succeeded.
+    state: AtomicU8,
+}
+
+const TASK_RUNNING: u8 = 0;
+const TASK_ABORTED: u8 = 1;
+const TASK_ANSWERED: u8 = 2;
+
+impl TaskControl {
+    fn new(lun: u64) -> TaskControl {
+        TaskControl {
+            lun,
+            state: AtomicU8::new(TASK_RUNNING),
+        }
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == TASK_ABORTED
+    }
+
+    /// Claims the right to send the command's response: false when it was
+    /// aborted first (then nothing may be sent).
+    pub fn answer(&self) -> bool {
+        match self.state.compare_exchange(
+            TASK_RUNNING,
+            TASK_ANSWERED,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(_) => true,
+            Err(state) => {
+                assert_eq!(state, TASK_ABORTED, "a command is answered once");
+                false
+            }
+        }
+    }
+
+    /// Aborts the command unless its response is already on its way.
+    fn abort(&self) -> bool {
+        let swapped = self.state.compare_exchange(
+            TASK_RUNNING,
+            TASK_ABORTED,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        matches!(swapped, Ok(_) | Err(TASK_ABORTED))
+    }
+}
+
+/// What an abort found among the dispatched commands.
+#[derive(Debug, Default)]
+pub struct AbortedTasks {
+    /// Aborted: no response will be sent for these.
+    pub aborted: Vec<u32>,
+    /// Answered before the abort: their responses are on their way, and
+    /// whoever reports on the abort waits for them to go first.
+    pub answering: Vec<u32>,
+}
+
+impl AbortedTasks {
+    /// Every tag found, aborted or not: the commands to wait for.
+    pub fn all(&self) -> Vec<u32> {
+        self.aborted
+            .iter()
+            .chain(&self.answering)
+            .copied()
+            .collect()
+    }
 }
 
 /// Registry key: the initiator port is the initiator name plus ISID (RFC 7143 §4.4.1).
@@ -163,10 +233,7 @@ impl Session {
         if tasks.contains_key(&itt) {
             return None;
         }
-        let control = Arc::new(TaskControl {
-            lun,
-            aborted: AtomicBool::new(false),
-        });
+        let control = Arc::new(TaskControl::new(lun));
         tasks.insert(itt, control.clone());
         Some(control)
     }
@@ -184,17 +251,20 @@ impl Session {
         self.tasks.lock().len()
     }
 
-    /// Marks the matching dispatched commands aborted and returns their tags.
-    pub fn abort_tasks(&self, matches: impl Fn(u32, &TaskControl) -> bool) -> Vec<u32> {
+    /// Aborts the matching dispatched commands, those not already answered.
+    pub fn abort_tasks(&self, matches: impl Fn(u32, &TaskControl) -> bool) -> AbortedTasks {
         let tasks = self.tasks.lock();
-        let mut aborted = Vec::new();
+        let mut found = AbortedTasks::default();
         for (itt, control) in tasks.iter() {
             if matches(*itt, control) {
-                control.aborted.store(true, Ordering::SeqCst);
-                aborted.push(*itt);
+                if control.abort() {
+                    found.aborted.push(*itt);
+                } else {
+                    found.answering.push(*itt);
+                }
             }
         }
-        aborted
+        found
     }
 
     /// Waits until none of `itts` is still registered (their executors have finished).
@@ -397,5 +467,35 @@ mod tests {
         registry.remove(&make(1, 1));
         assert_eq!(registry.len(), 1);
         assert_ne!(registry.allocate_tsih(), 0);
+    }
+
+    /// An abort and a completion race for each command and exactly one wins:
+    /// a command answered first is reported as answering (its response goes
+    /// out, the abort does not claim it); one aborted first sends nothing.
+    #[test]
+    fn an_abort_and_an_answer_never_both_win() {
+        let params = crate::login::SessionParams::rfc_defaults(8192);
+        let key = SessionKey {
+            initiator_name: "iqn.a".into(),
+            isid: [1; 6],
+        };
+        let session = Session::new(1, key, SessionType::Normal, params, 1, 8);
+        let answered = session.add_task(10, 0).unwrap();
+        let running = session.add_task(11, 0).unwrap();
+        assert!(answered.answer());
+
+        let found = session.abort_tasks(|_, _| true);
+
+        let mut aborted = found.aborted.clone();
+        aborted.sort_unstable();
+        assert_eq!((aborted, found.answering.clone()), (vec![11], vec![10]));
+        assert!(running.is_aborted() && !answered.is_aborted());
+        assert!(!running.answer(), "an aborted command sends nothing");
+        // A second abort finds the aborted one aborted still.
+        let again = session.abort_tasks(|itt, _| itt == 11);
+        assert_eq!(again.aborted, vec![11]);
+        let mut all = found.all();
+        all.sort_unstable();
+        assert_eq!(all, vec![10, 11]);
     }
 }

@@ -89,6 +89,32 @@ impl WriteJob {
     }
 }
 
+/// Fails a batch's writes if its leader panics while committing them. Why:
+/// the other writers of the batch are off the queue and sleep until their
+/// jobs complete, which only the leader does; and the shared open transaction
+/// may hold part of the batch, so the array is fenced (a restart recovers it
+/// to the last flush).
+struct FailOnUnwind<'a> {
+    engine: &'a Engine,
+    batch: &'a [Arc<WriteJob>],
+}
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let error = crate::EngineError::Metadata("a write batch's commit panicked".into());
+        self.engine.fence(&error);
+        for job in self.batch {
+            let unanswered = job.done.lock().is_none();
+            if unanswered {
+                job.complete(Err(crate::EngineError::Fenced(error.to_string())));
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct WriteQueue {
     jobs: Mutex<VecDeque<Arc<WriteJob>>>,
@@ -198,6 +224,10 @@ impl Engine {
     /// One transaction for the whole batch; if it fails (say, out of space), each
     /// write is retried alone so only the ones that cannot succeed fail.
     fn commit_batch(&self, ws: &mut WriterState, batch: &[Arc<WriteJob>]) {
+        let _unwinding = FailOnUnwind {
+            engine: self,
+            batch,
+        };
         match self.transact_jobs(ws, batch) {
             Ok(()) => {
                 self.stats
@@ -266,6 +296,7 @@ impl Engine {
     }
 
     fn transact_jobs(&self, ws: &mut WriterState, batch: &[Arc<WriteJob>]) -> Result<()> {
+        crate::interleave::at(crate::interleave::Point::BatchCommit);
         Self::check_batch_quota(batch)?;
         let grains: u64 = batch.iter().map(|job| job.contents.len() as u64).sum();
         let record_bytes: u64 = batch.iter().map(|job| job.record_bytes).sum();
@@ -440,6 +471,14 @@ mod tests {
         crate::grain::classify_with(&grain, Default::default())
     }
 
+    /// Queues a one-grain write to `volume` at `grain`, as a writer does
+    /// before it waits.
+    fn queue_write(engine: &Engine, volume: &Arc<VolumeShared>, grain: u64) -> Arc<WriteJob> {
+        let job = WriteJob::new(volume.clone(), grain, vec![data_grain(grain as u8)]);
+        engine.write_queue.jobs.lock().push_back(job.clone());
+        job
+    }
+
     fn engine() -> (tempfile::TempDir, Arc<Engine>) {
         engine_of(1 << 30, 64 << 20)
     }
@@ -457,11 +496,7 @@ mod tests {
     fn the_head_commits_one_batch_and_leaves_the_rest_queued() {
         let (_dir, engine) = engine();
         let volume = engine.shared_volume("v").unwrap();
-        let queue_write = |grain: u64| {
-            let job = WriteJob::new(volume.clone(), grain, vec![data_grain(grain as u8)]);
-            engine.write_queue.jobs.lock().push_back(job.clone());
-            job
-        };
+        let queue_write = |grain: u64| queue_write(&engine, &volume, grain);
         let own = queue_write(0);
         let after: Vec<_> = (1..1 + 2 * MAX_BATCH_WRITES as u64)
             .map(queue_write)
@@ -499,6 +534,42 @@ mod tests {
             assert_eq!(job.done.lock().is_some(), !taken);
         }
         engine.close().unwrap();
+    }
+
+    /// A leader that panics mid-commit fails the other writes of its batch
+    /// (they waited for ever before) and fences the array.
+    #[test]
+    fn a_panic_in_a_batch_commit_fails_its_other_writes_and_fences() {
+        let (_dir, engine) = engine();
+        let volume = engine.shared_volume("v").unwrap();
+        let queue_write = |grain: u64| queue_write(&engine, &volume, grain);
+        let own = queue_write(0);
+        let other = queue_write(1);
+        let (result_tx, result_rx) = std::sync::mpsc::channel();
+        let follower = {
+            let (engine, other) = (engine.clone(), other.clone());
+            std::thread::spawn(move || result_tx.send(engine.wait_or_lead(&other)).unwrap())
+        };
+        crate::interleave::set(crate::interleave::Point::BatchCommit, || panic!("injected"));
+
+        let led =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.wait_or_lead(&own)));
+
+        assert!(led.is_err(), "the leader panicked");
+        let result = result_rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the other write of the batch ended");
+        assert!(
+            matches!(result, Err(crate::EngineError::Fenced(_))),
+            "{result:?}"
+        );
+        follower.join().unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        let write = volume.write(0, &[7u8; GRAIN_BYTES as usize]);
+        assert!(
+            matches!(write, Err(crate::EngineError::Fenced(_))),
+            "{write:?}"
+        );
     }
 
     #[test]

@@ -31,6 +31,11 @@ pub(crate) enum Point {
     SegmentSync,
     /// A revert to a snapshot, after its resize and before its record.
     RevertBeforeRecord,
+    /// A metadata commit's write of segment tails, which a test can make
+    /// fail (see [`fails`]).
+    WriteBack,
+    /// A write batch's commit, under the writer mutex, before its transaction.
+    BatchCommit,
 }
 
 /// Runs the hook set for `point` on this thread, if any (once).

@@ -108,7 +108,12 @@ impl Kv {
         // The cache answers no reader from before the transaction commits
         // until the generation moves on (see `MapCache::begin_commit`).
         let cache_commit = self.maps_cache.begin_commit();
-        let committed = match self.store.write_back() {
+        let written = if crate::interleave::fails(crate::interleave::Point::WriteBack) {
+            Err(std::io::Error::from_raw_os_error(libc::EIO))
+        } else {
+            self.store.write_back()
+        };
+        let committed = match written {
             Ok(()) => txn.commit().map_err(kv_error),
             Err(e) => Err(crate::room::segment_error(
                 "writing segment tails before a commit".into(),

@@ -547,15 +547,10 @@ impl Engine {
         self.commit_pending(&mut ws)?;
         let freeing: Vec<_> = std::mem::take(&mut ws.pending_free).into_iter().collect();
         let punching = std::mem::take(&mut ws.pending_punch);
-        let mut txn = self.db.begin_write()?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(kv_error)?;
-        txn.set_quick_repair(true);
-        for id in &freeing {
-            ws.remove_segment(*id);
+        if let Err(error) = self.commit_durably(&mut ws, &freeing) {
+            self.fence(&error);
+            return Err(error);
         }
-        tx::persist_writer_state(&txn, &mut ws)?;
-        self.db.commit(txn, &mapcache::ChangedMappings::NONE)?;
         self.free_bytes_hint.store(
             ws.capacity_bytes.saturating_sub(ws.used_bytes()),
             Ordering::Relaxed,
@@ -585,6 +580,24 @@ impl Engine {
             self.punch(holes);
         }
         Ok(())
+    }
+
+    /// The durable commit itself: the writer state without the segments being
+    /// freed, made durable. A failure fences the array (see `durable_commit`'s
+    /// caller): the writer state has already let go of those segments and
+    /// handed its changed rows to the failed transaction, so a retry would
+    /// commit a state that misses them. A restart recovers to the last
+    /// durable commit.
+    fn commit_durably(&self, ws: &mut WriterState, freeing: &[segment::SegmentId]) -> Result<()> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(kv_error)?;
+        txn.set_quick_repair(true);
+        for id in freeing {
+            ws.remove_segment(*id);
+        }
+        tx::persist_writer_state(&txn, ws)?;
+        self.db.commit(txn, &mapcache::ChangedMappings::NONE)
     }
 
     /// The page ranges to punch for freed records (segments removed whole are
@@ -1001,19 +1014,47 @@ mod tests {
         assert_eq!(block_rows(&engine).len(), 3);
     }
 
-    /// A flush whose segment sync fails fences the array: every later flush
-    /// fails too, rather than committing metadata that names records never
-    /// synced and reporting success. (Before the fix the failed segment had
-    /// left the dirty list, and the next flush succeeded without syncing it.)
-    #[test]
-    fn a_failed_segment_sync_fails_every_later_flush() {
-        let dir = data_dir("sync-failure");
+    /// An engine with volume `v` and one grain written to it, not flushed.
+    fn engine_with_one_write(
+        name: &str,
+    ) -> (
+        tempfile::TempDir,
+        std::sync::Arc<crate::Engine>,
+        crate::Volume,
+    ) {
+        let dir = data_dir(name);
         let engine = quiet_engine(dir.path(), 1 << 30);
         engine.create_volume("v", 64 * GRAIN_BYTES).unwrap();
         let volume = engine.open_volume("v").unwrap();
         volume
             .write(0, &unique_bytes(GRAIN_BYTES as usize, 1))
             .unwrap();
+        (dir, engine, volume)
+    }
+
+    /// A flush whose durable metadata commit fails fences the array, like a
+    /// failed sync. (Before, the next flush retried with a writer state that
+    /// had already handed its changed rows to the failed transaction.)
+    #[test]
+    fn a_failed_durable_commit_fails_every_later_flush() {
+        let (_dir, engine, _volume) = engine_with_one_write("durable-commit-failure");
+        // The first write-back is the batches' open transaction's commit,
+        // the second the durable commit's.
+        interleave::fail_after(Point::WriteBack, 1);
+
+        assert!(engine.flush().is_err(), "the failed commit is reported");
+
+        let again = engine.flush();
+        assert!(matches!(again, Err(EngineError::Fenced(_))), "{again:?}");
+    }
+
+    /// A flush whose segment sync fails fences the array: every later flush
+    /// fails too, rather than committing metadata that names records never
+    /// synced and reporting success. (Before the fix the failed segment had
+    /// left the dirty list, and the next flush succeeded without syncing it.)
+    #[test]
+    fn a_failed_segment_sync_fails_every_later_flush() {
+        let (_dir, engine, volume) = engine_with_one_write("sync-failure");
         // The first sync is the pass before the writer mutex, the second
         // the one under it, after which the segment is off the dirty list.
         interleave::fail_after(Point::SegmentSync, 1);

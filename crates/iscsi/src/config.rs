@@ -61,6 +61,13 @@ pub struct Limits {
     /// Task management functions a connection may have running (waiting for
     /// the commands they abort); further ones are answered FUNCTION REJECTED.
     pub task_management_max: usize,
+    /// Bytes of write data held for commands (gathering Data-Out, or waiting
+    /// to run) across all sessions, and per session. A write that would go
+    /// past either is answered TASK SET FULL (its data received and dropped),
+    /// which initiators retry. Why: the CmdSN window and the transfer limit
+    /// alone let one session hold 4 GiB.
+    pub write_buffers_max_bytes: u64,
+    pub session_write_buffers_max_bytes: u64,
     /// Longest text (login or text request, continuation PDUs included).
     pub text_max_bytes: usize,
     /// Offer ImmediateData=Yes.
@@ -96,6 +103,8 @@ impl Default for Limits {
             max_sessions: 256,
             max_connections: 512,
             task_management_max: 16,
+            write_buffers_max_bytes: 1 << 30,
+            session_write_buffers_max_bytes: 256 << 20,
             text_max_bytes: 64 * 1024,
             immediate_data: true,
             initial_r2t: false,

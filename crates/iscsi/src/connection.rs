@@ -27,7 +27,9 @@ use lacuna_scsi::target::{
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+use tokio::sync::{
+    mpsc, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, OwnedSemaphorePermit, RwLock,
+};
 use tokio::time::Instant;
 
 use crate::discovery;
@@ -36,7 +38,7 @@ use crate::outbound::{self, Completion, HeldWriter, Outbound, Outbox, Residual, 
 use crate::pdu::{
     self, Digests, Header, PduError, RawPdu, ReadOutcome, RejectReason, RESERVED_TAG,
 };
-use crate::server::Target;
+use crate::server::{Target, WriteBuffers};
 use crate::session::{AbortedTasks, Admission, Session, SessionKey, TaskControl};
 use crate::text::{self, Pairs};
 use lacuna_sockpoll::{IdlePoll, Receive, SocketReader};
@@ -405,6 +407,23 @@ struct ReadyCommand {
     r2t_count: u32,
     /// Set when the transport answers itself (e.g. a write above the transfer limit).
     answer: Option<CommandOutcome>,
+    /// The write buffer budget `data_out` holds, given back with it.
+    _buffers: Option<BufferPermits>,
+}
+
+/// A write's share of the target's and its session's write buffer budgets.
+struct BufferPermits {
+    _target: OwnedSemaphorePermit,
+    _session: OwnedSemaphorePermit,
+}
+
+/// Why a write's data is received but not kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    /// Above the transfer limit: CHECK CONDITION, INVALID FIELD IN CDB.
+    TooLarge,
+    /// No room in the write buffer budgets: TASK SET FULL, to retry.
+    BuffersFull,
 }
 
 struct R2tState {
@@ -428,8 +447,10 @@ struct WriteGather {
     r2ts: Vec<R2tState>,
     next_r2t_offset: u32,
     r2t_count: u32,
-    /// Above the transfer limit: data is checked but not kept.
-    discard: bool,
+    /// Set when the data is checked but not kept, and the command answered
+    /// without the SCSI layer.
+    refused: Option<Refusal>,
+    buffers: Option<BufferPermits>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -480,6 +501,8 @@ struct Connection {
     text_in: Option<(u32, Vec<u8>)>,
     /// Task management functions of this connection still running.
     task_management_running: Arc<AtomicUsize>,
+    /// Write data this session holds (`Limits::session_write_buffers_max_bytes`).
+    session_write_buffers: WriteBuffers,
     /// Armed before the loop waits for the initiator with nothing running.
     idle_poll: Arc<IdlePoll>,
 }
@@ -575,6 +598,9 @@ async fn full_feature_phase(
         text_out: None,
         text_in: None,
         task_management_running: Arc::new(AtomicUsize::new(0)),
+        session_write_buffers: WriteBuffers::new(
+            target.config.limits.session_write_buffers_max_bytes,
+        ),
         idle_poll,
     };
     let inbound = Inbound {
@@ -1022,14 +1048,15 @@ impl Connection {
                 data_out: Vec::new(),
                 r2t_count: 0,
                 answer: None,
+                _buffers: None,
             };
             return self.on_ready(ready).await;
         }
         let params = &self.session.params;
         let edtl = pending.expected_data_transfer_bytes;
-        let discard = edtl > self.target.config.limits.max_write_transfer_bytes;
+        let (refused, buffers) = self.write_buffers_for(edtl);
         let mut gather = WriteGather {
-            buffer: if discard {
+            buffer: if refused.is_some() {
                 Vec::new()
             } else {
                 Vec::with_capacity(edtl as usize)
@@ -1041,7 +1068,8 @@ impl Connection {
             r2ts: Vec::new(),
             next_r2t_offset: 0,
             r2t_count: 0,
-            discard,
+            refused,
+            buffers,
             command: pending,
         };
         gather.accept(0, &raw.data);
@@ -1050,6 +1078,28 @@ impl Connection {
         }
         self.gathering.insert(itt, gather);
         self.progress_write(itt).await
+    }
+
+    /// Room for a write of `edtl` bytes in the write buffer budgets, or why
+    /// its data is not kept.
+    fn write_buffers_for(&self, edtl: u32) -> (Option<Refusal>, Option<BufferPermits>) {
+        if edtl > self.target.config.limits.max_write_transfer_bytes {
+            return (Some(Refusal::TooLarge), None);
+        }
+        let taken = self
+            .session_write_buffers
+            .try_take(edtl)
+            .and_then(|session| {
+                let target = self.target.write_buffers.try_take(edtl)?;
+                Some(BufferPermits {
+                    _target: target,
+                    _session: session,
+                })
+            });
+        match taken {
+            Some(buffers) => (None, Some(buffers)),
+            None => (Some(Refusal::BuffersFull), None),
+        }
     }
 
     /// Validates a SCSI Command PDU; the error is the Reject reason.
@@ -1621,7 +1671,7 @@ impl WriteGather {
     fn accept(&mut self, offset: u32, data: &[u8]) {
         let end = offset as usize + data.len();
         assert!(end <= self.command.expected_data_transfer_bytes as usize);
-        if !self.discard {
+        if self.refused.is_none() {
             place(&mut self.buffer, offset as usize, data);
         }
         self.received_bytes += data.len() as u32;
@@ -1704,23 +1754,34 @@ impl WriteGather {
             data_out: Vec::new(),
             r2t_count: self.r2t_count,
             answer: Some(answer),
+            _buffers: None,
         }
     }
 
     fn into_ready(self, target: &Target) -> ReadyCommand {
         let edtl = self.command.expected_data_transfer_bytes;
         assert_eq!(self.received_bytes, edtl, "only a complete write is ready");
-        assert!(self.discard || self.buffer.len() == edtl as usize);
-        let answer = self.discard.then(|| {
-            tracing::info!(
-                edtl = self.command.expected_data_transfer_bytes,
-                max = target.config.limits.max_write_transfer_bytes,
-                "write above the transfer limit"
-            );
-            CommandOutcome {
-                status: ScsiStatus::CheckCondition,
-                data_in: Vec::new(),
-                sense: invalid_field_in_cdb_sense(),
+        assert!(self.refused.is_some() || self.buffer.len() == edtl as usize);
+        let answer = self.refused.map(|refusal| match refusal {
+            Refusal::TooLarge => {
+                tracing::info!(
+                    edtl,
+                    max = target.config.limits.max_write_transfer_bytes,
+                    "write above the transfer limit"
+                );
+                CommandOutcome {
+                    status: ScsiStatus::CheckCondition,
+                    data_in: Vec::new(),
+                    sense: invalid_field_in_cdb_sense(),
+                }
+            }
+            Refusal::BuffersFull => {
+                tracing::debug!(edtl, "write buffers full: TASK SET FULL");
+                CommandOutcome {
+                    status: ScsiStatus::TaskSetFull,
+                    data_in: Vec::new(),
+                    sense: Vec::new(),
+                }
             }
         });
         ReadyCommand {
@@ -1728,6 +1789,7 @@ impl WriteGather {
             data_out: self.buffer,
             r2t_count: self.r2t_count,
             answer,
+            _buffers: self.buffers,
         }
     }
 }

@@ -34,6 +34,29 @@ pub(crate) struct Target {
     pub poll_slots: Arc<PollSlots>,
     /// One permit per connection served (`Limits::max_connections`).
     pub connection_slots: Arc<Semaphore>,
+    /// Write data held across sessions (`Limits::write_buffers_max_bytes`).
+    pub write_buffers: WriteBuffers,
+}
+
+/// A budget of write buffer bytes, counted in KiB permits.
+#[derive(Clone)]
+pub(crate) struct WriteBuffers(Arc<Semaphore>);
+
+/// Budgets count in KiB.
+const WRITE_BUFFER_UNIT_BYTES: u64 = 1024;
+
+impl WriteBuffers {
+    pub fn new(max_bytes: u64) -> WriteBuffers {
+        let units = (max_bytes / WRITE_BUFFER_UNIT_BYTES) as usize;
+        WriteBuffers(Arc::new(Semaphore::new(units)))
+    }
+
+    /// Room for `bytes`, if there is some now; given back when dropped.
+    pub fn try_take(&self, bytes: u32) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let units = u64::from(bytes).div_ceil(WRITE_BUFFER_UNIT_BYTES);
+        let units = u32::try_from(units).expect("a transfer counts below 2^32 KiB");
+        self.0.clone().try_acquire_many_owned(units).ok()
+    }
 }
 
 /// Binds every portal of the configuration.
@@ -67,6 +90,15 @@ pub async fn serve(
             "max_connections and task_management_max must be at least 1",
         ));
     }
+    let largest_write = u64::from(config.limits.max_write_transfer_bytes);
+    if config.limits.write_buffers_max_bytes < largest_write
+        || config.limits.session_write_buffers_max_bytes < largest_write
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "write buffer budgets must hold the largest write allowed",
+        ));
+    }
     if config.idle_poll > IDLE_POLL_MAX {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -83,6 +115,7 @@ pub async fn serve(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let poll_slots = Arc::new(PollSlots::for_current_runtime());
     let connection_slots = Arc::new(Semaphore::new(config.limits.max_connections));
+    let write_buffers = WriteBuffers::new(config.limits.write_buffers_max_bytes);
     let shared = Arc::new(Target {
         scsi: target,
         policy,
@@ -92,6 +125,7 @@ pub async fn serve(
         shutdown: shutdown_rx,
         poll_slots,
         connection_slots,
+        write_buffers,
     });
     let mut acceptors = JoinSet::new();
     for listener in listeners {

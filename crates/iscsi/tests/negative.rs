@@ -691,3 +691,64 @@ fn task_management_past_the_limit_is_rejected_at_once() {
     *server.disk.delay.lock() = Duration::ZERO;
     assert!(client.ping().is_some());
 }
+
+/// A WRITE(10) at `lba` with `data` as immediate data, sent without waiting
+/// for its answer.
+fn send_write(client: &mut RawClient, lba: u32, data: &[u8]) -> u32 {
+    let itt = client.next_itt();
+    let blocks = (data.len() / 512) as u16;
+    let mut cdb = [0u8; 16];
+    cdb[0] = 0x2a;
+    cdb[2..6].copy_from_slice(&lba.to_be_bytes());
+    cdb[7..9].copy_from_slice(&blocks.to_be_bytes());
+    let command = Header::ScsiCommand(pdu::ScsiCommand {
+        immediate: false,
+        final_bit: true,
+        read: false,
+        write: true,
+        attribute: 1,
+        lun: [0; 8],
+        initiator_task_tag: itt,
+        expected_data_transfer_bytes: data.len() as u32,
+        cmd_sn: client.cmd_sn,
+        exp_stat_sn: client.exp_stat_sn,
+        cdb,
+    });
+    client.send(&command, data);
+    client.cmd_sn += 1;
+    itt
+}
+
+/// The SCSI status of the next response, with its task tag.
+fn next_status(client: &mut RawClient) -> (u32, u8) {
+    let received = client.receive().expect("a SCSI response");
+    let Header::ScsiResponse(response) = received.header else {
+        panic!("expected a SCSI Response, got {:?}", received.header);
+    };
+    (response.initiator_task_tag, response.status)
+}
+
+/// Write data held across commands is bounded: a write past the budget is
+/// answered TASK SET FULL at once (initiators retry it), and the budget
+/// comes back when the writes holding it are done.
+#[test]
+fn writes_past_the_write_buffer_budget_get_task_set_full_until_it_drains() {
+    let mut config = test_config();
+    config.limits.max_write_transfer_bytes = 64 * 1024;
+    config.limits.write_buffers_max_bytes = 64 * 1024;
+    config.limits.session_write_buffers_max_bytes = 64 * 1024;
+    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    *server.disk.delay.lock() = Duration::from_millis(400);
+    let held = send_write(&mut client, 0, &[1u8; 48 * 1024]);
+    let refused = send_write(&mut client, 200, &[2u8; 32 * 1024]);
+
+    assert_eq!(next_status(&mut client), (refused, 0x28));
+    assert_eq!(next_status(&mut client), (held, 0x00));
+    *server.disk.delay.lock() = Duration::ZERO;
+    let again = send_write(&mut client, 200, &[3u8; 32 * 1024]);
+    assert_eq!(next_status(&mut client), (again, 0x00));
+    assert_eq!(server.disk.read_bytes(200 * 512, 4), vec![3u8; 4]);
+    assert_eq!(server.disk.read_bytes(0, 4), vec![1u8; 4]);
+}

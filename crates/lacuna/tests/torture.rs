@@ -1,7 +1,7 @@
 //! Crash torture: `lacuna serve` runs as a child under a mixed workload over NBD
 //! (python3-libnbd) and iSCSI (a libiscsi client built here) at once — writes of
 //! many sizes and alignments, FUA writes, trims, write-zeroes and flushes — while a
-//! control worker takes snapshots, clones, range copies and deletes (with
+//! control worker takes snapshots, clones, range copies, resizes of clones and deletes (with
 //! eradication, so the reclaimer and the cleaner have work) through the CLI. The
 //! daemon is SIGKILLed at a random moment, restarted, and every volume and
 //! snapshot is read back and checked against a model built from the workers'
@@ -9,7 +9,7 @@
 //!
 //! The rules checked after every crash (docs/RELIABILITY.md, "Crash torture"):
 //! - Barriers. A completed FLUSH / SYNCHRONIZE CACHE, a completed FUA write, and a
-//!   control operation the API acknowledged (snapshot, clone, delete, eradicate —
+//!   control operation the API acknowledged (snapshot, clone, resize, delete, eradicate —
 //!   the engine commits them durably, array-wide, before answering) make every
 //!   I/O that completed before the barrier was issued durable, on every volume. A
 //!   completed FUA write is itself durable. A range copy is not a barrier: like
@@ -27,6 +27,9 @@
 //!   its completion; an acknowledged snapshot or clone exists after any crash and,
 //!   once observed, never changes. A completed delete is never undone; an object
 //!   never created never appears.
+//! - Resize (clones only). An answered resize is durable; one under way at the
+//!   crash left either size. A grain past the end a shrink cut reads zeroes
+//!   once a grow brings it back.
 //! - Space: the engine's full metadata check passes on the crashed image, and the
 //!   restarted daemon's space report adds up (used + free = capacity, used =
 //!   live + stale, live = volume-unique + snapshot + shared, logical data = the
@@ -92,10 +95,35 @@ enum Existence {
 }
 
 /// A volume: per grain, its versions since the last verification (entry 0 is
-/// what was observed then).
+/// what was observed then). `grains` always spans the volume's full size; a
+/// grain past its current end holds what a later grow would show (zeroes).
 struct VolumeModel {
     grains: Vec<Vec<Entry>>,
+    /// Its sizes in grains since the last verification (entry 0 observed
+    /// then), each with the journal position where its resize completed.
+    sizes: Vec<(u64, Option<usize>)>,
     exists: Existence,
+}
+
+impl VolumeModel {
+    /// A volume of `grains` full-size grains, holding `states` from `size_grains` on.
+    fn observed(states: Vec<GrainState>, size_grains: u64) -> VolumeModel {
+        VolumeModel {
+            grains: states
+                .into_iter()
+                .map(|s| vec![Entry::baseline(vec![s])])
+                .collect(),
+            sizes: vec![(size_grains, Some(0))],
+            exists: Existence::Certain,
+        }
+    }
+}
+
+/// What a volume may be after a crash: its size in grains, and each grain's
+/// contents.
+struct Allowed {
+    sizes: Vec<u64>,
+    grains: Vec<Vec<GrainState>>,
 }
 
 struct SnapshotModel {
@@ -140,6 +168,11 @@ enum Op {
         destination: String,
         destination_sector: u64,
     },
+    /// A clone resized to `sectors` (a whole number of grains).
+    Resize {
+        volume: String,
+        sectors: u64,
+    },
     DeleteVolume(String),
     DeleteSnapshot(String),
     Erase,
@@ -175,6 +208,10 @@ fn parse_op(fields: &[&str]) -> Op {
             count: num(3),
             destination: fields[4].into(),
             destination_sector: num(5),
+        },
+        "resize" => Op::Resize {
+            volume: fields[1].into(),
+            sectors: num(2),
         },
         "delvol" => Op::DeleteVolume(fields[1].into()),
         "delsnap" => Op::DeleteSnapshot(format!("{}@{}", fields[1], fields[2])),
@@ -299,7 +336,7 @@ impl Model {
 
     /// Replays one iteration's journal and returns what each volume grain may
     /// hold after the crash.
-    fn apply(&mut self, records: &[Record], end: usize) -> BTreeMap<String, Vec<Vec<GrainState>>> {
+    fn apply(&mut self, records: &[Record], end: usize) -> BTreeMap<String, Allowed> {
         // The latest issue position of a completed barrier, and the versions
         // completed FUA writes made durable themselves.
         let mut barrier = 0usize;
@@ -360,7 +397,15 @@ impl Model {
                     )
                 })
                 .collect();
-            allowed.insert(name.clone(), grains);
+            // Resizes run one at a time and are durable once answered: the
+            // last answered size, or one asked for since.
+            let answered = volume
+                .sizes
+                .iter()
+                .rposition(|(_, done)| done.is_some())
+                .expect("the baseline size is answered");
+            let sizes = volume.sizes[answered..].iter().map(|(g, _)| *g).collect();
+            allowed.insert(name.clone(), Allowed { sizes, grains });
         }
         allowed
     }
@@ -439,6 +484,7 @@ impl Model {
             }
             Op::Clone { source, name } => {
                 let grains = self.source_grains(source, record.issued, done_or_end);
+                let size_grains = grains.len() as u64;
                 self.volumes.insert(
                     name.clone(),
                     VolumeModel {
@@ -446,6 +492,7 @@ impl Model {
                             .into_iter()
                             .map(|s| vec![Entry::baseline(s)])
                             .collect(),
+                        sizes: vec![(size_grains, Some(0))],
                         exists: maybe(record.done),
                     },
                 );
@@ -492,6 +539,21 @@ impl Model {
                     }
                     entries.push(Entry {
                         states: dedup(full),
+                        issued: record.issued,
+                        done: record.done,
+                    });
+                }
+            }
+            Op::Resize { volume, sectors } => {
+                assert_eq!(sectors % GRAIN_SECTORS, 0, "resizes keep whole grains");
+                let size_grains = sectors / GRAIN_SECTORS;
+                let model = self.volumes.get_mut(volume).expect("resized volume");
+                model.sizes.push((size_grains, record.done));
+                // A shrink cuts the grains past the new end: a later grow
+                // shows zeroes there. A grow changes no grain.
+                for entries in model.grains.iter_mut().skip(size_grains as usize) {
+                    entries.push(Entry {
+                        states: vec![[0; 8]],
                         issued: record.issued,
                         done: record.done,
                     });
@@ -598,7 +660,7 @@ impl Rng {
     }
 }
 
-const COVERAGE_KINDS: [&str; 12] = [
+const COVERAGE_KINDS: [&str; 13] = [
     "nbd write",
     "nbd fua-write",
     "nbd trim/zero",
@@ -610,6 +672,7 @@ const COVERAGE_KINDS: [&str; 12] = [
     "snapshot",
     "clone",
     "copy",
+    "resize",
     "delete",
 ];
 
@@ -628,6 +691,7 @@ fn coverage_kind(record: &Record) -> &'static str {
         (Op::Snap { .. }, _) => "snapshot",
         (Op::Clone { .. }, _) => "clone",
         (Op::Copy { .. }, _) => "copy",
+        (Op::Resize { .. }, _) => "resize",
         (Op::DeleteVolume(_) | Op::DeleteSnapshot(_), _) => "delete",
         (Op::Erase, _) => "eradicate",
     }
@@ -718,7 +782,11 @@ fn spawn_workers(
             "sectors": BASE_GRAINS * GRAIN_SECTORS,
             "worker_sectors": 2 * stripe_sectors,
         }))).collect::<serde_json::Map<_, _>>(),
-        "clones": model.volumes.keys().filter(|v| !BASES.contains(&v.as_str())).collect::<Vec<_>>(),
+        // Each clone with its size in sectors, as the last verification found it.
+        "clones": model.volumes.iter().filter(|(v, _)| !BASES.contains(&v.as_str())).map(|(v, m)| {
+            let (size_grains, _) = *m.sizes.last().expect("a size");
+            (v.clone(), serde_json::json!(size_grains * GRAIN_SECTORS))
+        }).collect::<serde_json::Map<_, _>>(),
         "snapshots": model.snapshots.keys().collect::<Vec<_>>(),
     });
     let state_path = run.dir.join("state.json");
@@ -795,7 +863,7 @@ fn verify(
     run: &Run,
     daemon: &Daemon,
     model: &mut Model,
-    allowed: BTreeMap<String, Vec<Vec<GrainState>>>,
+    allowed: BTreeMap<String, Allowed>,
     iteration: u64,
 ) {
     let volumes = list_names(daemon, "volume", "name");
@@ -834,17 +902,27 @@ fn verify(
             _ => {}
         }
         let bytes = read_export(run, daemon, &name);
-        let observed = check_grains(run, iteration, &name, &bytes, &allowed[&name]);
-        model.volumes.insert(
-            name,
-            VolumeModel {
-                grains: observed
-                    .into_iter()
-                    .map(|s| vec![Entry::baseline(vec![s])])
-                    .collect(),
-                exists: Existence::Certain,
-            },
-        );
+        let allowed = &allowed[&name];
+        let size_grains = bytes.len() as u64 / GRAIN_BYTES;
+        if !(bytes.len() as u64).is_multiple_of(GRAIN_BYTES)
+            || !allowed.sizes.contains(&size_grains)
+        {
+            run.fail(
+                iteration,
+                format!(
+                    "volume {name} is {} bytes, none of the sizes allowed ({:?} grains)",
+                    bytes.len(),
+                    allowed.sizes
+                ),
+            );
+        }
+        let visible = &allowed.grains[..size_grains as usize];
+        let mut observed = check_grains(run, iteration, &name, &bytes, visible);
+        // Past the end: what a grow would show.
+        observed.resize(allowed.grains.len(), [0; 8]);
+        model
+            .volumes
+            .insert(name, VolumeModel::observed(observed, size_grains));
     }
     let names: Vec<String> = model.snapshots.keys().cloned().collect();
     for name in names {
@@ -1064,12 +1142,7 @@ fn setup(dir: &Path) -> Model {
         ]);
         model.volumes.insert(
             base.to_string(),
-            VolumeModel {
-                grains: (0..BASE_GRAINS)
-                    .map(|_| vec![Entry::baseline(vec![[0; 8]])])
-                    .collect(),
-                exists: Existence::Certain,
-            },
+            VolumeModel::observed(vec![[0; 8]; BASE_GRAINS as usize], BASE_GRAINS),
         );
     }
     model

@@ -14,7 +14,7 @@ workers form one total order that respects real time):
 I/O kinds (sectors of 512 bytes): w/wf (write, wf with FUA) VOL SECTOR COUNT WRITE_ID,
 t (trim) and z (write zeroes) VOL SECTOR COUNT, f (flush).
 Control kinds: snap VOL NAME, clone SOURCE NEW, copy SRC SSECTOR COUNT DST DSECTOR,
-delvol NAME, delsnap VOL NAME, erase (eradicate) NAME.
+resize VOL SECTORS, delvol NAME, delsnap VOL NAME, erase (eradicate) NAME.
 
 Every written sector is self-describing: 8 bytes magic, 8 bytes stamp (write id
 << 12 | sector index within the write), then 496 bytes derived from the stamp, so
@@ -167,12 +167,15 @@ def io_worker(journal, rng, iteration, device, first, sectors, volume):
 
 
 def control_worker(journal, rng, iteration, lacuna, api, data_dir, state_path):
-    """Snapshots, clones, range copies and deletes through the CLI while I/O runs."""
+    """Snapshots, clones, range copies, resizes of clones and deletes through
+    the CLI while I/O runs."""
     with open(state_path) as f:
         state = json.load(f)
     bases = state["bases"]  # name -> {"sectors", "worker_sectors"}
-    clones = list(state["clones"])  # names, each as large as the base volumes
+    clones = dict(state["clones"])  # name -> current size in sectors
     snapshots = list(state["snapshots"])  # "VOL@SNAP"
+    # Clones are made of base volumes or their snapshots: at most this large.
+    full_sectors = max(b["sectors"] for b in bases.values())
     made = 0
 
     def cli(*args):
@@ -194,7 +197,9 @@ def control_worker(journal, rng, iteration, lacuna, api, data_dir, state_path):
             journal.issue("erase", full)
             cli("snapshot", "eradicate", full)
         elif len(clones) > 3 or (roll < 0.16 and clones):
-            name = clones.pop(0 if len(clones) > 3 else rng.randrange(len(clones)))
+            names = sorted(clones)
+            name = names[0 if len(names) > 3 else rng.randrange(len(names))]
+            del clones[name]
             journal.issue("delvol", name)
             cli("volume", "delete", name)
             journal.done()
@@ -210,7 +215,19 @@ def control_worker(journal, rng, iteration, lacuna, api, data_dir, state_path):
             name = f"c{iteration}x{made}"
             journal.issue("clone", source, name)
             cli("volume", "clone", source, name)
-            clones.append(name)
+            clones[name] = full_sectors
+        elif roll < 0.63 and clones:
+            # Shrink (cutting what lies past the new end) or grow back, in
+            # whole grains; copies land within the current size only.
+            name = rng.choice(sorted(clones))
+            grains, full_grains = clones[name] // GRAIN_SECTORS, full_sectors // GRAIN_SECTORS
+            if grains < full_grains and rng.random() < 0.6:
+                grains = rng.randint(grains + 1, full_grains)
+            else:
+                grains = rng.randint(1, full_grains - 1)
+            journal.issue("resize", name, grains * GRAIN_SECTORS)
+            cli("volume", "resize", name, "--size", str(grains * GRAIN_SECTORS * SECTOR))
+            clones[name] = grains * GRAIN_SECTORS
         else:
             # Source: the workers' stripes of a base volume (under concurrent
             # writes); destination: a clone, or a base volume's control region.
@@ -220,8 +237,8 @@ def control_worker(journal, rng, iteration, lacuna, api, data_dir, state_path):
             if rng.random() < 0.5:
                 src -= src % GRAIN_SECTORS
             if clones and rng.random() < 0.6:
-                dst_vol = rng.choice(clones)
-                low, high = 0, bases[base]["sectors"]
+                dst_vol = rng.choice(sorted(clones))
+                low, high = 0, clones[dst_vol]
             else:
                 dst_vol = rng.choice(sorted(bases))
                 low, high = bases[dst_vol]["worker_sectors"], bases[dst_vol]["sectors"]

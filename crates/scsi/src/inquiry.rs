@@ -10,7 +10,7 @@ use crate::backend::LogicalUnit;
 use crate::block::{be16, truncate, Geometry};
 use crate::caw::MAX_COMPARE_AND_WRITE_BLOCKS;
 use crate::dispatch::{Identity, Request};
-use crate::provisioning::{MAX_UNMAP_DESCRIPTORS, MAX_WRITE_SAME_BLOCKS, UNMAP_GRANULARITY_BLOCKS};
+use crate::provisioning::{unmap_granularity_blocks, MAX_UNMAP_DESCRIPTORS, MAX_WRITE_SAME_BLOCKS};
 use crate::sense::Sense;
 use crate::xcopy;
 
@@ -237,7 +237,9 @@ fn block_limits(unit: &dyn LogicalUnit, geometry: &Geometry) -> Vec<u8> {
     if thin {
         body[16..20].copy_from_slice(&u32::MAX.to_be_bytes()); // MAXIMUM UNMAP LBA COUNT: no limit
         body[20..24].copy_from_slice(&MAX_UNMAP_DESCRIPTORS.to_be_bytes());
-        body[24..28].copy_from_slice(&UNMAP_GRANULARITY_BLOCKS.max(physical_blocks).to_be_bytes());
+        let granularity_blocks =
+            unmap_granularity_blocks(geometry.block_size_bytes).max(physical_blocks);
+        body[24..28].copy_from_slice(&granularity_blocks.to_be_bytes());
         body[28..32].copy_from_slice(&0x8000_0000u32.to_be_bytes()); // UGAVALID, alignment 0
     }
     body[32..40].copy_from_slice(&MAX_WRITE_SAME_BLOCKS.to_be_bytes());

@@ -14,8 +14,14 @@ use crate::sense::{AdditionalSense, Sense, SenseKey};
 
 /// MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT: all a 16-bit parameter list length can carry.
 pub(crate) const MAX_UNMAP_DESCRIPTORS: u32 = (u16::MAX as u32 - 8) / 16;
-/// OPTIMAL UNMAP GRANULARITY in blocks (4 KiB of 512-byte blocks; divides 1 MiB).
-pub(crate) const UNMAP_GRANULARITY_BLOCKS: u32 = 8;
+/// The engine's grain: what one unmap frees at the least (divides 1 MiB).
+const UNMAP_GRANULARITY_BYTES: u32 = 4096;
+
+/// OPTIMAL UNMAP GRANULARITY in blocks of `block_size_bytes`: one grain (8
+/// blocks of 512 bytes, 1 of 4096).
+pub(crate) fn unmap_granularity_blocks(block_size_bytes: u32) -> u32 {
+    (UNMAP_GRANULARITY_BYTES / block_size_bytes).max(1)
+}
 /// MAXIMUM WRITE SAME LENGTH in blocks: a WRITE SAME(16) can name no more.
 pub(crate) const MAX_WRITE_SAME_BLOCKS: u64 = u32::MAX as u64;
 /// Chunk written per call for a non-zero WRITE SAME pattern.
@@ -115,8 +121,11 @@ pub(crate) fn write_same(request: &Request<'_>) -> CommandResult {
     let offset_bytes = geometry.offset_bytes(lba);
     let len_bytes = geometry.len_bytes(block_count);
     let thin = request.unit.provisioning().is_thin();
-    // With UNMAP on a thin unit the blocks are deallocated whatever the Data-Out holds
-    // (they then read as zeros, LBPRZ); on a fully provisioned unit UNMAP is ignored.
+    // With UNMAP on a thin unit the blocks are deallocated whatever the
+    // Data-Out holds (they then read as zeroes, LBPRZ), as LIO does and
+    // libiscsi's WriteSame10.UnmapUntilEnd expects (it sends 0xFF blocks and
+    // reads back zeroes). On a fully provisioned unit UNMAP is ignored.
+    let zeroes = pattern.iter().all(|&b| b == 0);
     if unmap_allowed && thin {
         let _range = request.state.range_lock.lock(offset_bytes, len_bytes);
         request
@@ -125,7 +134,7 @@ pub(crate) fn write_same(request: &Request<'_>) -> CommandResult {
             .map_err(|e| storage_failure(e, true))?;
         return Ok(Vec::new());
     }
-    if pattern.iter().all(|&b| b == 0) {
+    if zeroes {
         let _range = request.state.range_lock.lock(offset_bytes, len_bytes);
         request
             .unit

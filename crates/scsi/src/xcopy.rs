@@ -37,9 +37,17 @@ const BLOCK_TO_BLOCK_SEGMENT_LEN_BYTES: usize = 28;
 /// Outcome of one copy, kept for RECEIVE COPY RESULTS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct CopyResult {
-    failed: Option<Sense>,
+    ended: CopyEnd,
     segments_processed: u16,
-    transferred_blocks: u64,
+    transferred_bytes: u64,
+}
+
+/// How a copy ended, as RECEIVE COPY RESULTS reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CopyEnd {
+    Completed,
+    Check(Sense),
+    ReservationConflict,
 }
 
 /// Held copy results of one unit, keyed by the nexus and list identifier.
@@ -86,17 +94,21 @@ pub(crate) fn extended_copy(request: &Request<'_>) -> CommandResult {
     let list = parameter_list(request.cdb, request.data_out)?;
     let targets = parse_targets(list.targets, request.core, request.nexus)?;
     let segments = parse_segments(list.segments, list.segments_at)?;
-    request.check_writable()?;
+    // The units the segments name are checked as they are copied (the LUN
+    // the command was sent to may be neither).
 
     let mut result = CopyResult {
-        failed: None,
+        ended: CopyEnd::Completed,
         segments_processed: 0,
-        transferred_blocks: 0,
+        transferred_bytes: 0,
     };
     let outcome = run_segments(request, &targets, &segments, &mut result);
-    if let Err(Failure::Check(sense)) = outcome {
-        result.failed = Some(sense);
-    }
+    result.ended = match outcome {
+        Ok(()) => CopyEnd::Completed,
+        Err(Failure::Check(sense)) => CopyEnd::Check(sense),
+        Err(Failure::ReservationConflict) => CopyEnd::ReservationConflict,
+        Err(Failure::WouldWait) => unreachable!("a copy runs where it may wait"),
+    };
     if list.list_id_usage <= 1 {
         request
             .state
@@ -359,16 +371,22 @@ fn run_segments(
     };
     let mut pending: Option<Run> = None;
     for segment in segments {
-        let source = resolve(segment.source_index)?;
-        let destination = resolve(segment.destination_index)?;
-        if !segment_fits(source.as_ref(), destination.as_ref(), segment) {
-            copy_run(request, targets, pending.take(), result)?;
-            return Err(copy_aborted(AdditionalSense::NO_ADDITIONAL_SENSE));
-        }
-        if destination.read_only() {
-            copy_run(request, targets, pending.take(), result)?;
-            return Err(Sense::new(SenseKey::DataProtect, AdditionalSense::WRITE_PROTECTED).into());
-        }
+        // A segment that cannot run ends the copy after the ones before it.
+        let checked = resolve(segment.source_index).and_then(|source| {
+            let destination = resolve(segment.destination_index)?;
+            if !segment_fits(source.as_ref(), destination.as_ref(), segment) {
+                return Err(copy_aborted(AdditionalSense::NO_ADDITIONAL_SENSE));
+            }
+            check_destination_writable(request, destination)?;
+            Ok((source, destination))
+        });
+        let (source, destination) = match checked {
+            Ok(units) => units,
+            Err(failure) => {
+                copy_run(request, targets, pending.take(), result)?;
+                return Err(failure);
+            }
+        };
         let same_unit = Arc::ptr_eq(source, destination);
         match pending.as_mut() {
             Some(run) if run.continued_by(segment, same_unit) => {
@@ -389,6 +407,43 @@ fn run_segments(
         }
     }
     copy_run(request, targets, pending.take(), result)
+}
+
+/// DATA PROTECT when a copy's destination refuses writes: a read-only unit,
+/// or one whose software write protect is on.
+fn check_destination_writable(
+    request: &Request<'_>,
+    destination: &Arc<dyn LogicalUnit>,
+) -> Result<(), Failure> {
+    if destination.read_only() {
+        return Err(Sense::new(SenseKey::DataProtect, AdditionalSense::WRITE_PROTECTED).into());
+    }
+    if request
+        .core
+        .unit_state(destination.as_ref())
+        .software_write_protected()
+    {
+        return Err(Sense::new(
+            SenseKey::DataProtect,
+            AdditionalSense::SOFTWARE_WRITE_PROTECTED,
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// NOT READY when a unit a copy reads or writes may not be used now: it is
+/// being sanitized (its data is being destroyed, or must read as the
+/// pattern after), or its medium is out. The dispatcher checks this only
+/// for the LUN the command was sent to.
+fn check_ready(state: &crate::unit_state::UnitState) -> Result<(), Failure> {
+    if state.sanitize_in_progress() {
+        return Err(crate::sanitize::in_progress_sense(state).into());
+    }
+    if !state.medium_present() {
+        return Err(Sense::new(SenseKey::NotReady, AdditionalSense::MEDIUM_NOT_PRESENT).into());
+    }
+    Ok(())
 }
 
 /// Copies one run of segments (access checked as for each of them) and counts
@@ -414,9 +469,11 @@ fn copy_run(
     let destination_state = request.core.unit_state(destination.as_ref());
     check_copy_access(&source_state, request.nexus, false)?;
     check_copy_access(&destination_state, request.nexus, true)?;
+    check_ready(&source_state)?;
+    check_ready(&destination_state)?;
+    let len_bytes = destination_geometry.len_bytes(run.block_count);
     if run.block_count > 0 {
         let offset_bytes = destination_geometry.offset_bytes(run.destination_lba);
-        let len_bytes = destination_geometry.len_bytes(run.block_count);
         let _range = destination_state.range_lock.lock(offset_bytes, len_bytes);
         destination
             .copy_from(
@@ -428,7 +485,7 @@ fn copy_run(
             .map_err(|e| storage_failure(e, true))?;
     }
     result.segments_processed += run.segments;
-    result.transferred_blocks += run.block_count;
+    result.transferred_bytes += len_bytes;
     Ok(())
 }
 
@@ -452,7 +509,7 @@ pub(crate) fn receive_copy_results(request: &Request<'_>, action: u8) -> Command
                 return Err(Sense::invalid_cdb_field(2, None).into());
             };
             if action == 0x00 {
-                copy_status(&result, request.geometry.block_size_bytes)
+                copy_status(&result)
             } else {
                 failure_details(&result, request.state.sense_format())
             }
@@ -480,15 +537,17 @@ fn operating_parameters() -> Vec<u8> {
     data
 }
 
-fn copy_status(result: &CopyResult, block_size_bytes: u32) -> Vec<u8> {
+fn copy_status(result: &CopyResult) -> Vec<u8> {
     let mut data = vec![0u8; 12];
     data[0..4].copy_from_slice(&8u32.to_be_bytes());
-    data[4] = if result.failed.is_some() { 0x02 } else { 0x01 };
+    // COPY MANAGER STATUS: 01h completed without errors, 02h with errors.
+    data[4] = match result.ended {
+        CopyEnd::Completed => 0x01,
+        CopyEnd::Check(_) | CopyEnd::ReservationConflict => 0x02,
+    };
     data[5..7].copy_from_slice(&result.segments_processed.to_be_bytes());
     // TRANSFER COUNT UNITS: 0 = bytes, 1 = KiB (2^10), 2 = MiB (2^20), ...
-    let bytes = result
-        .transferred_blocks
-        .saturating_mul(u64::from(block_size_bytes));
+    let bytes = result.transferred_bytes;
     let (units, count) = if let Ok(count) = u32::try_from(bytes) {
         (0u8, count)
     } else if let Ok(count) = u32::try_from(bytes >> 20) {
@@ -502,12 +561,14 @@ fn copy_status(result: &CopyResult, block_size_bytes: u32) -> Vec<u8> {
 }
 
 fn failure_details(result: &CopyResult, format: crate::sense::SenseFormat) -> Vec<u8> {
-    let Some(sense) = result.failed else {
-        return vec![0u8; 4];
+    // COPY COMMAND STATUS: the EXTENDED COPY's own status.
+    let (status, sense_bytes) = match result.ended {
+        CopyEnd::Completed => return vec![0u8; 4],
+        CopyEnd::Check(sense) => (0x02, sense.encode(format)),
+        CopyEnd::ReservationConflict => (0x18, Vec::new()),
     };
-    let sense_bytes = sense.encode(format);
     let mut data = vec![0u8; 60];
-    data[56] = 0x02; // COPY COMMAND STATUS: CHECK CONDITION
+    data[56] = status;
     data[58..60].copy_from_slice(&(sense_bytes.len() as u16).to_be_bytes());
     data.extend_from_slice(&sense_bytes);
     let available = (data.len() - 4) as u32;
@@ -568,11 +629,11 @@ mod tests {
     #[test]
     fn copy_status_scales_large_transfers() {
         let result = CopyResult {
-            failed: None,
+            ended: CopyEnd::Completed,
             segments_processed: 3,
-            transferred_blocks: 100 << 21,
+            transferred_bytes: 100 << 30,
         };
-        let data = copy_status(&result, 512);
+        let data = copy_status(&result);
         assert_eq!(data[4], 0x01);
         assert_eq!(be16(&data, 5), 3);
         assert_eq!(data[7], 2);

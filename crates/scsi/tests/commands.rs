@@ -1129,6 +1129,125 @@ fn a_target_reset_leaves_units_the_nexus_cannot_address_alone() {
     good(exec(&array.core, &a, 1, &read10(0, 1), &[]));
 }
 
+/// Initiator "iqn.a" on the two-unit array, its first unit attentions seen.
+fn array_seen_by_a() -> (Array, ItNexus) {
+    let array = array();
+    let a = nexus("iqn.a", 1);
+    drain_attentions(&array.core, &a, 0);
+    drain_attentions(&array.core, &a, 1);
+    (array, a)
+}
+
+/// Whether `read` (a READ CDB) on `lun` returns `byte` throughout.
+fn reads_all(core: &ScsiCore, nexus: &ItNexus, lun: u64, read: Vec<u8>, byte: u8) -> bool {
+    good(exec(core, nexus, lun, &read, &[]))
+        .iter()
+        .all(|&b| b == byte)
+}
+
+/// RECEIVE COPY RESULTS, copy status, of list 7 (what `xcopy` sends) on `lun`.
+fn copy_status_of_list_7(core: &ScsiCore, nexus: &ItNexus, lun: u64) -> Vec<u8> {
+    let mut results = vec![0u8; 16];
+    results[0] = 0x84;
+    results[2] = 7;
+    results[13] = 255;
+    good(exec(core, nexus, lun, &results, &[]))
+}
+
+/// EXTENDED COPY checks the units its segments write, not only the LUN it
+/// was sent to: software write protect on the destination refuses the copy
+/// (it once wrote through), and a protected LUN the copy only reads from
+/// does not stop it.
+#[test]
+fn extended_copy_honours_software_write_protect_on_the_units_it_names() {
+    let (array, a) = array_seen_by_a();
+    good(exec(&array.core, &a, 0, &write10(0, 8), &[0x5a; 8 * 512]));
+    good(exec(&array.core, &a, 1, &write10(50, 8), &[0x77; 8 * 512]));
+    let (select, mut page) = mode_select_control(false);
+    page[4 + 4] |= 0x08; // SWP
+    good(exec(&array.core, &a, 1, &select, &page));
+    drain_attentions(&array.core, &a, 0);
+    let (zero, one) = (naa_of(&array.core, &a, 0), naa_of(&array.core, &a, 1));
+
+    let (cdb, list) = xcopy(&[zero.clone(), one.clone()], &[(0, 1, 8, 0, 0)]);
+    let outcome = exec(&array.core, &a, 0, &cdb, &list);
+
+    assert_eq!(sense(&outcome), (0x7, 0x27, 0x02));
+    assert!(reads_all(&array.core, &a, 1, read10(0, 8), 0));
+    // Sent to the protected LUN, a copy out of it into LUN 0 runs.
+    let (cdb, list) = xcopy(&[one, zero], &[(0, 1, 8, 50, 100)]);
+    good(exec(&array.core, &a, 1, &cdb, &list));
+    assert!(reads_all(&array.core, &a, 0, read10(100, 8), 0x77));
+}
+
+/// A copy into (or out of) a unit being sanitized is refused with the
+/// sanitize's NOT READY, as a write or read sent to that unit would be.
+#[test]
+fn extended_copy_refuses_a_unit_being_sanitized() {
+    let (array, a) = array_seen_by_a();
+    let (zero, one) = (naa_of(&array.core, &a, 0), naa_of(&array.core, &a, 1));
+    let parameters = [0x01, 0, 0, 1, 0x77];
+    let immed = [0x48, 0x81, 0, 0, 0, 0, 0, 0, parameters.len() as u8, 0];
+    good(exec(&array.core, &a, 1, &immed, &parameters));
+
+    let (cdb, list) = xcopy(&[zero.clone(), one.clone()], &[(0, 1, 8, 0, 0)]);
+    assert_eq!(
+        sense(&exec(&array.core, &a, 0, &cdb, &list)),
+        (0x2, 0x04, 0x1b)
+    );
+    let (cdb, list) = xcopy(&[zero, one], &[(1, 0, 8, 0, 0)]);
+    assert_eq!(
+        sense(&exec(&array.core, &a, 0, &cdb, &list)),
+        (0x2, 0x04, 0x1b)
+    );
+}
+
+/// A segment naming a target the initiator cannot reach ends the copy after
+/// the segments before it, which run (they were dropped unrun when merged
+/// into one pending copy).
+#[test]
+fn segments_before_an_unreachable_target_are_copied() {
+    let (array, a) = array_seen_by_a();
+    good(exec(&array.core, &a, 0, &write10(0, 8), &[0x5a; 8 * 512]));
+    let (zero, one) = (naa_of(&array.core, &a, 0), naa_of(&array.core, &a, 1));
+    let mut bogus = zero.clone();
+    bogus[19] ^= 0xff;
+
+    let (cdb, list) = xcopy(&[zero, one, bogus], &[(0, 1, 8, 0, 0), (0, 2, 8, 8, 8)]);
+    let outcome = exec(&array.core, &a, 0, &cdb, &list);
+
+    assert_eq!(sense(&outcome), (0xa, 0x08, 0x04));
+    assert!(reads_all(&array.core, &a, 1, read10(0, 8), 0x5a));
+    let status = copy_status_of_list_7(&array.core, &a, 0);
+    assert_eq!(
+        (status[4], u16::from_be_bytes([status[5], status[6]])),
+        (0x02, 1)
+    );
+    // TRANSFER COUNT: 8 blocks of 512 bytes, in bytes.
+    assert_eq!((status[7], &status[8..12]), (0, &4096u32.to_be_bytes()[..]));
+}
+
+/// OPTIMAL UNMAP GRANULARITY is one 4 KiB grain in the unit's own blocks.
+#[test]
+fn unmap_granularity_is_one_grain_in_the_units_blocks() {
+    let backend = Arc::new(MemoryBackend::new());
+    let small = backend.create_unit(MemoryUnitConfig::thin("small", 16 * MIB));
+    let large = backend.create_unit(MemoryUnitConfig {
+        block_size_bytes: 4096,
+        ..MemoryUnitConfig::thin("large", 16 * MIB)
+    });
+    backend.map(None, 0, &small);
+    backend.map(None, 1, &large);
+    let core = ScsiCore::new(Arc::clone(&backend) as Arc<dyn lacuna_scsi::backend::Backend>);
+    let a = nexus("iqn.a", 1);
+    for (lun, blocks) in [(0u64, 8u32), (1, 1)] {
+        drain_attentions(&core, &a, lun);
+        let page = good(exec(&core, &a, lun, &[0x12, 1, 0xb0, 0, 64, 0], &[]));
+        let granularity = u32::from_be_bytes(page[28..32].try_into().unwrap());
+        assert_eq!(granularity, blocks, "LUN {lun}");
+    }
+}
+
 #[test]
 fn extended_copy_respects_reservations_on_the_units_it_names() {
     let array = array();
@@ -1145,6 +1264,16 @@ fn extended_copy_respects_reservations_on_the_units_it_names() {
     assert_eq!(
         exec(&array.core, &a, 0, &cdb, &list).status,
         ScsiStatus::ReservationConflict
+    );
+    // Held as failed (it was held as completed), with that status in its
+    // failed segment details.
+    let status = copy_status_of_list_7(&array.core, &a, 0);
+    assert_eq!((status[4], status[5], status[6]), (0x02, 0, 0));
+    let details = [0x84, 0x04, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 255, 0, 0];
+    let details = good(exec(&array.core, &a, 0, &details, &[]));
+    assert_eq!(
+        details[56], 0x18,
+        "COPY COMMAND STATUS: RESERVATION CONFLICT"
     );
     good(exec(&array.core, &holder, 1, &[0x17, 0, 0, 0, 0, 0], &[]));
     good(exec(&array.core, &a, 0, &cdb, &list));

@@ -29,6 +29,13 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Export calls running at once on the blocking pool, across all connections.
     pub max_blocking_operations: usize,
+    /// Payload and reply bytes buffered across all connections (each also
+    /// has its own budget, `MAX_IN_FLIGHT_BYTES_PER_CONNECTION`). At least
+    /// one maximal request must fit.
+    pub max_buffered_bytes: usize,
+    /// Writing one batch of replies: a client that reads nothing for this
+    /// long is dropped, and what its requests held is freed.
+    pub reply_write_timeout: Duration,
     /// How long a plain TCP connection that has answered everything polls its
     /// socket before it sleeps (see `lacuna_sockpoll`); zero never polls, at
     /// most [`lacuna_sockpoll::IDLE_POLL_MAX`].
@@ -41,6 +48,8 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(30),
             max_connections: 1024,
             max_blocking_operations: 128,
+            max_buffered_bytes: 1 << 30,
+            reply_write_timeout: Duration::from_secs(60),
             idle_poll: lacuna_sockpoll::DEFAULT_IDLE_POLL,
         }
     }
@@ -59,6 +68,8 @@ pub struct Shared {
     pub provider: Arc<dyn ExportProvider>,
     pub config: ServerConfig,
     blocking: Arc<Semaphore>,
+    /// Bytes buffered across connections (`ServerConfig::max_buffered_bytes`).
+    pub(crate) buffers: Arc<Semaphore>,
     /// None: the server does not offer TLS.
     tls: Option<TlsAcceptor>,
 }
@@ -116,12 +127,17 @@ impl Server {
     ) -> Server {
         assert!(config.max_connections > 0 && config.max_blocking_operations > 0);
         assert!(config.idle_poll <= lacuna_sockpoll::IDLE_POLL_MAX);
+        assert!(
+            config.max_buffered_bytes >= crate::transmission::MAX_REQUEST_PAYLOAD_BYTES as usize
+        );
         let blocking = Arc::new(Semaphore::new(config.max_blocking_operations));
+        let buffers = Arc::new(Semaphore::new(config.max_buffered_bytes));
         Server {
             shared: Arc::new(Shared {
                 provider,
                 config,
                 blocking,
+                buffers,
                 tls,
             }),
         }

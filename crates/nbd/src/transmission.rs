@@ -16,6 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, Mutex, OwnedSemaphorePermit, Semaphore};
@@ -196,6 +197,8 @@ pub fn validate(limits: &Limits, header: &RequestHeader) -> Result<Command, Reje
 struct InFlight {
     _slot: OwnedSemaphorePermit,
     _bytes: OwnedSemaphorePermit,
+    /// Its share of the server-wide budget.
+    _shared_bytes: OwnedSemaphorePermit,
 }
 
 /// Encoded replies (each whole, all its chunks), written as a unit, and what
@@ -252,27 +255,45 @@ where
         write_half,
     )));
     let (sender, receiver) = mpsc::channel(MAX_IN_FLIGHT_PER_CONNECTION);
-    let writer = tokio::spawn(write_replies(wire.clone(), receiver));
+    let write_timeout = shared.config.reply_write_timeout;
+    let writer = tokio::spawn(write_replies(wire.clone(), receiver, write_timeout));
     let session = Arc::new(session);
     let mut replies = Replies {
         wire,
         sender,
         frames: Vec::new(),
         held: Vec::new(),
+        write_timeout,
     };
-    let read_result = read_requests(
-        &mut reader,
-        &session,
-        &shared,
-        &mut replies,
-        idle.as_deref(),
-    )
-    .await;
+    let mut writer = writer;
+    // The reader holds a sender, so the writer ends first only when it
+    // failed (the client is gone, or read nothing in time): then the reader,
+    // perhaps waiting for a request that never comes, stops too.
+    let (read_result, written) = {
+        let reading = read_requests(
+            &mut reader,
+            &session,
+            &shared,
+            &mut replies,
+            idle.as_deref(),
+        );
+        tokio::pin!(reading);
+        tokio::select! {
+            result = &mut reading => (Some(result), None),
+            written = &mut writer => (None, Some(written)),
+        }
+    };
     // Every request running on the pool holds a sender: the writer finishes
     // once all of them replied.
     drop(replies);
-    let write_result = writer.await.map_err(|_| ConnectionError::BlockingTask)?;
-    read_result?;
+    let written = match written {
+        Some(written) => written,
+        None => writer.await,
+    };
+    let write_result = written.map_err(|_| ConnectionError::BlockingTask)?;
+    if let Some(read_result) = read_result {
+        read_result?;
+    }
     write_result?;
     Ok(())
 }
@@ -280,19 +301,36 @@ where
 async fn write_replies<W: AsyncWrite + Unpin>(
     wire: Wire<W>,
     mut receiver: mpsc::Receiver<Outgoing>,
+    write_timeout: Duration,
 ) -> std::io::Result<()> {
     while let Some(reply) = receiver.recv().await {
         let mut writer = wire.lock().await;
-        writer.write_all(&reply.frames).await?;
+        within(write_timeout, writer.write_all(&reply.frames)).await?;
         drop(reply);
         // Coalesce replies that are already waiting into one flush. Bounded: the
         // channel holds at most MAX_IN_FLIGHT_PER_CONNECTION replies.
         while let Ok(reply) = receiver.try_recv() {
-            writer.write_all(&reply.frames).await?;
+            within(write_timeout, writer.write_all(&reply.frames)).await?;
         }
-        writer.flush().await?;
+        within(write_timeout, writer.flush()).await?;
     }
     wire.lock().await.shutdown().await
+}
+
+/// `write`, failed with `TimedOut` if it takes longer than `timeout`. Why:
+/// a client that stops reading would otherwise keep its replies, and the
+/// server-wide buffer budget they hold, for ever.
+async fn within(
+    timeout: Duration,
+    write: impl Future<Output = std::io::Result<()>>,
+) -> std::io::Result<()> {
+    match tokio::time::timeout(timeout, write).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client read no reply in time",
+        )),
+    }
 }
 
 /// Replies of the requests the reader ran itself, gathered while requests
@@ -302,6 +340,7 @@ struct Replies<W> {
     sender: mpsc::Sender<Outgoing>,
     frames: Vec<u8>,
     held: Vec<InFlight>,
+    write_timeout: Duration,
 }
 
 /// The writer task has stopped: the client is gone.
@@ -321,8 +360,8 @@ impl<W: AsyncWrite + Unpin> Replies<W> {
             return Ok(Ok(()));
         }
         if let Ok(mut writer) = self.wire.try_lock() {
-            writer.write_all(&self.frames).await?;
-            writer.flush().await?;
+            within(self.write_timeout, writer.write_all(&self.frames)).await?;
+            within(self.write_timeout, writer.flush()).await?;
             drop(writer);
             self.frames.clear();
             self.held.clear();
@@ -420,11 +459,17 @@ async fn read_requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             let _ = replies.flush().await?;
             return Ok(());
         }
-        let acquire = std::pin::pin!(budget.clone().acquire_many_owned(buffer_cost(&header)));
+        let cost = buffer_cost(&header);
+        let acquire = std::pin::pin!(budget.clone().acquire_many_owned(cost));
         let Some(bytes) = after_replies(replies, acquire, || ()).await? else {
             return Ok(());
         };
         let bytes = bytes.expect("semaphore never closed");
+        let acquire = std::pin::pin!(shared.buffers.clone().acquire_many_owned(cost));
+        let Some(shared_bytes) = after_replies(replies, acquire, || ()).await? else {
+            return Ok(());
+        };
+        let shared_bytes = shared_bytes.expect("semaphore never closed");
         let read = std::pin::pin!(read_payload(reader, &header));
         let Some(payload) = after_replies(replies, read, || ()).await? else {
             return Ok(());
@@ -433,6 +478,7 @@ async fn read_requests<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         let in_flight = InFlight {
             _slot: slot,
             _bytes: bytes,
+            _shared_bytes: shared_bytes,
         };
         match validate(&limits, &header) {
             Ok(command)

@@ -13,6 +13,7 @@ use lacuna_nbd::{
     BlockExport, ExportError, ExportProvider, ExportSummary, ExtentKind, ServerConfig,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::task::JoinHandle;
 
 const SIZE: u64 = 1 << 20;
 
@@ -41,6 +42,23 @@ impl Client {
         assert_eq!(&greeting[..16], b"NBDMAGICIHAVEOPT");
         assert_eq!(&greeting[16..], &[0, 3]);
         client
+    }
+
+    /// Connects to `server` over a stream buffering `buffer_bytes` each way
+    /// and negotiates (export "disk"); also returns the serving task.
+    async fn connect_to(
+        server: &lacuna_nbd::Server,
+        buffer_bytes: usize,
+    ) -> (Client, JoinHandle<Result<(), lacuna_nbd::ConnectionError>>) {
+        let (client, stream) = tokio::io::duplex(buffer_bytes);
+        let server = server.clone();
+        let serving = tokio::spawn(async move { server.serve_connection(stream).await });
+        let mut client = Client { stream: client };
+        let mut greeting = [0u8; 18];
+        client.stream.read_exact(&mut greeting).await.unwrap();
+        client.send(&3u32.to_be_bytes()).await;
+        client.negotiate().await;
+        (client, serving)
     }
 
     async fn connect() -> Client {
@@ -411,4 +429,66 @@ async fn replies_are_sent_as_requests_complete() {
         (2, 1),
         "the fast read overtakes the slow one"
     );
+}
+
+/// A server over one 64 MiB export "disk" with `config`, its first 32 MiB
+/// data (a read of zeroes is answered by a small hole chunk).
+fn server_of_64_mib(config: ServerConfig) -> lacuna_nbd::Server {
+    let export = MemoryExport::new("disk", 64 << 20, false);
+    export.fill(
+        0,
+        &vec![0x5a; lacuna_nbd::MAX_REQUEST_PAYLOAD_BYTES as usize],
+    );
+    lacuna_nbd::Server::new(MemoryProvider::new(&[export]), config)
+}
+
+/// Replies buffered for clients that do not read them are bounded across
+/// connections: one client's unread 32 MiB read holds the whole budget, and
+/// another client's read waits until that is freed (it was answered at
+/// once, each connection having only a budget of its own).
+#[tokio::test]
+async fn buffered_replies_are_bounded_across_connections() {
+    let server = server_of_64_mib(ServerConfig {
+        max_buffered_bytes: lacuna_nbd::MAX_REQUEST_PAYLOAD_BYTES as usize,
+        ..ServerConfig::default()
+    });
+    let (mut hog, _) = Client::connect_to(&server, 64 << 10).await;
+    let (mut other, _) = Client::connect_to(&server, 64 << 10).await;
+    hog.request(
+        p::NBD_CMD_READ,
+        0,
+        1,
+        0,
+        lacuna_nbd::MAX_REQUEST_PAYLOAD_BYTES,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    other.request(p::NBD_CMD_READ, 0, 2, 0, 4096).await;
+    let waited = tokio::time::timeout(Duration::from_millis(500), other.chunk()).await;
+    assert!(waited.is_err(), "answered while the budget was held");
+
+    drop(hog);
+    let (_, _, handle, _) = tokio::time::timeout(Duration::from_secs(5), other.chunk())
+        .await
+        .expect("answered once the budget is freed");
+    assert_eq!(handle, 2);
+}
+
+/// A client that reads none of its replies is dropped after the reply
+/// write timeout, freeing what its requests held (it was kept for ever).
+#[tokio::test]
+async fn a_client_that_reads_no_replies_is_dropped_after_the_write_timeout() {
+    let server = server_of_64_mib(ServerConfig {
+        reply_write_timeout: Duration::from_millis(300),
+        ..ServerConfig::default()
+    });
+    let (mut client, serving) = Client::connect_to(&server, 64 << 10).await;
+    client.request(p::NBD_CMD_READ, 0, 1, 0, 1 << 20).await;
+
+    let ended = tokio::time::timeout(Duration::from_secs(5), serving)
+        .await
+        .expect("the connection ended")
+        .unwrap();
+    assert!(ended.is_err(), "{ended:?}");
 }

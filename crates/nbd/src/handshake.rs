@@ -521,6 +521,10 @@ async fn meta_context(
     out: &mut Vec<u8>,
 ) -> Result<Step, ConnectionError> {
     let listing = option == p::NBD_OPT_LIST_META_CONTEXT;
+    if !listing {
+        // A SET replaces the selection even when it fails, however it fails.
+        state.meta = None;
+    }
     if !state.structured {
         reply_error(
             out,
@@ -541,10 +545,6 @@ async fn meta_context(
             return Ok(Step::Continue);
         }
     };
-    if !listing {
-        // A failed SET leaves nothing selected.
-        state.meta = None;
-    }
     if let Err(refusal) = open(shared, &state.client, &request.export_name).await? {
         reply_refusal(out, option, &refusal);
         return Ok(Step::Continue);

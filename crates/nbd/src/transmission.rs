@@ -152,14 +152,26 @@ pub fn validate(limits: &Limits, header: &RequestHeader) -> Result<Command, Reje
     }
     if matches!(header.command, NBD_CMD_READ | NBD_CMD_WRITE) && length > MAX_REQUEST_PAYLOAD_BYTES
     {
-        return Err(reject(NBD_EINVAL, "request exceeds the maximum payload"));
+        // With structured replies a client may split a read refused with
+        // EOVERFLOW and try again (NBD protocol, "Block size constraints").
+        let errno = if header.command == NBD_CMD_READ && limits.structured {
+            NBD_EOVERFLOW
+        } else {
+            NBD_EINVAL
+        };
+        return Err(reject(errno, "request exceeds the maximum payload"));
     }
     let Some(end) = offset.checked_add(u64::from(length)) else {
         return Err(reject(NBD_EINVAL, "offset plus length overflows"));
     };
     if end > limits.size {
-        // The protocol asks for ENOSPC on writes past the end, EINVAL otherwise.
-        let errno = if writes { NBD_ENOSPC } else { NBD_EINVAL };
+        // The protocol asks for ENOSPC on writes past the end, EINVAL on
+        // reads and trims.
+        let errno = if matches!(header.command, NBD_CMD_WRITE | NBD_CMD_WRITE_ZEROES) {
+            NBD_ENOSPC
+        } else {
+            NBD_EINVAL
+        };
         return Err(reject(
             errno,
             "request extends beyond the end of the export",
@@ -1063,7 +1075,15 @@ mod tests {
                 &LIMITS,
                 header(NBD_CMD_READ, 0, 0, MAX_REQUEST_PAYLOAD_BYTES + 1)
             ),
+            NBD_EOVERFLOW
+        );
+        assert_eq!(
+            errno(&LIMITS, header(NBD_CMD_TRIM, 0, (1 << 20) - 1, 2)),
             NBD_EINVAL
+        );
+        assert_eq!(
+            errno(&LIMITS, header(NBD_CMD_WRITE_ZEROES, 0, (1 << 20) - 1, 2)),
+            NBD_ENOSPC
         );
         let read_only = Limits {
             read_only: true,
@@ -1078,6 +1098,13 @@ mod tests {
         };
         assert_eq!(
             errno(&simple, header(NBD_CMD_READ, NBD_CMD_FLAG_DF, 0, 1)),
+            NBD_EINVAL
+        );
+        assert_eq!(
+            errno(
+                &simple,
+                header(NBD_CMD_READ, 0, 0, MAX_REQUEST_PAYLOAD_BYTES + 1)
+            ),
             NBD_EINVAL
         );
         assert_eq!(

@@ -434,7 +434,7 @@ def expect_errno(number, f):
 size = h.get_size()
 expect_errno(errno.EINVAL, lambda: h.pread(4096, size - 1024))
 expect_errno(errno.ENOSPC, lambda: h.pwrite(b"x" * 4096, size - 1024))
-expect_errno(errno.ENOSPC, lambda: h.trim(8192, size - 4096))
+expect_errno(errno.EINVAL, lambda: h.trim(8192, size - 4096))
 expect_errno(errno.EINVAL, lambda: h.block_status(4096, size, extent))
 # The connection survives the errors.
 assert h.pread(4096, 2 * 1048576) == b"\x99" * 4096

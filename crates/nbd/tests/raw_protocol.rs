@@ -492,3 +492,41 @@ async fn a_client_that_reads_no_replies_is_dropped_after_the_write_timeout() {
         .unwrap();
     assert!(ended.is_err(), "{ended:?}");
 }
+
+/// A SET_META_CONTEXT replaces the selection even when it fails (NBD
+/// protocol): after a good SET and a malformed one, no context is selected
+/// and BLOCK_STATUS is refused (the first SET's selection used to survive).
+#[tokio::test]
+async fn a_failed_set_meta_context_leaves_nothing_selected() {
+    let mut client = Client::connect().await;
+    client.option(p::NBD_OPT_STRUCTURED_REPLY, &[]).await;
+    assert_eq!(client.option_reply().await.reply_type, p::NBD_REP_ACK);
+    let query = b"base:allocation";
+    let mut set = 4u32.to_be_bytes().to_vec();
+    set.extend_from_slice(b"disk");
+    set.extend_from_slice(&1u32.to_be_bytes());
+    set.extend_from_slice(&(query.len() as u32).to_be_bytes());
+    set.extend_from_slice(query);
+    client.option(p::NBD_OPT_SET_META_CONTEXT, &set).await;
+    assert_eq!(
+        client.option_reply().await.reply_type,
+        p::NBD_REP_META_CONTEXT
+    );
+    assert_eq!(client.option_reply().await.reply_type, p::NBD_REP_ACK);
+    // Two queries announced, one present.
+    let mut malformed = set.clone();
+    malformed[8..12].copy_from_slice(&2u32.to_be_bytes());
+    client.option(p::NBD_OPT_SET_META_CONTEXT, &malformed).await;
+    assert_eq!(
+        client.option_reply().await.reply_type,
+        p::NBD_REP_ERR_INVALID
+    );
+    let mut go = 4u32.to_be_bytes().to_vec();
+    go.extend_from_slice(b"disk");
+    go.extend_from_slice(&0u16.to_be_bytes());
+    client.option(p::NBD_OPT_GO, &go).await;
+    while client.option_reply().await.reply_type != p::NBD_REP_ACK {}
+
+    client.request(p::NBD_CMD_BLOCK_STATUS, 0, 7, 0, 4096).await;
+    client.expect_error(7, p::NBD_EINVAL).await;
+}

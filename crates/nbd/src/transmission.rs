@@ -553,7 +553,17 @@ const REPLY_BATCH_BYTES: usize = 64 * 1024;
 /// gigabytes) goes to the pool, so the reader keeps reading meanwhile.
 fn runs_inline(session: &Session, command: Command, payload_bytes: usize) -> bool {
     match command {
-        Command::Read { length, .. } => length <= MAX_INLINE_READ_BYTES,
+        // A structured read large enough to look for holes asks the export
+        // for its extents, which is not memory-only work (the engine
+        // commits the writes waiting for a batch first).
+        Command::Read {
+            length,
+            dont_fragment,
+            ..
+        } => {
+            let sparse = session.structured && !dont_fragment && length >= MIN_SPARSE_READ_BYTES;
+            length <= MAX_INLINE_READ_BYTES && !sparse
+        }
         Command::Write { fua: false, .. } => {
             payload_bytes <= MAX_INLINE_WRITE_BYTES as usize
                 && session.export.write_is_quick(payload_bytes as u64)

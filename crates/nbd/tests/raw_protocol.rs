@@ -530,3 +530,38 @@ async fn a_failed_set_meta_context_leaves_nothing_selected() {
     client.request(p::NBD_CMD_BLOCK_STATUS, 0, 7, 0, 4096).await;
     client.expect_error(7, p::NBD_EINVAL).await;
 }
+
+/// A structured read large enough to look for holes runs on the blocking
+/// pool, never on the reader's task: its extents lookup is not memory-only
+/// (the engine commits pending writes for it). It used to run there first,
+/// then again on the pool when the data was not in memory: two lookups.
+#[tokio::test]
+async fn a_large_structured_read_looks_up_extents_once_and_off_the_reader() {
+    let export = MemoryExport::new("disk", SIZE, false);
+    let server = lacuna_nbd::Server::new(
+        MemoryProvider::new(std::slice::from_ref(&export)),
+        ServerConfig::default(),
+    );
+    let (mut client, _) = Client::connect_to(&server, 1 << 20).await;
+    // Data (not a hole) to read, and none of it in memory.
+    client.request(p::NBD_CMD_WRITE, 0, 9, 0, 96 * 1024).await;
+    client.send(&[0x5a; 96 * 1024]).await;
+    assert_eq!(client.chunk().await.2, 9);
+    export
+        .uncached
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+
+    client.request(p::NBD_CMD_READ, 0, 1, 0, 96 * 1024).await;
+    let (flags, _, handle, _) = client.chunk().await;
+
+    assert_eq!(
+        (flags & p::NBD_REPLY_FLAG_DONE, handle),
+        (p::NBD_REPLY_FLAG_DONE, 1)
+    );
+    assert_eq!(
+        export
+            .extents_calls
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+}

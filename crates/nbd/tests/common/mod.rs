@@ -35,6 +35,10 @@ pub struct MemoryExport {
     read_only: bool,
     state: Mutex<State>,
     pub flushes: AtomicU64,
+    /// Calls of `extents` (block status, and the hole search of large reads).
+    pub extents_calls: AtomicU64,
+    /// When set, `read_cached` finds nothing in memory.
+    pub uncached: std::sync::atomic::AtomicBool,
 }
 
 impl MemoryExport {
@@ -49,6 +53,8 @@ impl MemoryExport {
                 blocks: vec![Block::Hole; blocks],
             }),
             flushes: AtomicU64::new(0),
+            extents_calls: AtomicU64::new(0),
+            uncached: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -127,6 +133,9 @@ impl BlockExport for MemoryExport {
     }
 
     fn read_cached(&self, offset: u64, buf: &mut [u8]) -> Result<bool, ExportError> {
+        if self.uncached.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(false);
+        }
         self.read(offset, buf).map(|()| true)
     }
 
@@ -175,6 +184,8 @@ impl BlockExport for MemoryExport {
     }
 
     fn extents(&self, offset: u64, length: u64) -> Result<Vec<(u64, ExtentKind)>, ExportError> {
+        self.extents_calls
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.check(offset, length)?;
         let state = self.state.lock().unwrap();
         let mut extents: Vec<(u64, ExtentKind)> = Vec::new();

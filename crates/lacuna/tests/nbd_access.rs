@@ -20,7 +20,6 @@ const NBD_OPT_LIST: u32 = 3;
 const NBD_OPT_STARTTLS: u32 = 5;
 const NBD_OPT_INFO: u32 = 6;
 const NBD_REP_ACK: u32 = 1;
-const NBD_REP_ERR_POLICY: u32 = 0x8000_0002;
 const NBD_REP_ERR_INVALID: u32 = 0x8000_0003;
 const NBD_REP_ERR_TLS_REQD: u32 = 0x8000_0005;
 
@@ -318,9 +317,11 @@ fn anonymous_clients_see_nothing_on_a_closed_array_and_are_told_why() {
     let mut raw = Raw::connect(&daemon);
     raw.option(NBD_OPT_LIST, &[]);
     assert_eq!(raw.reply().0, NBD_REP_ACK, "an empty list");
+    // The array offers TLS, and an anonymous client refused before it
+    // upgraded is told TLS is required (the protocol's selective TLS).
     for name in ["va", "nope"] {
         let (reply, message) = raw.info(name);
-        assert_eq!(reply, NBD_REP_ERR_POLICY, "{name}");
+        assert_eq!(reply, NBD_REP_ERR_TLS_REQD, "{name}");
         assert!(message.contains("TLS-PSK"), "{message}");
         assert!(message.contains("--nbd-open-access"), "{message}");
     }

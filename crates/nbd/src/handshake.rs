@@ -342,11 +342,17 @@ async fn open(
         .ok_or(ConnectionError::BlockingTask)
 }
 
-/// The option error reply for an export that was not opened.
-fn reply_refusal(out: &mut Vec<u8>, option: u32, refusal: &Refusal) {
+/// The option error reply for an export that was not opened. A client
+/// refused before it upgraded to the TLS the server offers is told TLS is
+/// required (the protocol's selective TLS: a client that upgrades only on
+/// `NBD_REP_ERR_TLS_REQD` would otherwise give up).
+fn reply_refusal(out: &mut Vec<u8>, option: u32, refusal: &Refusal, tls: TlsPhase) {
     match refusal {
         Refusal::Open(OpenError::Unknown) => {
             reply_error(out, option, p::NBD_REP_ERR_UNKNOWN, "no such export")
+        }
+        Refusal::Open(OpenError::Denied(message)) if tls == TlsPhase::Offered => {
+            reply_error(out, option, p::NBD_REP_ERR_TLS_REQD, message)
         }
         Refusal::Open(OpenError::Denied(message)) => {
             reply_error(out, option, p::NBD_REP_ERR_POLICY, message)
@@ -445,7 +451,7 @@ async fn info_or_go(
     let opened = match open(shared, &state.client, &request.name).await? {
         Ok(opened) => opened,
         Err(refusal) => {
-            reply_refusal(out, option, &refusal);
+            reply_refusal(out, option, &refusal, state.tls);
             return Ok(Step::Continue);
         }
     };
@@ -546,7 +552,7 @@ async fn meta_context(
         }
     };
     if let Err(refusal) = open(shared, &state.client, &request.export_name).await? {
-        reply_refusal(out, option, &refusal);
+        reply_refusal(out, option, &refusal, state.tls);
         return Ok(Step::Continue);
     }
     let selected = if listing && request.queries.is_empty() {

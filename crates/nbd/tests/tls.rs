@@ -248,8 +248,9 @@ async fn each_identity_lists_and_opens_only_its_own_exports() {
 async fn anonymous_clients_get_only_what_the_provider_allows() {
     let (mut wire, served) = connect(TlsMode::Offered).await;
     assert_eq!(wire.list().await, ["public"]);
+    // Refused before the upgrade the server offers: TLS is required.
     let (reply, message) = wire.info("alice-disk").await;
-    assert_eq!(reply, p::NBD_REP_ERR_POLICY);
+    assert_eq!(reply, p::NBD_REP_ERR_TLS_REQD);
     assert_eq!(message, "anonymous: use TLS");
     assert_eq!(wire.info("public").await.0, p::NBD_REP_ACK);
     wire.ask(p::NBD_OPT_ABORT, &[]).await;

@@ -68,6 +68,10 @@ pub struct Limits {
     /// alone let one session hold 4 GiB.
     pub write_buffers_max_bytes: u64,
     pub session_write_buffers_max_bytes: u64,
+    /// Commands of one session running on the blocking pool at once (SCSI
+    /// work that may wait for a disk); more wait their turn. Why: the pool's
+    /// threads are shared by every session and by NBD.
+    pub session_pool_commands_max: usize,
     /// Longest text (login or text request, continuation PDUs included).
     pub text_max_bytes: usize,
     /// Offer ImmediateData=Yes.
@@ -105,6 +109,7 @@ impl Default for Limits {
             task_management_max: 16,
             write_buffers_max_bytes: 1 << 30,
             session_write_buffers_max_bytes: 256 << 20,
+            session_pool_commands_max: 32,
             text_max_bytes: 64 * 1024,
             immediate_data: true,
             initial_r2t: false,

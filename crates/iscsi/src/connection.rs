@@ -312,14 +312,17 @@ async fn admit_session(
         });
     }
     let limits = &target.config.limits;
-    let session = Arc::new(Session::new(
-        target.registry.allocate_tsih(),
-        key,
-        outcome.session_type,
-        outcome.params,
-        request.cmd_sn,
-        limits.command_window,
-    ));
+    let session = Arc::new(
+        Session::new(
+            target.registry.allocate_tsih(),
+            key,
+            outcome.session_type,
+            outcome.params,
+            request.cmd_sn,
+            limits.command_window,
+        )
+        .with_pool_share(limits.session_pool_commands_max),
+    );
     if outcome.session_type == SessionType::Discovery {
         return Ok(session);
     }
@@ -1969,7 +1972,8 @@ fn start(
         tokio::spawn(send_answer(session, control, ready, answer, guard, out));
         return;
     }
-    tokio::task::spawn_blocking(move || {
+    let share = session.pool_share().clone();
+    let run = move |_share: OwnedSemaphorePermit| {
         let itt = ready.command.itt;
         match run_ready(&target, &session, &control, ready, guard, Fetch::Wait) {
             Ran::Settled(_, Some(completion)) => {
@@ -1980,7 +1984,21 @@ fn start(
             Ran::WouldWait(..) => unreachable!("a command that may wait gave up"),
         }
         session.remove_task(itt);
-    });
+    };
+    // Within the session's share of the pool at once, most of the time; past
+    // it the command waits its turn on a task (holding its ordering guard:
+    // it counts as started).
+    match share.clone().try_acquire_owned() {
+        Ok(permit) => {
+            tokio::task::spawn_blocking(move || run(permit));
+        }
+        Err(_) => {
+            tokio::spawn(async move {
+                let permit = share.acquire_owned().await.expect("never closed");
+                tokio::task::spawn_blocking(move || run(permit));
+            });
+        }
+    }
 }
 
 /// Queues the completion of a command answered without the SCSI layer

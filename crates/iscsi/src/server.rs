@@ -84,10 +84,15 @@ pub async fn serve(
             "no listener to serve",
         ));
     }
-    if config.limits.max_connections == 0 || config.limits.task_management_max == 0 {
+    let limits = &config.limits;
+    if limits.max_connections == 0
+        || limits.task_management_max == 0
+        || limits.session_pool_commands_max == 0
+    {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "max_connections and task_management_max must be at least 1",
+            "max_connections, task_management_max and session_pool_commands_max must be at \
+             least 1",
         ));
     }
     let largest_write = u64::from(config.limits.max_write_transfer_bytes);

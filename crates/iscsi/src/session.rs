@@ -93,6 +93,9 @@ impl CommandWindow {
     }
 }
 
+/// A session's share of the blocking pool unless configured otherwise.
+const DEFAULT_POOL_SHARE_COMMANDS: usize = 32;
+
 /// A command handed to an executor; kept so task management can find and abort it.
 #[derive(Debug)]
 pub struct TaskControl {
@@ -190,6 +193,9 @@ pub struct Session {
     close: watch::Sender<bool>,
     /// Set by the connection once it has torn everything down.
     closed: watch::Sender<bool>,
+    /// Commands of this session on the blocking pool at once
+    /// (`Limits::session_pool_commands_max`).
+    pool_share: Arc<tokio::sync::Semaphore>,
 }
 
 impl Session {
@@ -217,7 +223,22 @@ impl Session {
             tasks_changed: Notify::new(),
             close: watch::channel(false).0,
             closed: watch::channel(false).0,
+            pool_share: Arc::new(tokio::sync::Semaphore::new(DEFAULT_POOL_SHARE_COMMANDS)),
         }
+    }
+
+    /// The session may run `commands` at once on the blocking pool.
+    pub fn with_pool_share(mut self, commands: usize) -> Session {
+        assert!(commands > 0);
+        self.pool_share = Arc::new(tokio::sync::Semaphore::new(commands));
+        self
+    }
+
+    /// This session's share of the blocking pool: one permit per command
+    /// running there. Why: the pool's threads are few and shared by every
+    /// session and NBD; one session's slow commands must not take them all.
+    pub fn pool_share(&self) -> &Arc<tokio::sync::Semaphore> {
+        &self.pool_share
     }
 
     /// (ExpCmdSN, MaxCmdSN) as of now.

@@ -752,3 +752,27 @@ fn writes_past_the_write_buffer_budget_get_task_set_full_until_it_drains() {
     assert_eq!(server.disk.read_bytes(200 * 512, 4), vec![3u8; 4]);
     assert_eq!(server.disk.read_bytes(0, 4), vec![1u8; 4]);
 }
+
+/// A session runs at most `session_pool_commands_max` commands on the
+/// blocking pool at once; the rest wait their turn and are all answered.
+/// (One session could take every thread of the pool, which other sessions
+/// and NBD share.)
+#[test]
+fn a_session_runs_no_more_than_its_share_of_the_pool_at_once() {
+    let mut config = test_config();
+    config.limits.session_pool_commands_max = 2;
+    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    *server.disk.delay.lock() = Duration::from_millis(100);
+    let mut sent: Vec<u32> = (0..6)
+        .map(|_| send_no_data_command(&mut client, 1))
+        .collect();
+
+    let mut answered: Vec<u32> = (0..6).map(|_| next_status(&mut client).0).collect();
+
+    sent.sort_unstable();
+    answered.sort_unstable();
+    assert_eq!(answered, sent);
+    assert_eq!(server.disk.most_running.load(Ordering::SeqCst), 2);
+}

@@ -39,6 +39,9 @@ pub struct MemoryDisk {
     /// like a SANITIZE without IMMED.
     pub hold_until_closing: AtomicBool,
     pub closing: AtomicBool,
+    /// Commands in `execute` now, and the most there at once.
+    pub running: AtomicUsize,
+    pub most_running: AtomicUsize,
     /// LBAs [start, end) whose data stands for data on a slow disk: a read
     /// from memory of them gives up, and `execute` of a read touching them
     /// sleeps `cold_read_delay` first.
@@ -59,6 +62,8 @@ impl MemoryDisk {
             nexus_created_delay: Mutex::new(Duration::ZERO),
             hold_until_closing: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            running: AtomicUsize::new(0),
+            most_running: AtomicUsize::new(0),
             cold: Mutex::new(None),
             cold_read_delay: Mutex::new(Duration::ZERO),
             reads_from_memory: AtomicUsize::new(0),
@@ -231,21 +236,9 @@ impl MemoryDisk {
     }
 }
 
-impl ScsiTarget for MemoryDisk {
-    fn nexus_created(&self, _nexus: &ItNexus) {
-        thread::sleep(*self.nexus_created_delay.lock());
-        self.nexus_created.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn nexus_closing(&self, _nexus: &ItNexus) {
-        self.closing.store(true, Ordering::SeqCst);
-    }
-
-    fn nexus_dropped(&self, _nexus: &ItNexus) {
-        self.nexus_dropped.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn execute(&self, _nexus: &ItNexus, command: Command<'_>) -> CommandOutcome {
+impl MemoryDisk {
+    /// `execute` proper, once counted as running.
+    fn execute_counted(&self, _nexus: &ItNexus, command: Command<'_>) -> CommandOutcome {
         self.commands.fetch_add(1, Ordering::SeqCst);
         let delay = *self.delay.lock();
         if !delay.is_zero() {
@@ -289,6 +282,29 @@ impl ScsiTarget for MemoryDisk {
             0x0a | 0x2a | 0xaa | 0x8a | 0x2e | 0xae | 0x8e => self.write(cdb, command.data_out),
             _ => illegal_request(0x20),
         }
+    }
+}
+
+impl ScsiTarget for MemoryDisk {
+    fn nexus_created(&self, _nexus: &ItNexus) {
+        thread::sleep(*self.nexus_created_delay.lock());
+        self.nexus_created.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn nexus_closing(&self, _nexus: &ItNexus) {
+        self.closing.store(true, Ordering::SeqCst);
+    }
+
+    fn nexus_dropped(&self, _nexus: &ItNexus) {
+        self.nexus_dropped.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn execute(&self, nexus: &ItNexus, command: Command<'_>) -> CommandOutcome {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_running.fetch_max(now, Ordering::SeqCst);
+        let outcome = self.execute_counted(nexus, command);
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        outcome
     }
 
     fn execute_from_memory(&self, nexus: &ItNexus, command: Command<'_>) -> Option<CommandOutcome> {

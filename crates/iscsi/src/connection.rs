@@ -28,7 +28,7 @@ use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{
-    mpsc, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, OwnedSemaphorePermit, RwLock,
+    mpsc, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, OwnedSemaphorePermit, RwLock, Semaphore,
 };
 use tokio::time::Instant;
 
@@ -312,17 +312,15 @@ async fn admit_session(
         });
     }
     let limits = &target.config.limits;
-    let session = Arc::new(
-        Session::new(
-            target.registry.allocate_tsih(),
-            key,
-            outcome.session_type,
-            outcome.params,
-            request.cmd_sn,
-            limits.command_window,
-        )
-        .with_pool_share(limits.session_pool_commands_max),
-    );
+    let session = Arc::new(Session::new(
+        target.registry.allocate_tsih(),
+        key,
+        outcome.session_type,
+        outcome.params,
+        request.cmd_sn,
+        limits.command_window,
+        limits.session_pool_commands_max,
+    ));
     if outcome.session_type == SessionType::Discovery {
         return Ok(session);
     }
@@ -355,23 +353,6 @@ async fn teardown(target: &Target, session: &Arc<Session>) {
     }
     session.mark_closed();
     tracing::info!(tsih = session.tsih, "iSCSI session closed");
-}
-
-/// Counts one running piece of work in a shared counter while it lives.
-struct RunningGuard(Arc<AtomicUsize>);
-
-impl RunningGuard {
-    fn enter(counter: &Arc<AtomicUsize>) -> RunningGuard {
-        counter.fetch_add(1, Ordering::SeqCst);
-        RunningGuard(counter.clone())
-    }
-}
-
-impl Drop for RunningGuard {
-    fn drop(&mut self) {
-        let before = self.0.fetch_sub(1, Ordering::SeqCst);
-        assert!(before > 0, "every exit follows an entry");
-    }
 }
 
 /// Aborts every command of the session, here and in the SCSI layer (where a
@@ -502,8 +483,9 @@ struct Connection {
     text_out: Option<(u32, u32, Vec<u8>)>,
     /// Text Request continuation from the initiator: (ITT, bytes so far).
     text_in: Option<(u32, Vec<u8>)>,
-    /// Task management functions of this connection still running.
-    task_management_running: Arc<AtomicUsize>,
+    /// One permit per task management function of this connection still
+    /// running (`Limits::task_management_max`).
+    task_management_slots: Arc<Semaphore>,
     /// Write data this session holds (`Limits::session_write_buffers_max_bytes`).
     session_write_buffers: WriteBuffers,
     /// Armed before the loop waits for the initiator with nothing running.
@@ -600,7 +582,7 @@ async fn full_feature_phase(
         next_transfer_tag: 1,
         text_out: None,
         text_in: None,
-        task_management_running: Arc::new(AtomicUsize::new(0)),
+        task_management_slots: Arc::new(Semaphore::new(target.config.limits.task_management_max)),
         session_write_buffers: WriteBuffers::new(
             target.config.limits.session_write_buffers_max_bytes,
         ),
@@ -1490,13 +1472,11 @@ impl Connection {
         }
         // Each one runs until the commands it aborts end; TMF requests are
         // immediate, outside the CmdSN window, so this is their only bound.
-        let limit = self.target.config.limits.task_management_max;
-        if self.task_management_running.load(Ordering::SeqCst) >= limit {
+        let Ok(running) = self.task_management_slots.clone().try_acquire_owned() else {
             return self
                 .send_tmf_response(request.initiator_task_tag, TMF_FUNCTION_REJECTED)
                 .await;
-        }
-        let running = RunningGuard::enter(&self.task_management_running);
+        };
         let (local_found, dispatched) = match function {
             TaskManagementFunction::AbortTask {
                 referenced_task_tag,

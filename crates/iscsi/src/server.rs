@@ -95,9 +95,9 @@ pub async fn serve(
              least 1",
         ));
     }
-    let largest_write = u64::from(config.limits.max_write_transfer_bytes);
-    if config.limits.write_buffers_max_bytes < largest_write
-        || config.limits.session_write_buffers_max_bytes < largest_write
+    let largest_write = u64::from(limits.max_write_transfer_bytes);
+    if limits.write_buffers_max_bytes < largest_write
+        || limits.session_write_buffers_max_bytes < largest_write
     {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -119,8 +119,8 @@ pub async fn serve(
         .collect::<io::Result<Vec<_>>>()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let poll_slots = Arc::new(PollSlots::for_current_runtime());
-    let connection_slots = Arc::new(Semaphore::new(config.limits.max_connections));
-    let write_buffers = WriteBuffers::new(config.limits.write_buffers_max_bytes);
+    let connection_slots = Arc::new(Semaphore::new(limits.max_connections));
+    let write_buffers = WriteBuffers::new(limits.write_buffers_max_bytes);
     let shared = Arc::new(Target {
         scsi: target,
         policy,

@@ -93,9 +93,6 @@ impl CommandWindow {
     }
 }
 
-/// A session's share of the blocking pool unless configured otherwise.
-const DEFAULT_POOL_SHARE_COMMANDS: usize = 32;
-
 /// A command handed to an executor; kept so task management can find and abort it.
 #[derive(Debug)]
 pub struct TaskControl {
@@ -206,7 +203,9 @@ impl Session {
         params: SessionParams,
         exp_cmd_sn: u32,
         command_window: u32,
+        pool_share_commands: usize,
     ) -> Session {
+        assert!(pool_share_commands > 0);
         let nexus = ItNexus {
             initiator_port: initiator_port(&key.initiator_name, &key.isid),
             initiator_name: key.initiator_name.clone(),
@@ -223,15 +222,8 @@ impl Session {
             tasks_changed: Notify::new(),
             close: watch::channel(false).0,
             closed: watch::channel(false).0,
-            pool_share: Arc::new(tokio::sync::Semaphore::new(DEFAULT_POOL_SHARE_COMMANDS)),
+            pool_share: Arc::new(tokio::sync::Semaphore::new(pool_share_commands)),
         }
-    }
-
-    /// The session may run `commands` at once on the blocking pool.
-    pub fn with_pool_share(mut self, commands: usize) -> Session {
-        assert!(commands > 0);
-        self.pool_share = Arc::new(tokio::sync::Semaphore::new(commands));
-        self
     }
 
     /// This session's share of the blocking pool: one permit per command
@@ -475,6 +467,7 @@ mod tests {
                 params.clone(),
                 1,
                 8,
+                4,
             ))
         };
         registry.insert(make(1, 1), 1).unwrap();
@@ -500,7 +493,7 @@ mod tests {
             initiator_name: "iqn.a".into(),
             isid: [1; 6],
         };
-        let session = Session::new(1, key, SessionType::Normal, params, 1, 8);
+        let session = Session::new(1, key, SessionType::Normal, params, 1, 8, 4);
         let answered = session.add_task(10, 0).unwrap();
         let running = session.add_task(11, 0).unwrap();
         assert!(answered.answer());

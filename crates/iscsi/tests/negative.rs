@@ -25,6 +25,14 @@ fn wait_for(condition: impl Fn() -> bool) {
     panic!("condition not reached in time");
 }
 
+/// A server open to every initiator, with the test configuration as
+/// `adjust` leaves it.
+fn open_server(adjust: impl FnOnce(&mut lacuna_iscsi::TargetConfig)) -> TestServer {
+    let mut config = test_config();
+    adjust(&mut config);
+    TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1)
+}
+
 fn chap_server(requirement: ChapRequirement) -> TestServer {
     let mut config = test_config();
     config.allow_unknown_initiators = false;
@@ -251,19 +259,19 @@ fn garbage_before_login_closes_only_that_connection() {
 
 #[test]
 fn silent_connection_is_closed_after_the_login_timeout() {
-    let mut config = test_config();
-    config.timeouts.login = Duration::from_millis(300);
-    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let server = open_server(|config| {
+        config.timeouts.login = Duration::from_millis(300);
+    });
     let mut idle = RawClient::connect(server.portals[0]);
     assert!(idle.closed_by_target(), "an idle login was not timed out");
 }
 
 #[test]
 fn unanswered_nop_in_ping_closes_the_connection() {
-    let mut config = test_config();
-    config.timeouts.nop_in_interval = Duration::from_millis(200);
-    config.timeouts.nop_in_timeout = Duration::from_millis(300);
-    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let server = open_server(|config| {
+        config.timeouts.nop_in_interval = Duration::from_millis(200);
+        config.timeouts.nop_in_timeout = Duration::from_millis(300);
+    });
     let mut client = RawClient::connect(server.portals[0]);
     client.login_normal(INITIATOR_IQN, ISID_A);
     let ping = client.receive().expect("NOP-In ping");
@@ -583,9 +591,9 @@ fn a_connection_dropped_with_commands_queued_behind_an_ordered_one_ends_its_sess
 /// left behind for ever (its nexus never dropped).
 #[test]
 fn a_slow_nexus_setup_outlasting_the_login_timeout_still_gives_a_working_session() {
-    let mut config = test_config();
-    config.timeouts.login = Duration::from_millis(300);
-    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let server = open_server(|config| {
+        config.timeouts.login = Duration::from_millis(300);
+    });
     *server.disk.nexus_created_delay.lock() = Duration::from_millis(700);
     let mut client = RawClient::connect(server.portals[0]);
     client.login_normal(INITIATOR_IQN, ISID_A);
@@ -615,9 +623,9 @@ fn a_connection_dropped_during_a_long_command_tells_the_scsi_layer_and_ends() {
 /// login is answered only once another connection ends.
 #[test]
 fn connections_past_the_limit_wait_until_one_ends() {
-    let mut config = test_config();
-    config.limits.max_connections = 2;
-    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let server = open_server(|config| {
+        config.limits.max_connections = 2;
+    });
     let first = RawClient::connect(server.portals[0]);
     let mut second = RawClient::connect(server.portals[0]);
     second.login_normal(INITIATOR_IQN, ISID_A);
@@ -663,9 +671,9 @@ fn connections_past_the_limit_wait_until_one_ends() {
 /// FUNCTION REJECTED rather than each holding a task of the target.
 #[test]
 fn task_management_past_the_limit_is_rejected_at_once() {
-    let mut config = test_config();
-    config.limits.task_management_max = 2;
-    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let server = open_server(|config| {
+        config.limits.task_management_max = 2;
+    });
     let mut client = RawClient::connect(server.portals[0]);
     client.login_normal(INITIATOR_IQN, ISID_A);
     *server.disk.delay.lock() = Duration::from_millis(500);
@@ -733,11 +741,11 @@ fn next_status(client: &mut RawClient) -> (u32, u8) {
 /// comes back when the writes holding it are done.
 #[test]
 fn writes_past_the_write_buffer_budget_get_task_set_full_until_it_drains() {
-    let mut config = test_config();
-    config.limits.max_write_transfer_bytes = 64 * 1024;
-    config.limits.write_buffers_max_bytes = 64 * 1024;
-    config.limits.session_write_buffers_max_bytes = 64 * 1024;
-    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let server = open_server(|config| {
+        config.limits.max_write_transfer_bytes = 64 * 1024;
+        config.limits.write_buffers_max_bytes = 64 * 1024;
+        config.limits.session_write_buffers_max_bytes = 64 * 1024;
+    });
     let mut client = RawClient::connect(server.portals[0]);
     client.login_normal(INITIATOR_IQN, ISID_A);
     *server.disk.delay.lock() = Duration::from_millis(400);
@@ -759,9 +767,9 @@ fn writes_past_the_write_buffer_budget_get_task_set_full_until_it_drains() {
 /// and NBD share.)
 #[test]
 fn a_session_runs_no_more_than_its_share_of_the_pool_at_once() {
-    let mut config = test_config();
-    config.limits.session_pool_commands_max = 2;
-    let server = TestServer::start_with(config, Arc::new(lacuna_iscsi::OpenAccess), 1);
+    let server = open_server(|config| {
+        config.limits.session_pool_commands_max = 2;
+    });
     let mut client = RawClient::connect(server.portals[0]);
     client.login_normal(INITIATOR_IQN, ISID_A);
     *server.disk.delay.lock() = Duration::from_millis(100);

@@ -268,7 +268,7 @@ where
     )));
     let (sender, receiver) = mpsc::channel(MAX_IN_FLIGHT_PER_CONNECTION);
     let write_timeout = shared.config.reply_write_timeout;
-    let writer = tokio::spawn(write_replies(wire.clone(), receiver, write_timeout));
+    let mut writer = tokio::spawn(write_replies(wire.clone(), receiver, write_timeout));
     let session = Arc::new(session);
     let mut replies = Replies {
         wire,
@@ -277,7 +277,6 @@ where
         held: Vec::new(),
         write_timeout,
     };
-    let mut writer = writer;
     // The reader holds a sender, so the writer ends first only when it
     // failed (the client is gone, or read nothing in time): then the reader,
     // perhaps waiting for a request that never comes, stops too.

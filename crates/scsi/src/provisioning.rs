@@ -125,7 +125,6 @@ pub(crate) fn write_same(request: &Request<'_>) -> CommandResult {
     // Data-Out holds (they then read as zeroes, LBPRZ), as LIO does and
     // libiscsi's WriteSame10.UnmapUntilEnd expects (it sends 0xFF blocks and
     // reads back zeroes). On a fully provisioned unit UNMAP is ignored.
-    let zeroes = pattern.iter().all(|&b| b == 0);
     if unmap_allowed && thin {
         let _range = request.state.range_lock.lock(offset_bytes, len_bytes);
         request
@@ -134,7 +133,7 @@ pub(crate) fn write_same(request: &Request<'_>) -> CommandResult {
             .map_err(|e| storage_failure(e, true))?;
         return Ok(Vec::new());
     }
-    if zeroes {
+    if pattern.iter().all(|&b| b == 0) {
         let _range = request.state.range_lock.lock(offset_bytes, len_bytes);
         request
             .unit

@@ -1006,4 +1006,98 @@ mod tests {
         volume.write(2 * GRAIN_BYTES, &grain_bytes(1)).unwrap();
         assert_eq!(block_rows(&engine), 1, "the third copy shares too");
     }
+
+    /// A grain of `seed`'s bytes in its first half and zeroes in the second:
+    /// LZ4 halves it.
+    fn compressible_grain(seed: u64) -> Vec<u8> {
+        let mut grain = grain_bytes(seed);
+        grain[GRAIN_BYTES as usize / 2..].fill(0);
+        grain
+    }
+
+    /// Every stored block's record: (payload bytes, flags).
+    fn stored_blocks(engine: &Engine) -> Vec<(u32, u16)> {
+        let txn = engine.begin_read().unwrap();
+        let blocks = txn.open_table(crate::meta::BLOCKS).unwrap();
+        redb::ReadableTable::iter(&blocks)
+            .unwrap()
+            .map(|row| {
+                let rec = crate::meta::BlockRec::decode(row.unwrap().1.value()).unwrap();
+                (rec.payload_len, rec.flags)
+            })
+            .collect()
+    }
+
+    fn hinted(engine: &Engine) -> u64 {
+        engine
+            .stats
+            .hinted_duplicates
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_duplicate_is_shared_without_being_compressed() {
+        let (_dir, engine) = engine();
+        let volume = engine.open_volume("v").unwrap();
+        volume.write(0, &compressible_grain(1)).unwrap();
+        assert_eq!(hinted(&engine), 0, "nothing stored to duplicate");
+        // Seed 1 again next to a new grain: only the duplicate is left raw.
+        let run = [compressible_grain(1), compressible_grain(2)].concat();
+        volume.write(4 * GRAIN_BYTES, &run).unwrap();
+        assert_eq!(hinted(&engine), 1);
+        assert_eq!(block_rows(&engine), 2, "seed 1 shared, seed 2 stored");
+        assert!(read_grains(&volume, 4, 2) == run);
+        for (payload_bytes, flags) in stored_blocks(&engine) {
+            assert!(flags & crate::segment::FLAG_COMPRESSED != 0);
+            assert!(u64::from(payload_bytes) < GRAIN_BYTES / 2 + 64);
+        }
+    }
+
+    #[test]
+    fn a_wrong_hint_stores_the_grain_compressed() {
+        let (dir, engine) = engine();
+        let volume = engine.open_volume("v").unwrap();
+        let grain = compressible_grain(3);
+        // A hint for a block the index does not hold (as for a slot not yet
+        // cleared when its block is freed).
+        let key = crate::tx::dedup_key(&crate::grain::fingerprint(&grain));
+        engine.dedup_hints.insert(key);
+        volume.write(0, &grain).unwrap();
+        assert_eq!(hinted(&engine), 1);
+        assert_eq!(block_rows(&engine), 1);
+        let [(payload_bytes, flags)] = stored_blocks(&engine)[..] else {
+            panic!("one block");
+        };
+        assert!(flags & crate::segment::FLAG_COMPRESSED != 0, "{flags:#x}");
+        assert!(u64::from(payload_bytes) < GRAIN_BYTES / 2 + 64);
+        assert!(read_grains(&volume, 0, 1) == grain);
+        volume.flush().unwrap();
+        engine.close().unwrap();
+        drop((volume, engine));
+        let engine = crate::testdata::quiet_engine(dir.path(), 1 << 30);
+        let volume = engine.open_volume("v").unwrap();
+        assert!(read_grains(&volume, 0, 1) == grain);
+        engine.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn a_freed_block_is_not_hinted_and_a_reopened_array_hints_its_blocks() {
+        let (dir, engine) = engine();
+        let volume = engine.open_volume("v").unwrap();
+        volume.write(0, &compressible_grain(4)).unwrap();
+        volume.write(0, &compressible_grain(5)).unwrap();
+        assert_eq!(block_rows(&engine), 1, "seed 4's block freed");
+        volume.write(GRAIN_BYTES, &compressible_grain(4)).unwrap();
+        assert_eq!(hinted(&engine), 0, "seed 4 was stored anew");
+        volume.flush().unwrap();
+        engine.close().unwrap();
+        drop((volume, engine));
+        let engine = crate::testdata::quiet_engine(dir.path(), 1 << 30);
+        let volume = engine.open_volume("v").unwrap();
+        let run = [compressible_grain(5), compressible_grain(4)].concat();
+        volume.write(8 * GRAIN_BYTES, &run).unwrap();
+        assert_eq!(hinted(&engine), 2, "the index is hinted as it is rebuilt");
+        assert_eq!(block_rows(&engine), 2);
+        assert!(read_grains(&volume, 8, 2) == run);
+    }
 }

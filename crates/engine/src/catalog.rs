@@ -697,8 +697,9 @@ pub(crate) fn recover(
         let (id, value) = item.map_err(kv_error)?;
         let rec = BlockRec::decode(value.value())?;
         if rec.flags & crate::segment::FLAG_UNINDEXED == 0 {
-            ws.dedup
-                .insert(crate::tx::dedup_key(&rec.fingerprint), id.value());
+            let key = crate::tx::dedup_key(&rec.fingerprint);
+            ws.dedup.insert(key, id.value());
+            ws.hints.insert(key);
         }
         ws.class_bytes[rec.class() as usize] += rec.record_bytes();
     }

@@ -82,9 +82,28 @@ pub struct DataGrain {
     /// The encoded grain (raw 4 KiB when `codec` is `Raw`).
     pub payload: Vec<u8>,
     /// CRC32C of `payload`, worked out here, before the writer mutex (see
-    /// [`crate::segment::FLAG_PAYLOAD_CRC_FIRST`]).
+    /// [`crate::segment::FLAG_PAYLOAD_CRC_FIRST`]); 0 while `deferred`.
     pub payload_crc: u32,
     pub codec: Codec,
+    /// The compression not yet tried: the grain looked like a duplicate of a
+    /// stored block (see [`crate::hints`]), and a duplicate is stored as a
+    /// reference, never as a payload. Only with a raw payload; it must be
+    /// [`DataGrain::reduced`] before it is stored.
+    pub deferred: Option<crate::Compression>,
+}
+
+impl DataGrain {
+    /// The grain as [`classify_with`] makes it, if its reduction was
+    /// deferred (a hint that proved wrong: the write stores it after all).
+    pub fn reduced(&self) -> Option<DataGrain> {
+        let compression = self.deferred?;
+        assert_eq!(self.codec, Codec::Raw, "a deferred grain is raw");
+        let GrainContent::Data(data) = classify_with(&self.payload, compression) else {
+            unreachable!("a grain classified as data once is data again");
+        };
+        assert_eq!(data.fingerprint, self.fingerprint);
+        Some(data)
+    }
 }
 
 /// Classifies a full grain with LZ4 compression.
@@ -96,11 +115,30 @@ pub fn classify(grain: &[u8]) -> GrainContent {
 /// and compression with the container's codec. A compressed payload is kept only
 /// if it saves at least an eighth.
 pub fn classify_with(grain: &[u8], compression: crate::Compression) -> GrainContent {
+    classify_hinted(grain, compression, |_| false)
+}
+
+/// [`classify_with`], except that a grain whose fingerprint `likely_duplicate`
+/// says the dedup index holds is left raw, its compression deferred.
+pub fn classify_hinted(
+    grain: &[u8],
+    compression: crate::Compression,
+    likely_duplicate: impl FnOnce(&Fingerprint) -> bool,
+) -> GrainContent {
     assert_eq!(grain.len() as u64, GRAIN_BYTES);
     if let Some(pattern) = repeated_pattern(grain) {
         return GrainContent::Pattern(pattern);
     }
     let fingerprint = fingerprint(grain);
+    if compression != crate::Compression::Off && likely_duplicate(&fingerprint) {
+        return GrainContent::Data(DataGrain {
+            fingerprint,
+            payload: grain.to_vec(),
+            payload_crc: 0,
+            codec: Codec::Raw,
+            deferred: Some(compression),
+        });
+    }
     let compressed = match compression {
         crate::Compression::Lz4 => lz4_compress(grain).map(|p| (p, Codec::Lz4)),
         crate::Compression::Zstd => zstd_compress(grain).map(|p| (p, Codec::Zstd)),
@@ -115,6 +153,7 @@ pub fn classify_with(grain: &[u8], compression: crate::Compression) -> GrainCont
         payload_crc: crate::segment::payload_crc(&payload),
         payload,
         codec,
+        deferred: None,
     })
 }
 

@@ -227,8 +227,22 @@ impl Engine {
         }
         // Classify whole grains before taking the writer mutex: hashing and
         // compression are the expensive part and need no shared state.
-        let compression = vol.container.policy.read().compression;
-        let classify = |grain: &[u8]| grain::classify_with(grain, compression);
+        let (compression, dedup) = {
+            let policy = vol.container.policy.read();
+            (policy.compression, policy.dedup)
+        };
+        let hints = &self.dedup_hints;
+        let classify = |grain: &[u8]| {
+            grain::classify_hinted(grain, compression, |fingerprint| {
+                let hinted = dedup && hints.contains(crate::tx::dedup_key(fingerprint));
+                if hinted {
+                    self.stats
+                        .hinted_duplicates
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                hinted
+            })
+        };
         let first = offset_bytes / GRAIN_BYTES;
         let end = (offset_bytes + data.len() as u64).div_ceil(GRAIN_BYTES);
         let end_bytes = offset_bytes + data.len() as u64;

@@ -7,7 +7,9 @@
 //!
 //! How a host write flows: each 4 KiB grain is classified ([`grain`]) — a repeated
 //! 8-byte pattern becomes metadata only, anything else is fingerprinted (XXH3-128) and
-//! compressed (LZ4); under the writer mutex the dedup index is consulted (a hit
+//! compressed (LZ4), unless its fingerprint is probably in the dedup index
+//! ([`hints`]): a duplicate is stored as a reference and needs no compression.
+//! Under the writer mutex the dedup index is consulted (a hit
 //! counts only once the stored payload compares equal), new
 //! records are appended to the open segment ([`segment`]) and one redb transaction
 //! ([`tx`]) updates mappings, blocks and reference counts. FLUSH syncs the segments
@@ -34,6 +36,7 @@ mod fault;
 mod fill;
 mod fsck;
 pub mod grain;
+mod hints;
 mod hot;
 mod interleave;
 mod io;
@@ -182,6 +185,9 @@ pub struct EngineStats {
     /// ratio is the group-commit batch size).
     pub write_jobs: AtomicU64,
     pub write_batches: AtomicU64,
+    /// Grains of host writes left uncompressed because the dedup index
+    /// probably held them (see [`hints`]).
+    pub hinted_duplicates: AtomicU64,
     /// Key-value operations (lookups, range scans and entries visited) done by
     /// reads: the snapshot-depth test compares these.
     pub read_kv_ops: AtomicU64,
@@ -308,6 +314,8 @@ pub struct Engine {
     /// Whether physical use is above the soft threshold (for edge detection).
     above_soft_threshold: AtomicBool,
     writer: Mutex<WriterState>,
+    /// The writer state's dedup hints: writes look here before compressing.
+    dedup_hints: Arc<hints::DedupHints>,
     write_queue: batch::WriteQueue,
     /// Grains of the write batches' open transaction, for readers.
     pending: pending::PendingWrites,
@@ -390,6 +398,7 @@ impl Engine {
             bits_pending: Mutex::new(std::collections::VecDeque::new()),
             bits_in_progress: Mutex::new(None),
             above_soft_threshold: AtomicBool::new(false),
+            dedup_hints: recovered.writer.hints.clone(),
             writer: Mutex::new(recovered.writer),
             write_queue: batch::WriteQueue::default(),
             pending: pending::PendingWrites::default(),

@@ -59,6 +59,9 @@ pub struct WriterState {
     /// block was the largest cost of the write path; a hit is still verified
     /// against the block record's full 128-bit fingerprint.
     pub dedup: DedupIndex,
+    /// The keys of `dedup` that writes may look up without this state's
+    /// mutex (shared with [`crate::Engine`]).
+    pub hints: std::sync::Arc<crate::hints::DedupHints>,
     /// Payloads of blocks recently proven to hold a write's grain.
     pub(crate) proven: crate::proven::ProvenPayloads,
     /// Segments whose accounting changed since the last durable commit.
@@ -714,6 +717,8 @@ impl TxState {
             let before = rec;
             rec.refcount = refcount;
             self.put_block(t, id, Some(&before), Some(&rec))?;
+            // A block written again is likely written again after this.
+            ws.hints.insert(key);
             return Ok((id, rec));
         }
         self.store_new_block(ws, t, data, true)
@@ -722,7 +727,8 @@ impl TxState {
     /// Whether block `id` (`rec`) holds `data`'s grain: its stored payload
     /// equals `data`'s byte for byte when both have the same codec (one grain
     /// encodes to one payload), else the two decode to the same grain
-    /// (containers with different compression, rare). The payload comes from
+    /// (containers with different compression, rare, or a grain left raw as a
+    /// likely duplicate, see [`crate::hints`]). The payload comes from
     /// [`WriterState::proven`], this transaction's appends, or the block's
     /// segment; the writer mutex is held, so the block (live: it is indexed)
     /// cannot be freed or moved meanwhile. The record's checksum is not
@@ -750,6 +756,10 @@ impl TxState {
         };
         let same = if codec == data.codec {
             stored == &data.payload[..]
+        } else if data.codec == grain::Codec::Raw {
+            // A grain left raw as a likely duplicate (see `crate::hints`).
+            let mut theirs = [0u8; GRAIN_BYTES as usize];
+            grain::decode(stored, codec, &mut theirs).is_ok() && theirs[..] == data.payload[..]
         } else {
             let mut theirs = [0u8; GRAIN_BYTES as usize];
             let mut ours = [0u8; GRAIN_BYTES as usize];
@@ -804,6 +814,15 @@ impl TxState {
         data: &DataGrain,
         indexed: bool,
     ) -> Result<(u64, BlockRec)> {
+        let reduced;
+        let data = match data.reduced() {
+            Some(grain) => {
+                reduced = grain;
+                &reduced
+            }
+            None => data,
+        };
+        assert!(data.deferred.is_none(), "a stored grain is reduced");
         self.next_block_id += 1;
         let id = self.next_block_id;
         let header = RecordHeader {
@@ -1430,6 +1449,7 @@ impl TxState {
             .extend(self.freed_records.into_iter().take(room));
         for (key, id) in self.dedup_added {
             ws.dedup.insert(key, id);
+            ws.hints.insert(key);
         }
         for (id, payload) in self.proven {
             ws.proven.insert(id, payload);
@@ -1438,6 +1458,7 @@ impl TxState {
             if let std::collections::hash_map::Entry::Occupied(entry) = ws.dedup.entry(key) {
                 if *entry.get() == id {
                     entry.remove();
+                    ws.hints.remove(key);
                 }
             }
         }

@@ -10,7 +10,9 @@
 //! the grains duplicates). Writes ask here first and leave a hinted grain raw;
 //! the writer compresses it after all if the hint was wrong (the block freed
 //! meanwhile, or another key in the slot), which costs what classifying it
-//! would have cost, under the mutex instead.
+//! would have cost, under the mutex instead. One such case is common: a grain
+//! rewritten in place with the bytes it held, its block referenced only there
+//! (a write releases what it overwrites before it stores its own blocks).
 //!
 //! One slot per index, no locks: a slot holds the dedup key last put there.
 //! A key missing from its slot (overwritten by another) only loses the saving;

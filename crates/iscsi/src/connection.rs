@@ -38,6 +38,7 @@ use crate::outbound::{self, Completion, HeldWriter, Outbound, Outbox, Residual, 
 use crate::pdu::{
     self, Digests, Header, PduError, RawPdu, ReadOutcome, RejectReason, RESERVED_TAG,
 };
+use crate::placement::{GatherBuffers, LentBuffer};
 use crate::server::{Target, WriteBuffers};
 use crate::session::{AbortedTasks, Admission, Session, SessionKey, TaskControl};
 use crate::text::{self, Pairs};
@@ -421,7 +422,8 @@ struct R2tState {
 /// Data-Out gathering of one write.
 struct WriteGather {
     command: PendingCommand,
-    buffer: Vec<u8>,
+    /// Where the data goes; `None` when it is not kept (`refused`).
+    buffer: Option<LentBuffer>,
     received_bytes: u32,
     /// Unsolicited Data-Out still expected (command F bit was 0).
     unsolicited_open: bool,
@@ -473,6 +475,8 @@ struct Connection {
     dispatch_backlog: Arc<AtomicUsize>,
     order_lock: Arc<RwLock<()>>,
     gathering: HashMap<u32, WriteGather>,
+    /// The buffers of `gathering`, which the reader fills (see `placement`).
+    gather_buffers: Arc<GatherBuffers>,
     /// Non-immediate commands in CmdSN order; dispatched from the front.
     order: VecDeque<(u32, Slot)>,
     /// Command PDUs that arrived ahead of ExpCmdSN, keyed by CmdSN.
@@ -566,6 +570,7 @@ async fn full_feature_phase(
         session.clone(),
         out_tx.clone(),
     ));
+    let gather_buffers = Arc::new(GatherBuffers::default());
     let mut connection = Connection {
         target: target.clone(),
         session: session.clone(),
@@ -576,6 +581,7 @@ async fn full_feature_phase(
         dispatch_backlog,
         order_lock,
         gathering: HashMap::new(),
+        gather_buffers: gather_buffers.clone(),
         order: VecDeque::new(),
         held: BTreeMap::new(),
         aborted_tags: VecDeque::new(),
@@ -591,6 +597,7 @@ async fn full_feature_phase(
     let inbound = Inbound {
         digests,
         max_data_bytes: params.max_recv_data_segment_bytes,
+        placement: gather_buffers,
     };
     let result = connection.serve(reader, inbound).await;
     connection.release_wire();
@@ -607,10 +614,11 @@ async fn full_feature_phase(
 }
 
 /// How the processing loop frames inbound PDUs.
-#[derive(Clone, Copy)]
 struct Inbound {
     digests: Digests,
     max_data_bytes: u32,
+    /// Where Data-Out goes (the connection's gathering writes).
+    placement: Arc<GatherBuffers>,
 }
 
 impl Inbound {
@@ -619,12 +627,13 @@ impl Inbound {
     /// `select!` until a whole PDU is in (reading a PDU is not cancel-safe),
     /// then starts the next with the half it gets back. The loop frames PDUs
     /// itself: a reader task of its own cost a task hand-off for every PDU.
-    async fn next(self, mut reader: SocketIn) -> (SocketIn, Result<ReadOutcome, PduError>) {
-        let result = pdu::read_pdu(
+    async fn next(&self, mut reader: SocketIn) -> (SocketIn, Result<ReadOutcome, PduError>) {
+        let result = pdu::read_pdu_placing(
             &mut reader,
             self.digests,
             self.max_data_bytes,
             pdu::Oversized::Skip,
+            &*self.placement,
         )
         .await;
         (reader, result)
@@ -1041,11 +1050,9 @@ impl Connection {
         let edtl = pending.expected_data_transfer_bytes;
         let (refused, buffers) = self.write_buffers_for(edtl);
         let mut gather = WriteGather {
-            buffer: if refused.is_some() {
-                Vec::new()
-            } else {
-                Vec::with_capacity(edtl as usize)
-            },
+            buffer: refused
+                .is_none()
+                .then(|| LentBuffer::new(&self.gather_buffers, itt, edtl as usize)),
             received_bytes: 0,
             unsolicited_open: !command.final_bit,
             unsolicited_next_data_sn: 0,
@@ -1057,7 +1064,7 @@ impl Connection {
             buffers,
             command: pending,
         };
-        gather.accept(0, &raw.data);
+        gather.accept(0, &raw.data, 0);
         if !gather.unsolicited_open {
             gather.next_r2t_offset = gather.received_bytes;
         }
@@ -1216,7 +1223,7 @@ impl Connection {
             self.reject(RejectReason::ProtocolError, &raw.bhs).await?;
             return Ok(Flow::Continue);
         };
-        if let Err(why) = gather.on_data_out(&data_out, &raw.data) {
+        if let Err(why) = gather.on_data_out(&data_out, &raw.data, raw.placed_bytes) {
             // No recovery within a command at ErrorRecoveryLevel 0: end the command with
             // CHECK CONDITION and keep the session (RFC 7143 §11.4.7.2 sense codes).
             tracing::info!(why, "Data-Out sequence error");
@@ -1650,20 +1657,33 @@ impl Connection {
 
 impl WriteGather {
     /// Keeps data at `offset` (already validated by the caller: no byte is
-    /// received twice).
-    fn accept(&mut self, offset: u32, data: &[u8]) {
-        let end = offset as usize + data.len();
+    /// received twice): `data`, or `placed_bytes` the reader put in the
+    /// buffer already.
+    fn accept(&mut self, offset: u32, data: &[u8], placed_bytes: u32) {
+        assert!(data.is_empty() || placed_bytes == 0);
+        let len = data.len() as u32 + placed_bytes;
+        let end = offset as usize + len as usize;
         assert!(end <= self.command.expected_data_transfer_bytes as usize);
-        if self.refused.is_none() {
-            place(&mut self.buffer, offset as usize, data);
+        if let Some(buffer) = &self.buffer {
+            buffer.with(|buffer| {
+                if placed_bytes == 0 {
+                    place(buffer, offset as usize, data);
+                }
+                assert!(buffer.len() >= end, "placed where it belongs");
+            });
         }
-        self.received_bytes += data.len() as u32;
+        self.received_bytes += len;
     }
 
     /// Checks one Data-Out against the unsolicited burst or its R2T (DataSN, offset,
     /// length) and keeps its data. Errors are fatal at ErrorRecoveryLevel 0.
-    fn on_data_out(&mut self, data_out: &pdu::DataOut, data: &[u8]) -> Result<(), String> {
-        let len = data.len() as u32;
+    fn on_data_out(
+        &mut self,
+        data_out: &pdu::DataOut,
+        data: &[u8],
+        placed_bytes: u32,
+    ) -> Result<(), String> {
+        let len = data.len() as u32 + placed_bytes;
         let itt = data_out.initiator_task_tag;
         if data_out.target_transfer_tag == RESERVED_TAG {
             if !self.unsolicited_open {
@@ -1681,7 +1701,7 @@ impl WriteGather {
             {
                 return Err(format!("unsolicited Data-Out offset/length for {itt:#x}"));
             }
-            self.accept(data_out.buffer_offset, data);
+            self.accept(data_out.buffer_offset, data, placed_bytes);
             self.unsolicited_next_data_sn += 1;
             if data_out.final_bit {
                 self.unsolicited_open = false;
@@ -1718,7 +1738,7 @@ impl WriteGather {
                 "F bit of Data-Out for {itt:#x} does not end its R2T"
             ));
         }
-        self.accept(data_out.buffer_offset, data);
+        self.accept(data_out.buffer_offset, data, placed_bytes);
         if done {
             self.r2ts.remove(index);
         }
@@ -1744,7 +1764,8 @@ impl WriteGather {
     fn into_ready(self, target: &Target) -> ReadyCommand {
         let edtl = self.command.expected_data_transfer_bytes;
         assert_eq!(self.received_bytes, edtl, "only a complete write is ready");
-        assert!(self.refused.is_some() || self.buffer.len() == edtl as usize);
+        let data_out = self.buffer.map(LentBuffer::take).unwrap_or_default();
+        assert!(self.refused.is_some() || data_out.len() == edtl as usize);
         let answer = self.refused.map(|refusal| match refusal {
             Refusal::TooLarge => {
                 tracing::info!(
@@ -1769,7 +1790,7 @@ impl WriteGather {
         });
         ReadyCommand {
             command: self.command,
-            data_out: self.buffer,
+            data_out,
             r2t_count: self.r2t_count,
             answer,
             _buffers: self.buffers,

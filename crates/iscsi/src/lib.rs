@@ -12,6 +12,7 @@ pub mod discovery;
 pub mod login;
 mod outbound;
 pub mod pdu;
+mod placement;
 pub mod policy;
 mod server;
 pub mod session;

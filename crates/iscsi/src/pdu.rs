@@ -906,6 +906,36 @@ pub struct RawPdu {
     pub bhs: [u8; BHS_LEN_BYTES],
     pub ahs: Vec<u8>,
     pub data: Vec<u8>,
+    /// Data segment bytes that went straight into their write's buffer (see
+    /// [`Placement`]); `data` is then empty.
+    pub placed_bytes: u32,
+}
+
+/// Where a Data-Out's data segment may go instead of a buffer of its own: the
+/// buffer of the write it belongs to, when it holds the next bytes that write
+/// expects. Received into a new buffer and copied into the write's, every
+/// Data-Out byte was copied once more than needed (4% of the daemon's CPU in
+/// 1 MiB writes, three quarters of whose bytes come as Data-Out).
+pub trait Placement {
+    /// Hands out the buffer of the write `itt` if `offset_bytes` is its
+    /// length and `len_bytes` more are within the write's transfer length,
+    /// with a token for [`Placement::give_back`].
+    fn take(&self, itt: u32, offset_bytes: u32, len_bytes: u32) -> Option<(u64, Vec<u8>)>;
+    /// Returns what [`Placement::take`] handed out (dropped if its write is gone).
+    fn give_back(&self, itt: u32, token: u64, buffer: Vec<u8>);
+}
+
+/// Every data segment into a buffer of its own.
+pub struct NoPlacement;
+
+impl Placement for NoPlacement {
+    fn take(&self, _itt: u32, _offset_bytes: u32, _len_bytes: u32) -> Option<(u64, Vec<u8>)> {
+        None
+    }
+
+    fn give_back(&self, _itt: u32, _token: u64, _buffer: Vec<u8>) {
+        unreachable!("nothing is handed out")
+    }
 }
 
 /// A PDU whose data segment was too long: its bytes were read and dropped so the stream
@@ -936,6 +966,18 @@ pub async fn read_pdu<R: AsyncRead + Unpin>(
     digests: Digests,
     max_data_bytes: u32,
     oversized: Oversized,
+) -> Result<ReadOutcome, PduError> {
+    read_pdu_placing(reader, digests, max_data_bytes, oversized, &NoPlacement).await
+}
+
+/// [`read_pdu`], with a Data-Out's data segment received straight into its
+/// write's buffer when `placement` hands that out.
+pub async fn read_pdu_placing<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    digests: Digests,
+    max_data_bytes: u32,
+    oversized: Oversized,
+    placement: &(impl Placement + ?Sized),
 ) -> Result<ReadOutcome, PduError> {
     let mut bhs = [0u8; BHS_LEN_BYTES];
     reader.read_exact(&mut bhs).await?;
@@ -968,6 +1010,24 @@ pub async fn read_pdu<R: AsyncRead + Unpin>(
             len_bytes: data_len_bytes,
         });
     }
+    if data_len_bytes > 0 && Opcode::from_byte(bhs[0]).ok() == Some(Opcode::DataOut) {
+        let itt = get_u32(&bhs, 16);
+        let offset_bytes = get_u32(&bhs, 40);
+        if let Some((token, mut buffer)) = placement.take(itt, offset_bytes, data_len_bytes) {
+            let result = read_placed(reader, &mut buffer, data_len_bytes, digests).await;
+            if result.is_err() {
+                buffer.truncate(offset_bytes as usize);
+            }
+            placement.give_back(itt, token, buffer);
+            result?;
+            return Ok(ReadOutcome::Pdu(RawPdu {
+                bhs,
+                ahs,
+                data: Vec::new(),
+                placed_bytes: data_len_bytes,
+            }));
+        }
+    }
     let mut data = read_data_segment(reader, padded_len_bytes).await?;
     if digests.data && data_len_bytes > 0 {
         let received = read_digest(reader).await?;
@@ -977,7 +1037,46 @@ pub async fn read_pdu<R: AsyncRead + Unpin>(
         }
     }
     data.truncate(data_len_bytes as usize);
-    Ok(ReadOutcome::Pdu(RawPdu { bhs, ahs, data }))
+    Ok(ReadOutcome::Pdu(RawPdu {
+        bhs,
+        ahs,
+        data,
+        placed_bytes: 0,
+    }))
+}
+
+/// Appends a data segment of `len_bytes` to `buffer` (which has room for it:
+/// nothing is reallocated), then reads its padding and checks its digest.
+async fn read_placed<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buffer: &mut Vec<u8>,
+    len_bytes: u32,
+    digests: Digests,
+) -> Result<(), PduError> {
+    let start = buffer.len();
+    let end = start + len_bytes as usize;
+    assert!(
+        end <= buffer.capacity(),
+        "a placement has room for its data"
+    );
+    let mut segment = (&mut *reader).take(u64::from(len_bytes));
+    while buffer.len() < end {
+        if segment.read_buf(buffer).await? == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+    }
+    assert_eq!(buffer.len(), end);
+    let mut padding = [0u8; 3];
+    let padding = &mut padding[..padding_len_bytes(len_bytes as usize)];
+    reader.read_exact(padding).await?;
+    if digests.data {
+        let received = read_digest(reader).await?;
+        let computed = digest(&[&buffer[start..], padding]);
+        if received != computed {
+            return Err(PduError::DataDigest { received, computed });
+        }
+    }
+    Ok(())
 }
 
 /// Reads exactly `len_bytes` into a new buffer, without zeroing it first: the
@@ -1447,6 +1546,85 @@ mod tests {
         };
         assert_eq!(pdu.data, b"SendTargets=All\0");
         assert_eq!(Header::parse(&pdu.bhs).unwrap(), header);
+    }
+
+    /// Hands out one buffer for write 9, as a connection's gathering writes do.
+    struct OneBuffer(std::sync::Mutex<Option<Vec<u8>>>);
+
+    impl Placement for OneBuffer {
+        fn take(&self, itt: u32, offset_bytes: u32, len_bytes: u32) -> Option<(u64, Vec<u8>)> {
+            let mut slot = self.0.lock().unwrap();
+            let fits = slot.as_ref().is_some_and(|buffer| {
+                buffer.len() == offset_bytes as usize
+                    && buffer.len() + len_bytes as usize <= buffer.capacity()
+            });
+            (itt == 9 && fits).then(|| (1, slot.take().unwrap()))
+        }
+
+        fn give_back(&self, _itt: u32, token: u64, buffer: Vec<u8>) {
+            assert_eq!(token, 1);
+            *self.0.lock().unwrap() = Some(buffer);
+        }
+    }
+
+    fn data_out(itt: u32, offset_bytes: u32) -> Header {
+        Header::DataOut(DataOut {
+            final_bit: true,
+            lun: [0; 8],
+            initiator_task_tag: itt,
+            target_transfer_tag: RESERVED_TAG,
+            exp_stat_sn: 1,
+            data_sn: 0,
+            buffer_offset: offset_bytes,
+        })
+    }
+
+    #[tokio::test]
+    async fn data_out_is_placed_in_its_write_with_digest_and_padding_checked() {
+        let digests = Digests {
+            header: true,
+            data: true,
+        };
+        let mut buffer = Vec::with_capacity(16);
+        buffer.extend_from_slice(b"abcd");
+        let placement = OneBuffer(std::sync::Mutex::new(Some(buffer)));
+        // Seven bytes: one of padding follows them on the wire.
+        let mut stream = encode_pdu(&data_out(9, 4), &[], b"efghijk", digests);
+        stream.extend(encode_pdu(&data_out(8, 11), &[], b"other", digests));
+        let mut reader = &stream[..];
+        let ReadOutcome::Pdu(placed) =
+            read_pdu_placing(&mut reader, digests, 8192, Oversized::Skip, &placement)
+                .await
+                .unwrap()
+        else {
+            panic!("expected a PDU");
+        };
+        assert_eq!((placed.placed_bytes, placed.data.len()), (7, 0));
+        assert_eq!(Header::parse(&placed.bhs).unwrap(), data_out(9, 4));
+        // Another write's Data-Out: a buffer of its own.
+        let ReadOutcome::Pdu(other) =
+            read_pdu_placing(&mut reader, digests, 8192, Oversized::Skip, &placement)
+                .await
+                .unwrap()
+        else {
+            panic!("expected a PDU");
+        };
+        assert_eq!((other.placed_bytes, &other.data[..]), (0, &b"other"[..]));
+        assert!(reader.is_empty(), "the stream stays in sync");
+        assert_eq!(
+            placement.0.lock().unwrap().as_deref(),
+            Some(&b"abcdefghijk"[..])
+        );
+        // A bad data digest: an error, and the buffer as it was.
+        let mut bad = encode_pdu(&data_out(9, 11), &[], b"lmno", digests);
+        bad[48 + 4] ^= 1;
+        let result =
+            read_pdu_placing(&mut &bad[..], digests, 8192, Oversized::Skip, &placement).await;
+        assert!(matches!(result, Err(PduError::DataDigest { .. })));
+        assert_eq!(
+            placement.0.lock().unwrap().as_deref(),
+            Some(&b"abcdefghijk"[..])
+        );
     }
 
     #[tokio::test]

@@ -877,16 +877,25 @@ impl Connection {
         len_bytes: u32,
     ) -> Result<Flow, FatalError> {
         tracing::info!(len_bytes, "data segment above MaxRecvDataSegmentLength");
-        if let Ok(header) = Header::parse(&bhs) {
-            // A rejected command still consumes its CmdSN so later commands are not stuck.
-            if let Some(cmd_sn) = non_immediate_cmd_sn(&header) {
-                let mut window = self.session.window.lock();
-                if window.admit(cmd_sn) == Admission::Next {
-                    window.advance(false);
-                }
+        let header = Header::parse(&bhs).ok();
+        // A rejected command still consumes its CmdSN so later commands are not stuck.
+        if let Some(cmd_sn) = header.as_ref().and_then(non_immediate_cmd_sn) {
+            let mut window = self.session.window.lock();
+            if window.admit(cmd_sn) == Admission::Next {
+                window.advance(false);
             }
         }
         self.reject(RejectReason::ProtocolError, &bhs).await?;
+        // A write whose data was refused can never get it all: it ends as
+        // after any other Data-Out sequence error, rather than wait for ever.
+        if let Some(Header::DataOut(data_out)) = header {
+            let itt = data_out.initiator_task_tag;
+            if let Some(gather) = self.gathering.remove(&itt) {
+                self.remember_aborted(itt);
+                let ready = gather.fail(data_sequence_error_sense());
+                return self.on_ready(ready).await;
+            }
+        }
         Ok(Flow::Continue)
     }
 

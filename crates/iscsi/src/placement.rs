@@ -5,9 +5,10 @@
 //! Who holds a buffer when: it lives here, under its write's initiator task
 //! tag, from the write's first PDU until the write is ready or dropped. The
 //! reader takes it out only for the time it reads one data segment into it,
-//! and the loop never runs meanwhile (it processes a PDU only once the read
-//! of that PDU is over, and starts the next read after), so the loop always
-//! finds its buffers here. A write dropped while the reader holds its buffer
+//! and nothing that touches a gathering write runs meanwhile (the loop
+//! processes a PDU only once the read of that PDU is over, and polls the next
+//! read only after; what else it does while a read waits, pings and shutdown,
+//! leaves writes alone), so the loop always finds its buffers here. A write dropped while the reader holds its buffer
 //! (the connection ending) is simply not given it back: each buffer carries
 //! the token of the write it belongs to, so a later write under the same tag
 //! never receives an earlier one's buffer.
@@ -40,10 +41,10 @@ impl Placement for GatherBuffers {
         let mut entries = self.entries.lock();
         let entry = entries.get_mut(&itt)?;
         let buffer = entry.buffer.as_ref()?;
-        let end_bytes = offset_bytes as usize + len_bytes as usize;
+        let end_bytes = u64::from(offset_bytes) + u64::from(len_bytes);
         // Only the next bytes in order, within the write: anything else goes
         // the long way, where the loop checks it and answers for it.
-        if buffer.len() != offset_bytes as usize || end_bytes > entry.limit_bytes {
+        if buffer.len() as u64 != u64::from(offset_bytes) || end_bytes > entry.limit_bytes as u64 {
             return None;
         }
         assert!(buffer.capacity() >= entry.limit_bytes);

@@ -182,6 +182,72 @@ fn oversized_data_segment_is_rejected_and_the_session_continues() {
     assert!(client.ping().is_some());
 }
 
+/// Sends a WRITE(10) of 512 KiB without immediate data and returns its tag
+/// and the R2T that asks for its first data (InitialR2T=Yes).
+fn write_awaiting_data(client: &mut RawClient) -> (u32, pdu::ReadyToTransfer) {
+    let itt = send_write_of(client, 0, 512 * 1024, &[]);
+    let received = client.receive().expect("R2T");
+    let Header::ReadyToTransfer(r2t) = received.header else {
+        panic!("expected R2T, got {:?}", received.header)
+    };
+    (itt, r2t)
+}
+
+/// A Data-Out answering `r2t` of write `itt`, numbered `data_sn`.
+fn data_out_for(client: &RawClient, itt: u32, r2t: &pdu::ReadyToTransfer, data_sn: u32) -> Header {
+    Header::DataOut(pdu::DataOut {
+        final_bit: true,
+        lun: [0; 8],
+        initiator_task_tag: itt,
+        target_transfer_tag: r2t.target_transfer_tag,
+        exp_stat_sn: client.exp_stat_sn,
+        data_sn,
+        buffer_offset: r2t.buffer_offset,
+    })
+}
+
+/// Receives write `itt`'s response: CHECK CONDITION, and the write never ran.
+fn expect_write_failed(client: &mut RawClient, server: &TestServer, itt: u32) {
+    assert_eq!(next_status(client), (itt, 0x02));
+    assert!(client.ping().is_some());
+    assert_eq!(
+        server.disk.commands.load(Ordering::SeqCst),
+        0,
+        "the write never ran"
+    );
+}
+
+#[test]
+fn an_oversized_data_out_ends_its_write_and_the_session_continues() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    let (itt, r2t) = write_awaiting_data(&mut client);
+    // 300 KiB of Data-Out against a 256 KiB MaxRecvDataSegmentLength.
+    let data_out = data_out_for(&client, itt, &r2t, 0);
+    client.send(&data_out, &vec![0x5a; 300 * 1024]);
+    let received = client.receive().expect("reject");
+    let Header::Reject(reject) = received.header else {
+        panic!("expected Reject, got {:?}", received.header)
+    };
+    assert_eq!(reject.reason, pdu::RejectReason::ProtocolError as u8);
+    // The write cannot get its data now: it ends, rather than wait for ever.
+    expect_write_failed(&mut client, &server, itt);
+}
+
+#[test]
+fn a_data_out_out_of_sequence_ends_its_write_though_its_data_was_in_place() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    let (itt, r2t) = write_awaiting_data(&mut client);
+    // At the offset the write expects (so received straight into its
+    // buffer), with DataSN 5 where 0 is due.
+    let data_out = data_out_for(&client, itt, &r2t, 5);
+    client.send(&data_out, &vec![0x5a; r2t.desired_transfer_bytes as usize]);
+    expect_write_failed(&mut client, &server, itt);
+}
+
 #[test]
 fn cmd_sn_outside_the_window_is_ignored() {
     let server = TestServer::start();
@@ -703,8 +769,13 @@ fn task_management_past_the_limit_is_rejected_at_once() {
 /// A WRITE(10) at `lba` with `data` as immediate data, sent without waiting
 /// for its answer.
 fn send_write(client: &mut RawClient, lba: u32, data: &[u8]) -> u32 {
+    send_write_of(client, lba, data.len() as u32, data)
+}
+
+/// A WRITE(10) of `bytes` at `lba`, `immediate` of them sent with it.
+fn send_write_of(client: &mut RawClient, lba: u32, bytes: u32, immediate: &[u8]) -> u32 {
     let itt = client.next_itt();
-    let blocks = (data.len() / 512) as u16;
+    let blocks = (bytes / BLOCK_BYTES as u32) as u16;
     let mut cdb = [0u8; 16];
     cdb[0] = 0x2a;
     cdb[2..6].copy_from_slice(&lba.to_be_bytes());
@@ -717,12 +788,12 @@ fn send_write(client: &mut RawClient, lba: u32, data: &[u8]) -> u32 {
         attribute: 1,
         lun: [0; 8],
         initiator_task_tag: itt,
-        expected_data_transfer_bytes: data.len() as u32,
+        expected_data_transfer_bytes: bytes,
         cmd_sn: client.cmd_sn,
         exp_stat_sn: client.exp_stat_sn,
         cdb,
     });
-    client.send(&command, data);
+    client.send(&command, immediate);
     client.cmd_sn += 1;
     itt
 }

@@ -890,10 +890,8 @@ impl Connection {
         // after any other Data-Out sequence error, rather than wait for ever.
         if let Some(Header::DataOut(data_out)) = header {
             let itt = data_out.initiator_task_tag;
-            if let Some(gather) = self.gathering.remove(&itt) {
-                self.remember_aborted(itt);
-                let ready = gather.fail(data_sequence_error_sense());
-                return self.on_ready(ready).await;
+            if self.gathering.contains_key(&itt) {
+                return self.end_with_sequence_error(itt).await;
             }
         }
         Ok(Flow::Continue)
@@ -1236,12 +1234,18 @@ impl Connection {
             // No recovery within a command at ErrorRecoveryLevel 0: end the command with
             // CHECK CONDITION and keep the session (RFC 7143 §11.4.7.2 sense codes).
             tracing::info!(why, "Data-Out sequence error");
-            let gather = self.gathering.remove(&itt).expect("looked up above");
-            self.remember_aborted(itt);
-            let ready = gather.fail(data_sequence_error_sense());
-            return self.on_ready(ready).await;
+            return self.end_with_sequence_error(itt).await;
         }
         self.progress_write(itt).await
+    }
+
+    /// Ends the gathering write `itt` with CHECK CONDITION for a Data-Out
+    /// sequence error: no recovery within a command at ErrorRecoveryLevel 0.
+    async fn end_with_sequence_error(&mut self, itt: u32) -> Result<Flow, FatalError> {
+        let gather = self.gathering.remove(&itt).expect("a gathering write");
+        self.remember_aborted(itt);
+        let ready = gather.fail(data_sequence_error_sense());
+        self.on_ready(ready).await
     }
 
     /// A command has all its data: queue it in CmdSN order or, if immediate, dispatch.

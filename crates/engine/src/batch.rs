@@ -54,6 +54,8 @@ pub(crate) struct WriteJob {
     /// Bytes of segment records its data grains take, if each is stored as a
     /// new block (worked out here, before the writer mutex).
     record_bytes: u64,
+    /// How many of its grains are data (each at most one new record).
+    data_grains: u64,
     done: Mutex<Option<Result<()>>>,
     completed: Condvar,
 }
@@ -73,11 +75,16 @@ impl WriteJob {
                 GrainContent::Pattern(_) => 0,
             })
             .sum();
+        let data_grains = contents
+            .iter()
+            .filter(|content| matches!(content, GrainContent::Data(_)))
+            .count() as u64;
         Arc::new(WriteJob {
             volume,
             first_grain,
             contents,
             record_bytes,
+            data_grains,
             done: Mutex::new(None),
             completed: Condvar::new(),
         })
@@ -300,9 +307,10 @@ impl Engine {
         Self::check_batch_quota(batch)?;
         let grains: u64 = batch.iter().map(|job| job.contents.len() as u64).sum();
         let record_bytes: u64 = batch.iter().map(|job| job.record_bytes).sum();
+        let data_grains: u64 = batch.iter().map(|job| job.data_grains).sum();
         let deferred = self.batch_cannot_run_out_of_space(ws, record_bytes);
         let apply = |st: &mut crate::tx::TxState, t: &mut crate::tx::Tables, ws: &WriterState| {
-            st.expect_appends(record_bytes as usize);
+            st.expect_appends(data_grains as usize);
             let mut effects = BatchEffects {
                 seq: st.take_seq(),
                 pending: deferred.then(|| Vec::with_capacity(grains as usize)),

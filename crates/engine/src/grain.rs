@@ -79,8 +79,10 @@ const ZSTD_LEVEL: i32 = 1;
 /// A data grain ready for the segment log.
 pub struct DataGrain {
     pub fingerprint: Fingerprint,
-    /// The encoded grain (raw 4 KiB when `codec` is `Raw`).
-    pub payload: Vec<u8>,
+    /// The encoded grain (raw 4 KiB when `codec` is `Raw`). Shared, so that
+    /// a new block's record is written from here, not copied first (see
+    /// [`crate::appends`]).
+    pub payload: std::sync::Arc<[u8]>,
     /// CRC32C of `payload`, worked out here, before the writer mutex (see
     /// [`crate::segment::FLAG_PAYLOAD_CRC_FIRST`]); 0 while `deferred`.
     pub payload_crc: u32,
@@ -133,7 +135,7 @@ pub fn classify_hinted(
     if compression != crate::Compression::Off && likely_duplicate(&fingerprint) {
         return GrainContent::Data(DataGrain {
             fingerprint,
-            payload: grain.to_vec(),
+            payload: std::sync::Arc::from(grain),
             payload_crc: 0,
             codec: Codec::Raw,
             deferred: Some(compression),
@@ -146,7 +148,7 @@ pub fn classify_hinted(
     };
     let (payload, codec) = match compressed {
         Some((payload, codec)) if payload.len() <= COMPRESSED_MAX_BYTES => (payload, codec),
-        _ => (grain.to_vec(), Codec::Raw),
+        _ => (std::sync::Arc::from(grain), Codec::Raw),
     };
     GrainContent::Data(DataGrain {
         fingerprint,
@@ -184,23 +186,26 @@ thread_local! {
 
 /// The grain's LZ4 block, if it is small enough to be kept (only then is it
 /// copied out of the thread's buffer).
-fn lz4_compress(grain: &[u8]) -> Option<Vec<u8>> {
+fn lz4_compress(grain: &[u8]) -> Option<std::sync::Arc<[u8]>> {
     LZ4.with(|cell| {
         let scratch = &mut *cell.borrow_mut();
         let length =
             lz4_flex::block::compress_into_with_table(grain, &mut scratch.out, &mut scratch.table)
                 .expect("the buffer has the largest output size of a grain");
-        (length <= COMPRESSED_MAX_BYTES).then(|| scratch.out[..length].to_vec())
+        (length <= COMPRESSED_MAX_BYTES).then(|| std::sync::Arc::from(&scratch.out[..length]))
     })
 }
 
-fn zstd_compress(grain: &[u8]) -> Option<Vec<u8>> {
+fn zstd_compress(grain: &[u8]) -> Option<std::sync::Arc<[u8]>> {
     ZSTD.with(|cell| {
         let mut cell = cell.borrow_mut();
         if cell.is_none() {
             *cell = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
         }
-        cell.as_mut()?.compress(grain).ok()
+        cell.as_mut()?
+            .compress(grain)
+            .ok()
+            .map(std::sync::Arc::from)
     })
 }
 
@@ -363,6 +368,6 @@ mod tests {
             panic!("not data")
         };
         assert_eq!(data.codec, Codec::Raw);
-        assert_eq!(data.payload, grain);
+        assert_eq!(data.payload[..], grain[..]);
     }
 }

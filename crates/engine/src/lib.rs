@@ -24,6 +24,7 @@
 //! lock. Readers hold the I/O lock shared while they read segment data; freeing a
 //! segment takes it exclusively, so a reader never sees a segment vanish under it.
 
+mod appends;
 mod batch;
 pub mod bitmap;
 mod bits;

@@ -39,6 +39,18 @@ pub const FLAG_PAYLOAD_CRC_FIRST: u16 = 8;
 pub trait SegmentStore: Send + Sync {
     /// Positioned write into a segment, creating it if needed.
     fn write_at(&self, segment: SegmentId, offset_bytes: u64, data: &[u8]) -> io::Result<()>;
+    /// Positioned write of `pieces`, one after the other, as if concatenated:
+    /// a write's records go out as headers and payloads where they lie,
+    /// without being copied into one buffer first (that copy was 3% of the
+    /// daemon's CPU in 1 MiB writes, under the writer mutex).
+    fn write_vectored_at(
+        &self,
+        segment: SegmentId,
+        offset_bytes: u64,
+        pieces: &[&[u8]],
+    ) -> io::Result<()> {
+        self.write_at(segment, offset_bytes, &pieces.concat())
+    }
     fn read_at(&self, segment: SegmentId, offset_bytes: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Makes everything written to the segment durable.
     fn sync(&self, segment: SegmentId) -> io::Result<()>;
@@ -151,6 +163,28 @@ impl SegmentStore for FileSegmentStore {
         }
         self.write_out_tail(segment, &file)?;
         file.write_all_at(data, offset_bytes)
+    }
+
+    fn write_vectored_at(
+        &self,
+        segment: SegmentId,
+        offset_bytes: u64,
+        pieces: &[&[u8]],
+    ) -> io::Result<()> {
+        let total_bytes: usize = pieces.iter().map(|piece| piece.len()).sum();
+        self.recent_space.note_written(total_bytes as u64);
+        let file = self.file(segment, true)?;
+        if total_bytes < crate::tail::TAIL_WRITE_BYTES {
+            let mut tails = self.tails.write();
+            let mut at_bytes = offset_bytes;
+            for piece in pieces.iter().filter(|piece| !piece.is_empty()) {
+                tails.append(&self.tail_mask, segment, &file, at_bytes, piece)?;
+                at_bytes += piece.len() as u64;
+            }
+            return Ok(());
+        }
+        self.write_out_tail(segment, &file)?;
+        write_all_vectored_at(&file, offset_bytes, pieces)
     }
 
     fn read_at(&self, segment: SegmentId, offset_bytes: u64, buf: &mut [u8]) -> io::Result<()> {
@@ -271,6 +305,69 @@ impl SegmentStore for FileSegmentStore {
     }
 }
 
+/// Most pieces one `pwritev` takes (Linux's `IOV_MAX`).
+const MAX_IOVECS: usize = 1024;
+
+/// `pieces` written at `offset_bytes` of `file` as one run of bytes, in as
+/// few `pwritev` calls as `IOV_MAX` and short writes allow.
+fn write_all_vectored_at(file: &File, offset_bytes: u64, pieces: &[&[u8]]) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut at_bytes = offset_bytes;
+    let mut index = 0;
+    // A piece partly written: the part still to go.
+    let mut first: &[u8] = pieces.first().copied().unwrap_or_default();
+    // Each pass writes at least one byte or fails; pieces and bytes are finite.
+    while index < pieces.len() {
+        if first.is_empty() {
+            index += 1;
+            first = pieces.get(index).copied().unwrap_or_default();
+            continue;
+        }
+        let iovecs: Vec<libc::iovec> = std::iter::once(first)
+            .chain(pieces[index + 1..].iter().copied())
+            .take(MAX_IOVECS)
+            .map(|piece| libc::iovec {
+                iov_base: piece.as_ptr() as *mut libc::c_void,
+                iov_len: piece.len(),
+            })
+            .collect();
+        let offset = libc::off_t::try_from(at_bytes)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: every iovec points into a live slice of `pieces` (or `first`,
+        // a part of one) for the length given, and the kernel only reads them.
+        let written = unsafe {
+            libc::pwritev(
+                file.as_raw_fd(),
+                iovecs.as_ptr(),
+                iovecs.len() as libc::c_int,
+                offset,
+            )
+        };
+        if written < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(error);
+        }
+        if written == 0 {
+            return Err(io::Error::from(io::ErrorKind::WriteZero));
+        }
+        let mut left_bytes = written as usize;
+        at_bytes += left_bytes as u64;
+        while left_bytes > 0 {
+            let taken = left_bytes.min(first.len());
+            first = &first[taken..];
+            left_bytes -= taken;
+            if first.is_empty() {
+                index += 1;
+                first = pieces.get(index).copied().unwrap_or_default();
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Filesystem page size punched holes are aligned to.
 pub const PUNCH_ALIGN_BYTES: u64 = 4096;
 
@@ -354,6 +451,18 @@ fn record_crc(
     } else {
         crc_append(self::payload_crc(&bytes), payload)
     }
+}
+
+/// The header bytes of a record whose checksum starts with its payload's
+/// ([`FLAG_PAYLOAD_CRC_FIRST`]), `payload_crc`, and the record's checksum: all
+/// a record needs besides its payload, which can then be written from
+/// wherever it lies.
+pub fn encode_header(header: RecordHeader, payload_crc: u32) -> ([u8; RECORD_HEADER_BYTES], u32) {
+    assert!(header.flags & FLAG_PAYLOAD_CRC_FIRST != 0);
+    let mut bytes = header_bytes(header);
+    let crc = crc_append(payload_crc, &bytes);
+    bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+    (bytes, crc)
 }
 
 /// Appends one encoded record (header + payload) to `out`; returns its checksum.
@@ -601,6 +710,36 @@ mod tests {
         let mut reordered = out[RECORD_HEADER_BYTES..].to_vec();
         reordered.extend_from_slice(&out[..RECORD_HEADER_BYTES]);
         assert_eq!(crc, crc32c::crc32c(&reordered));
+    }
+
+    #[test]
+    fn vectored_writes_land_as_one_run_of_bytes() {
+        let dir = tempfile::Builder::new()
+            .prefix("lacuna-seg-")
+            .tempdir()
+            .unwrap();
+        let store = FileSegmentStore::open(dir.path()).unwrap();
+        // More pieces than one pwritev takes, with empty ones among them,
+        // past the tail's size; then a small run, which goes through the tail.
+        let owned: Vec<Vec<u8>> = (0..3000u32)
+            .map(|i| vec![(i % 251) as u8; (i % 7) as usize * 13])
+            .collect();
+        let pieces: Vec<&[u8]> = owned.iter().map(|piece| &piece[..]).collect();
+        let joined = pieces.concat();
+        assert!(joined.len() > crate::tail::TAIL_WRITE_BYTES);
+        store.write_vectored_at(5, 100, &pieces).unwrap();
+        let small: [&[u8]; 3] = [b"ab", b"", b"cde"];
+        let small_at = 100 + joined.len() as u64;
+        store.write_vectored_at(5, small_at, &small).unwrap();
+        let mut back = vec![0u8; joined.len() + 5];
+        store.read_at(5, 100, &mut back).unwrap();
+        assert_eq!(&back[..joined.len()], &joined[..]);
+        assert_eq!(&back[joined.len()..], b"abcde");
+        store.write_back().unwrap();
+        assert_eq!(store.list().unwrap(), vec![(5, small_at + 5)]);
+        let mut again = vec![0u8; back.len()];
+        store.read_at(5, 100, &mut again).unwrap();
+        assert_eq!(again, back);
     }
 
     #[test]

@@ -421,8 +421,8 @@ pub struct TxState {
     pub relocated_bytes: u64,
     /// Changes to segments' accounting: id → (written delta, live delta).
     seg_delta: BTreeMap<SegmentId, (i64, i64)>,
-    /// Encoded records to append, per segment: (offset, bytes).
-    appends: BTreeMap<SegmentId, (u64, Vec<u8>)>,
+    /// Records to append, per segment.
+    appends: BTreeMap<SegmentId, crate::appends::SegmentAppends>,
     used_bytes: u64,
     /// Live bytes as this transaction leaves them.
     live_bytes: u64,
@@ -455,8 +455,8 @@ pub struct TxState {
     /// table. A write of many grains adds them in one ordered pass at the
     /// table's end (new ids are the largest), not a descent each.
     new_rows: Option<Vec<(u64, BlockRec)>>,
-    /// Bytes the write path expects to append (see [`TxState::expect_appends`]).
-    expected_append_bytes: usize,
+    /// Records the write path expects to append (see [`TxState::expect_appends`]).
+    expected_append_records: usize,
     /// Payloads read back from segments that proved a dedup hit: kept in
     /// [`WriterState::proven`] once this transaction is applied.
     proven: Vec<(u64, Box<[u8]>)>,
@@ -558,16 +558,16 @@ impl TxState {
             freed_records: Vec::new(),
             freed_keys: Vec::new(),
             new_rows: None,
-            expected_append_bytes: 0,
+            expected_append_records: 0,
             proven: Vec::new(),
         }
     }
 
-    /// Says how many bytes of records this transaction will most likely
-    /// append, so that the buffer they collect in is allocated once, not grown
-    /// (and copied) as a large write fills it.
-    pub fn expect_appends(&mut self, bytes: usize) {
-        self.expected_append_bytes = bytes;
+    /// Says how many records this transaction will most likely append, so
+    /// that the list they collect in is allocated once, not grown (and
+    /// copied) as a large write fills it.
+    pub fn expect_appends(&mut self, records: usize) {
+        self.expected_append_records = records;
     }
 
     pub fn take_seq(&mut self) -> u64 {
@@ -662,12 +662,12 @@ impl TxState {
             }
         };
         let offset = self.segment_state(ws, segment).written_bytes;
-        let (start, buf) = self
+        let appends = self
             .appends
             .entry(segment)
-            .or_insert_with(|| (offset, Vec::new()));
-        assert_eq!(*start + buf.len() as u64, offset, "appends are contiguous");
-        buf.extend_from_slice(record);
+            .or_insert_with(|| crate::appends::SegmentAppends::new(offset));
+        assert_eq!(appends.end_bytes(), offset, "appends are contiguous");
+        appends.push_encoded(record);
         let moved = BlockRec {
             segment,
             offset_bytes: u32::try_from(offset).expect("segment offsets fit u32"),
@@ -786,10 +786,9 @@ impl TxState {
             return None;
         }
         let at = u64::from(rec.offset_bytes) + segment::RECORD_HEADER_BYTES as u64;
-        if let Some((start, appended)) = self.appends.get(&rec.segment) {
-            if at >= *start {
-                let from = (at - start) as usize;
-                return Some((appended.get(from..from + payload_bytes)?, false));
+        if let Some(appends) = self.appends.get(&rec.segment) {
+            if at >= appends.start_bytes() {
+                return Some((appends.bytes_at(at, payload_bytes)?, false));
             }
         }
         let stored = &mut buf[..payload_bytes];
@@ -834,13 +833,16 @@ impl TxState {
         };
         let record_bytes = (segment::RECORD_HEADER_BYTES + data.payload.len()) as u64;
         let (segment_id, offset) = self.allocate(ws, record_bytes)?;
-        let expected = self.expected_append_bytes;
-        let (start, buf) = self
-            .appends
-            .entry(segment_id)
-            .or_insert_with(|| (offset, Vec::with_capacity(expected)));
-        assert_eq!(*start + buf.len() as u64, offset, "appends are contiguous");
-        let crc = segment::encode_record(header, &data.payload, Some(data.payload_crc), buf);
+        let expected_records = self.expected_append_records;
+        let appends = self.appends.entry(segment_id).or_insert_with(|| {
+            let mut appends = crate::appends::SegmentAppends::new(offset);
+            appends.reserve(expected_records);
+            appends
+        });
+        assert_eq!(appends.end_bytes(), offset, "appends are contiguous");
+        debug_assert_eq!(data.payload_crc, segment::payload_crc(&data.payload));
+        let (header_bytes, crc) = segment::encode_header(header, data.payload_crc);
+        appends.push_record(header_bytes, data.payload.clone());
         let rec = BlockRec {
             segment: segment_id,
             offset_bytes: u32::try_from(offset).expect("segment offsets fit u32"),
@@ -1404,13 +1406,13 @@ impl TxState {
     /// metadata commits; returns their bytes. `checked`: the caller has already
     /// made sure the filesystem has room for at least these bytes.
     fn write_appends(&self, store: &dyn segment::SegmentStore, checked: bool) -> Result<u64> {
-        let appended_bytes: u64 = self.appends.values().map(|(_, b)| b.len() as u64).sum();
+        let appended_bytes: u64 = self.appends.values().map(|a| a.len_bytes()).sum();
         if appended_bytes > 0 && !checked {
             crate::room::check_data(store, appended_bytes)?;
         }
-        for (segment, (offset, bytes)) in &self.appends {
+        for (segment, appends) in &self.appends {
             store
-                .write_at(*segment, *offset, bytes)
+                .write_vectored_at(*segment, appends.start_bytes(), &appends.slices())
                 .map_err(|e| crate::room::segment_error(format!("writing segment {segment}"), e))?;
         }
         Ok(appended_bytes)

@@ -66,19 +66,13 @@ impl WriteJob {
         first_grain: u64,
         contents: Vec<GrainContent>,
     ) -> Arc<WriteJob> {
-        let record_bytes = contents
-            .iter()
-            .map(|content| match content {
-                GrainContent::Data(data) => {
-                    (crate::segment::RECORD_HEADER_BYTES + data.payload.len()) as u64
-                }
-                GrainContent::Pattern(_) => 0,
-            })
-            .sum();
-        let data_grains = contents
-            .iter()
-            .filter(|content| matches!(content, GrainContent::Data(_)))
-            .count() as u64;
+        let (mut record_bytes, mut data_grains) = (0, 0);
+        for content in &contents {
+            if let GrainContent::Data(data) = content {
+                record_bytes += (crate::segment::RECORD_HEADER_BYTES + data.payload.len()) as u64;
+                data_grains += 1;
+            }
+        }
         Arc::new(WriteJob {
             volume,
             first_grain,

@@ -155,16 +155,11 @@ impl Drop for FileSegmentStore {
 
 impl SegmentStore for FileSegmentStore {
     fn write_at(&self, segment: SegmentId, offset_bytes: u64, data: &[u8]) -> io::Result<()> {
-        self.recent_space.note_written(data.len() as u64);
-        let file = self.file(segment, true)?;
-        if data.len() < crate::tail::TAIL_WRITE_BYTES {
-            let mut tails = self.tails.write();
-            return tails.append(&self.tail_mask, segment, &file, offset_bytes, data);
-        }
-        self.write_out_tail(segment, &file)?;
-        file.write_all_at(data, offset_bytes)
+        self.write_vectored_at(segment, offset_bytes, &[data])
     }
 
+    /// A run shorter than a tail joins the segment's tail; a longer one
+    /// writes the tail out first, then goes to the file in place.
     fn write_vectored_at(
         &self,
         segment: SegmentId,
@@ -467,7 +462,10 @@ pub fn encode_header(header: RecordHeader, payload_crc: u32) -> ([u8; RECORD_HEA
 
 /// Appends one encoded record (header + payload) to `out`; returns its checksum.
 /// `payload_crc`: the payload's CRC32C, when the header's flags say the
-/// checksum starts with it and it is already known.
+/// checksum starts with it and it is already known. The write path keeps
+/// payloads where they lie ([`encode_header`]); tests encode whole records,
+/// in either checksum order, with this.
+#[cfg(test)]
 pub fn encode_record(
     header: RecordHeader,
     payload: &[u8],
@@ -476,9 +474,18 @@ pub fn encode_record(
 ) -> u32 {
     assert_eq!(header.payload_len as usize, payload.len());
     debug_assert!(payload_crc.is_none_or(|crc| crc == self::payload_crc(payload)));
-    let mut bytes = header_bytes(header);
-    let crc = record_crc(header, bytes, payload, payload_crc);
-    bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+    let (bytes, crc) = if header.flags & FLAG_PAYLOAD_CRC_FIRST != 0 {
+        encode_header(
+            header,
+            payload_crc.unwrap_or_else(|| self::payload_crc(payload)),
+        )
+    } else {
+        // Header first, as records were written before the flag.
+        let mut bytes = header_bytes(header);
+        let crc = record_crc(header, bytes, payload, None);
+        bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+        (bytes, crc)
+    };
     out.extend_from_slice(&bytes);
     out.extend_from_slice(payload);
     crc

@@ -8,10 +8,11 @@
 //! and nothing that touches a gathering write runs meanwhile (the loop
 //! processes a PDU only once the read of that PDU is over, and polls the next
 //! read only after; what else it does while a read waits, pings and shutdown,
-//! leaves writes alone), so the loop always finds its buffers here. A write dropped while the reader holds its buffer
-//! (the connection ending) is simply not given it back: each buffer carries
-//! the token of the write it belongs to, so a later write under the same tag
-//! never receives an earlier one's buffer.
+//! leaves writes alone), so the loop always finds its buffers here. A write
+//! dropped while the reader holds its buffer (the connection ending) is simply
+//! not given it back: each buffer carries the token of the write it belongs
+//! to, so a later write under the same tag never receives an earlier one's
+//! buffer.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,12 +63,12 @@ impl Placement for GatherBuffers {
 
 /// A gathering write's buffer, kept in its connection's [`GatherBuffers`];
 /// taken out with [`LentBuffer::take`] when the write is ready, and dropped
-/// from there with the write if it never is.
+/// from there with the write if it never is (an entry under its tag with
+/// another token, or none, is not its own: taken, or a later write's).
 pub struct LentBuffer {
     buffers: Arc<GatherBuffers>,
     itt: u32,
     token: u64,
-    taken: bool,
 }
 
 impl LentBuffer {
@@ -88,13 +89,11 @@ impl LentBuffer {
             buffers: buffers.clone(),
             itt,
             token,
-            taken: false,
         }
     }
 
     /// Runs `f` on the buffer.
     pub fn with<T>(&self, f: impl FnOnce(&mut Vec<u8>) -> T) -> T {
-        assert!(!self.taken);
         let mut entries = self.buffers.entries.lock();
         let entry = entries.get_mut(&self.itt).expect("kept until taken");
         assert_eq!(entry.token, self.token);
@@ -105,7 +104,7 @@ impl LentBuffer {
     }
 
     /// The buffer, out of the shared table for good.
-    pub fn take(mut self) -> Vec<u8> {
+    pub fn take(self) -> Vec<u8> {
         let entry = self
             .buffers
             .entries
@@ -113,7 +112,6 @@ impl LentBuffer {
             .remove(&self.itt)
             .expect("kept until taken");
         assert_eq!(entry.token, self.token);
-        self.taken = true;
         entry
             .buffer
             .expect("the reader holds no buffer while the loop runs")
@@ -122,9 +120,6 @@ impl LentBuffer {
 
 impl Drop for LentBuffer {
     fn drop(&mut self) {
-        if self.taken {
-            return;
-        }
         let mut entries = self.buffers.entries.lock();
         if entries
             .get(&self.itt)

@@ -422,6 +422,7 @@ fn transact_job(
             seq,
             snapshot_seqs: &snapshot_seqs,
         };
+        st.begin_held_rows();
         st.remove_mappings_in(
             t,
             job.volume.id,
@@ -452,6 +453,7 @@ fn transact_job(
     }
     if run {
         st.flush_new_rows(t)?;
+        st.flush_held_rows(t)?;
         st.insert_mappings(t, job.volume.id, job.first_grain, &values)?;
     } else {
         for (i, value) in values.into_iter().enumerate() {

@@ -455,6 +455,14 @@ pub struct TxState {
     /// table. A write of many grains adds them in one ordered pass at the
     /// table's end (new ids are the largest), not a descent each.
     new_rows: Option<Vec<(u64, BlockRec)>>,
+    /// Between [`TxState::begin_held_rows`] and [`TxState::flush_held_rows`]:
+    /// rows of blocks that existed before, as changed meanwhile, not yet
+    /// written back (the table's row is stale, or absent when a release took
+    /// it out and references remain). A write that replaces duplicates with
+    /// duplicates drops and takes references to the same few blocks grain
+    /// after grain: here each change is a map update, not one descent of the
+    /// block tree to read the row and one to write it.
+    held_rows: Option<BTreeMap<u64, BlockRec>>,
     /// Records the write path expects to append (see [`TxState::expect_appends`]).
     expected_append_records: usize,
     /// Payloads read back from segments that proved a dedup hit: kept in
@@ -558,6 +566,7 @@ impl TxState {
             freed_records: Vec::new(),
             freed_keys: Vec::new(),
             new_rows: None,
+            held_rows: None,
             expected_append_records: 0,
             proven: Vec::new(),
         }
@@ -680,7 +689,7 @@ impl TxState {
         self.maybe_dead.insert(rec.segment);
         self.used_bytes += record_bytes;
         self.relocated_bytes += record_bytes;
-        self.put_block(t, id, Some(&rec), Some(&moved))
+        self.put_block(t, id, Some(&rec), &moved)
     }
 
     /// Stores a data grain: a reference to an existing block that holds the
@@ -716,7 +725,7 @@ impl TxState {
             };
             let before = rec;
             rec.refcount = refcount;
-            self.put_block(t, id, Some(&before), Some(&rec))?;
+            self.put_block(t, id, Some(&before), &rec)?;
             // A block written again is likely written again after this.
             ws.hints.insert(key);
             return Ok((id, rec));
@@ -860,8 +869,9 @@ impl TxState {
                 }
                 rows.push((id, rec));
                 self.account_block_change(None, Some(&rec));
+                self.records_written += 1;
             }
-            None => self.put_block(t, id, None, Some(&rec))?,
+            None => self.put_block(t, id, None, &rec)?,
         }
         if indexed {
             let previous = self.dedup_added.insert(dedup_key(&data.fingerprint), id);
@@ -875,36 +885,32 @@ impl TxState {
         Ok((id, rec))
     }
 
-    /// Writes (or deletes) a block row and moves its bytes between classes.
+    /// Writes a block row and moves its bytes between classes.
     fn put_block(
         &mut self,
         t: &mut Tables,
         id: u64,
         before: Option<&BlockRec>,
-        after: Option<&BlockRec>,
+        after: &BlockRec,
     ) -> Result<()> {
+        self.account_block_change(before, Some(after));
         if let (Some(index), Some(rows)) = (self.new_row_index(id), self.new_rows.as_mut()) {
             // A block created in this run and referenced again (dedup within
             // the run): only its buffered row changes.
-            let after = after.expect("a block of the run is not deleted within it");
             rows[index].1 = *after;
-            self.account_block_change(before, Some(after));
             return Ok(());
         }
-        self.account_block_change(before, after);
-        match after {
-            Some(a) => {
-                t.blocks.insert(id, &a.encode()[..]).map_err(kv_error)?;
-            }
-            None => {
-                t.blocks.remove(id).map_err(kv_error)?;
-            }
+        if let Some(held) = self.held_rows.as_mut() {
+            held.insert(id, *after);
+            return Ok(());
         }
+        t.blocks.insert(id, &after.encode()[..]).map_err(kv_error)?;
+        self.records_written += 1;
         Ok(())
     }
 
     /// Moves a block's bytes between classes as its row changes from `before`
-    /// to `after`, and counts the row written.
+    /// to `after`. The row is counted written where it reaches the table.
     fn account_block_change(&mut self, before: Option<&BlockRec>, after: Option<&BlockRec>) {
         if let Some(b) = before {
             self.class_delta[b.class() as usize] -= b.record_bytes() as i64;
@@ -913,7 +919,6 @@ impl TxState {
             assert!(a.history_refs <= a.refcount && a.refcount > 0);
             self.class_delta[a.class() as usize] += a.record_bytes() as i64;
         }
-        self.records_written += 1;
     }
 
     /// Where block `id`'s row is in `new_rows`, if it is buffered there.
@@ -957,6 +962,33 @@ impl TxState {
         cursor.close().map_err(kv_error)
     }
 
+    /// From here until [`TxState::flush_held_rows`], changed rows of existing
+    /// blocks wait in memory. Only releasing references (of mappings removed
+    /// or retired) and storing blocks may happen meanwhile: everything else
+    /// that reads the block table would miss them.
+    pub fn begin_held_rows(&mut self) {
+        assert!(self.held_rows.is_none() && self.new_rows.is_none());
+        self.held_rows = Some(BTreeMap::new());
+    }
+
+    /// Writes the held rows back to the block table, in id order.
+    pub fn flush_held_rows(&mut self, t: &mut Tables) -> Result<()> {
+        assert!(self.new_rows.is_none(), "new rows are flushed first");
+        let held = self.held_rows.take().expect("rows are being held");
+        for (id, rec) in &held {
+            assert!(!self.freed_blocks.contains(id), "a held block is live");
+            t.blocks.insert(*id, &rec.encode()[..]).map_err(kv_error)?;
+        }
+        self.records_written += held.len() as u64;
+        Ok(())
+    }
+
+    /// Whether every block row is in the table (none held or buffered): what
+    /// a transaction must reach before it commits.
+    fn rows_flushed(&self) -> bool {
+        self.new_rows.is_none() && self.held_rows.is_none()
+    }
+
     /// Asserts that no new block row waits outside the table: everything that
     /// reads or removes rows other than storing blocks needs them there.
     fn assert_rows_in_table(&self) {
@@ -969,6 +1001,9 @@ impl TxState {
     pub fn block(&self, t: &Tables, id: u64) -> Result<BlockRec> {
         if let (Some(index), Some(rows)) = (self.new_row_index(id), &self.new_rows) {
             return Ok(rows[index].1);
+        }
+        if let Some(rec) = self.held_rows.as_ref().and_then(|held| held.get(&id)) {
+            return Ok(*rec);
         }
         let value = t.blocks.get(id).map_err(kv_error)?;
         let value = value.ok_or_else(|| {
@@ -995,17 +1030,21 @@ impl TxState {
         self.assert_rows_in_table();
         // Removed first and put back if still referenced: most released blocks
         // are freed, and this way they cost one descent of the tree, not two.
-        let before = Self::take_block(t, id)?;
+        let before = self.take_block(t, id)?;
         self.drop_references(t, id, before, 1, from_history)
     }
 
-    /// Removes a block's row, which a reference says exists.
-    fn take_block(t: &mut Tables, id: u64) -> Result<BlockRec> {
-        t.blocks
+    /// Removes a block's row, which a reference says exists (the held row,
+    /// if there is one, being the current one).
+    fn take_block(&mut self, t: &mut Tables, id: u64) -> Result<BlockRec> {
+        let in_table = t
+            .blocks
             .remove(id)
             .map_err(kv_error)?
             .map(|value| BlockRec::decode(value.value()))
-            .transpose()?
+            .transpose()?;
+        let held = self.held_rows.as_mut().and_then(|held| held.remove(&id));
+        held.or(in_table)
             .ok_or_else(|| EngineError::Corruption(format!("block {id} is referenced but missing")))
     }
 
@@ -1036,7 +1075,7 @@ impl TxState {
             "block {id}: history references left"
         );
         if rec.refcount > 0 {
-            return self.put_block(t, id, Some(&before), Some(&rec));
+            return self.put_block(t, id, Some(&before), &rec);
         }
         self.block_freed(id, before);
         Ok(())
@@ -1069,6 +1108,18 @@ impl TxState {
                 _ => counts.push((id, 1)),
             }
         }
+        if let Some(held) = &self.held_rows {
+            // A held row is newer than the table's (or the table has none):
+            // released one by one, where `take_block` looks at both.
+            let (held_counts, rest): (Vec<_>, Vec<_>) = counts
+                .into_iter()
+                .partition(|(id, _)| held.contains_key(id));
+            for (id, count) in held_counts {
+                let before = self.take_block(t, id)?;
+                self.drop_references(t, id, before, count, false)?;
+            }
+            counts = rest;
+        }
         let mut rest = &counts[..];
         while !rest.is_empty() {
             let cluster = dense_prefix(rest);
@@ -1076,7 +1127,7 @@ impl TxState {
                 self.release_dense(t, cluster)?;
             } else {
                 for &(id, count) in cluster {
-                    let before = Self::take_block(t, id)?;
+                    let before = self.take_block(t, id)?;
                     self.drop_references(t, id, before, count, false)?;
                 }
             }
@@ -1268,7 +1319,7 @@ impl TxState {
                 history_refs: before.history_refs + 1,
                 ..before
             };
-            self.put_block(t, id, Some(&before), Some(&after))?;
+            self.put_block(t, id, Some(&before), &after)?;
         }
         let kept = HistValue {
             died_seq,
@@ -1355,6 +1406,7 @@ pub fn run<T>(
     let (value, changed) = {
         let mut tables = Tables::open(&txn)?;
         let value = f(&mut st, &mut tables, ws)?;
+        assert!(st.rows_flushed(), "every block row is in the table");
         (value, tables.take_changed())
     };
     let appended_bytes = st.write_appends(store, false)?;
@@ -1385,6 +1437,7 @@ pub fn run_deferred<T>(
     let value = open
         .cell
         .with_dependent_mut(|_, tables| f(&mut st, tables, ws))?;
+    assert!(st.rows_flushed(), "every block row is in the table");
     let appended_bytes = st.write_appends(store, true)?;
     let records_written = st.records_written;
     st.apply_to(ws);

@@ -225,6 +225,58 @@ fn unmap_of_a_fully_written_range_writes_constant_records() {
     drop(engine);
 }
 
+/// A write that replaces duplicates with duplicates (a guest rewriting the same
+/// few blocks, or zero-like filler) drops and takes references to the same few
+/// blocks grain after grain: each block's row is written once per write, not
+/// once per grain.
+#[test]
+fn rewriting_duplicates_writes_each_shared_block_row_once() {
+    let tmp = temp_dir("test", "rewrite");
+    let engine = open(tmp.path());
+    let distinct_blocks = 4u64;
+    let contents = |grains: u64| -> Vec<u8> {
+        (0..grains)
+            .flat_map(|grain| fill(7, (grain % distinct_blocks) as u8, 0, 4096))
+            .collect()
+    };
+    // Another volume holds the blocks too, so that the rewrite's releases
+    // leave them live (a block whose last reference goes is freed first).
+    engine
+        .create_volume("keep", distinct_blocks * 4096)
+        .unwrap();
+    let keep = engine.open_volume("keep").unwrap();
+    keep.write(0, &contents(distinct_blocks)).unwrap();
+    let mut extra_records = Vec::new();
+    for grains in [64u64, 256] {
+        let name = format!("v{grains}");
+        engine.create_volume(&name, grains * 4096).unwrap();
+        let vol = engine.open_volume(&name).unwrap();
+        let data = contents(grains);
+        vol.write(0, &data).unwrap();
+        let before = engine
+            .stats
+            .foreground_records_written
+            .load(Ordering::SeqCst);
+        vol.write(0, &data).unwrap();
+        let after = engine
+            .stats
+            .foreground_records_written
+            .load(Ordering::SeqCst);
+        // Each grain's mapping is removed and inserted; what is left is
+        // block rows.
+        extra_records.push(after - before - 2 * grains);
+        let mut back = vec![0u8; data.len()];
+        vol.read(0, &mut back).unwrap();
+        assert_eq!(back, data);
+    }
+    assert_eq!(
+        extra_records,
+        vec![distinct_blocks; 2],
+        "block rows written per rewrite of 64 and 256 grains"
+    );
+    engine.close().unwrap();
+}
+
 #[test]
 fn space_returns_after_unmap_and_delete() {
     let tmp = temp_dir("test", "space");

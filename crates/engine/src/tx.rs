@@ -458,10 +458,12 @@ pub struct TxState {
     /// Between [`TxState::begin_held_rows`] and [`TxState::flush_held_rows`]:
     /// rows of blocks that existed before, as changed meanwhile, not yet
     /// written back (the table's row is stale, or absent when a release took
-    /// it out and references remain). A write that replaces duplicates with
-    /// duplicates drops and takes references to the same few blocks grain
-    /// after grain: here each change is a map update, not one descent of the
-    /// block tree to read the row and one to write it.
+    /// it out). A write that replaces duplicates with duplicates drops and
+    /// takes references to the same few blocks grain after grain: here each
+    /// change is a map update, not one descent of the block tree to read the
+    /// row and one to write it. A row without references is a block the run
+    /// let go and may take up again (a rewrite of the same data); it is freed
+    /// when the run ends unless a grain does.
     held_rows: Option<BTreeMap<u64, BlockRec>>,
     /// Records the write path expects to append (see [`TxState::expect_appends`]).
     expected_append_records: usize,
@@ -893,7 +895,17 @@ impl TxState {
         before: Option<&BlockRec>,
         after: &BlockRec,
     ) -> Result<()> {
-        self.account_block_change(before, Some(after));
+        let revived = before.filter(|before| before.refcount == 0);
+        if let Some(before) = revived {
+            assert!(
+                self.held_rows
+                    .as_ref()
+                    .is_some_and(|held| held.contains_key(&id)),
+                "block {id}: only a held block waits without references"
+            );
+            self.block_revived(before);
+        }
+        self.account_block_change(before.filter(|before| before.refcount > 0), Some(after));
         if let (Some(index), Some(rows)) = (self.new_row_index(id), self.new_rows.as_mut()) {
             // A block created in this run and referenced again (dedup within
             // the run): only its buffered row changes.
@@ -976,10 +988,18 @@ impl TxState {
         assert!(self.new_rows.is_none(), "new rows are flushed first");
         let held = self.held_rows.take().expect("rows are being held");
         for (id, rec) in &held {
-            assert!(!self.freed_blocks.contains(id), "a held block is live");
-            t.blocks.insert(*id, &rec.encode()[..]).map_err(kv_error)?;
+            assert!(
+                !self.freed_blocks.contains(id),
+                "a held block is not freed twice"
+            );
+            if rec.refcount == 0 {
+                // Its row came out when its last reference was dropped.
+                self.block_forgotten(*id, rec);
+            } else {
+                t.blocks.insert(*id, &rec.encode()[..]).map_err(kv_error)?;
+                self.records_written += 1;
+            }
         }
-        self.records_written += held.len() as u64;
         Ok(())
     }
 
@@ -1077,7 +1097,18 @@ impl TxState {
         if rec.refcount > 0 {
             return self.put_block(t, id, Some(&before), &rec);
         }
-        self.block_freed(id, before);
+        self.block_unlive(&before);
+        match self.held_rows.as_mut() {
+            // In a run, the write that let the block go may store the same
+            // grain again (a rewrite of the same data, as a copy or a restore
+            // does): the block waits, no longer live, and is freed when the
+            // run ends unless a grain takes it up again — rather than freed
+            // now and its grain appended a second time.
+            Some(held) => {
+                held.insert(id, rec);
+            }
+            None => self.block_forgotten(id, &before),
+        }
         Ok(())
     }
 
@@ -1176,16 +1207,27 @@ impl TxState {
         Ok(())
     }
 
-    /// Accounts for a block whose last reference went (its row already removed;
-    /// `rec` as it was before): its record becomes stale space, its dedup entry
-    /// goes.
-    fn block_freed(&mut self, id: u64, rec: BlockRec) {
+    /// Accounts for a block whose last reference went (`rec` as it was
+    /// before): its record's bytes are no longer live.
+    fn block_unlive(&mut self, rec: &BlockRec) {
         self.class_delta[rec.class() as usize] -= rec.record_bytes() as i64;
+        self.seg_delta.entry(rec.segment).or_default().1 -= rec.record_bytes() as i64;
+        self.live_bytes -= rec.record_bytes();
+    }
+
+    /// Undoes [`TxState::block_unlive`] for a block a grain takes up again
+    /// before its run ends (its class is accounted with its new row).
+    fn block_revived(&mut self, rec: &BlockRec) {
+        self.seg_delta.entry(rec.segment).or_default().1 += rec.record_bytes() as i64;
+        self.live_bytes += rec.record_bytes();
+    }
+
+    /// Frees a block no longer live, whose row is out of the table: its
+    /// record becomes stale space, its dedup entry goes.
+    fn block_forgotten(&mut self, id: u64, rec: &BlockRec) {
         self.records_written += 1;
         self.freed_blocks.insert(id);
         self.freed_keys.push((dedup_key(&rec.fingerprint), id));
-        self.seg_delta.entry(rec.segment).or_default().1 -= rec.record_bytes() as i64;
-        self.live_bytes -= rec.record_bytes();
         self.freed_records
             .push((rec.segment, u64::from(rec.offset_bytes), rec.record_bytes()));
         self.maybe_dead.insert(rec.segment);

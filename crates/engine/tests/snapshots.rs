@@ -80,12 +80,19 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Zeroes, a one-byte pattern, grains that repeat (the same few 4 KiB
+/// contents wherever they are written: duplicates within a write, across
+/// volumes and over themselves), or bytes that depend on where they lie.
 fn fill(seed: u8, offset: u64, len: u64) -> Vec<u8> {
     (0..len)
-        .map(|i| match seed % 4 {
-            0 => 0,
-            1 => seed,
-            _ => ((offset + i).wrapping_mul(2654435761) >> 8) as u8 ^ seed,
+        .map(|i| {
+            let at = offset + i;
+            match seed % 4 {
+                0 => 0,
+                1 => seed,
+                2 => ((at % 4096).wrapping_mul(2654435761) >> 8) as u8 ^ (seed >> 6),
+                _ => (at.wrapping_mul(2654435761) >> 8) as u8 ^ seed,
+            }
         })
         .collect()
 }

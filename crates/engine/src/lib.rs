@@ -52,6 +52,7 @@ mod proven;
 pub mod provision;
 pub mod ranges;
 pub mod rate;
+mod readahead;
 mod reclaim;
 pub mod report;
 pub mod room;

@@ -470,6 +470,8 @@ pub struct TxState {
     /// Payloads read back from segments that proved a dedup hit: kept in
     /// [`WriterState::proven`] once this transaction is applied.
     proven: Vec<(u64, Box<[u8]>)>,
+    /// Segment bytes read ahead to prove dedup hits on data stored in order.
+    read_ahead: crate::readahead::ReadAhead,
 }
 
 /// The dedup index: fingerprint prefix → block id.
@@ -571,6 +573,7 @@ impl TxState {
             held_rows: None,
             expected_append_records: 0,
             proven: Vec::new(),
+            read_ahead: Default::default(),
         }
     }
 
@@ -760,7 +763,7 @@ impl TxState {
         let mut buf = [0u8; GRAIN_BYTES as usize];
         let (stored, read) = match ws.proven.get(id) {
             Some(payload) => (payload, false),
-            None => match self.stored_payload(store, rec, &mut buf) {
+            None => match self.stored_payload(ws, store, rec, &mut buf) {
                 Some(stored) => stored,
                 None => return false,
             },
@@ -778,16 +781,19 @@ impl TxState {
                 && grain::decode(&data.payload, data.codec, &mut ours).is_ok()
                 && theirs == ours
         };
-        if same && read {
-            self.proven.push((id, stored.into()));
+        let proven: Option<Box<[u8]>> = (same && read).then(|| stored.into());
+        if let Some(payload) = proven {
+            self.proven.push((id, payload));
         }
         same
     }
 
     /// Block `rec`'s stored payload, from this transaction's appends or read
-    /// from its segment into `buf` (then `true`); `None` if it cannot be read.
+    /// from its segment (then `true`: into `buf`, or into a window read
+    /// ahead); `None` if it cannot be read.
     fn stored_payload<'a>(
-        &'a self,
+        &'a mut self,
+        ws: &WriterState,
         store: &dyn segment::SegmentStore,
         rec: &BlockRec,
         buf: &'a mut [u8; GRAIN_BYTES as usize],
@@ -802,8 +808,14 @@ impl TxState {
                 return Some((appends.bytes_at(at, payload_bytes)?, false));
             }
         }
-        let stored = &mut buf[..payload_bytes];
-        store.read_at(rec.segment, at, stored).ok()?;
+        // What lies in the file: this transaction's appends are not there yet.
+        let in_file_bytes = match self.appends.get(&rec.segment) {
+            Some(appends) => appends.start_bytes(),
+            None => self.segment_state(ws, rec.segment).written_bytes,
+        };
+        let stored =
+            self.read_ahead
+                .payload(store, rec.segment, (at, payload_bytes), in_file_bytes, buf)?;
         Some((stored, true))
     }
 

@@ -141,25 +141,27 @@ mod tests {
         }
     }
 
+    /// Reads `len` bytes at `at` of segment 1 through `ahead` and checks them.
+    fn check(ahead: &mut ReadAhead, store: &Counting, at: u64, len: usize) {
+        let mut buf = [0u8; 4096];
+        let limit = store.bytes.len() as u64;
+        let got = ahead.payload(store, 1, (at, len), limit, &mut buf).unwrap();
+        assert!(
+            got == &store.bytes[at as usize..at as usize + len],
+            "{len} bytes at {at}"
+        );
+    }
+
     #[test]
     fn payloads_in_order_are_read_a_window_at_a_time_and_random_ones_alone() {
-        let segment_bytes = 1 << 20;
-        let store = store(segment_bytes);
+        let store = store(1 << 20);
         let mut ahead = ReadAhead::default();
         let mut buf = [0u8; 4096];
         // 100 records of 2000 bytes each, one after another (24-byte headers
-        // between them), up to the segment's end.
+        // between them).
         let record_bytes = 2024u64;
         for i in 0..100u64 {
-            let at = 4096 + i * record_bytes;
-            let got = ahead
-                .payload(&store, 1, (at, 2000), segment_bytes as u64, &mut buf)
-                .unwrap();
-            assert_eq!(
-                got,
-                &store.bytes[at as usize..at as usize + 2000],
-                "record {i}"
-            );
+            check(&mut ahead, &store, 4096 + i * record_bytes, 2000);
         }
         // The first alone, then a window per ~32 records.
         let reads = store.reads.load(Ordering::SeqCst);
@@ -169,20 +171,10 @@ mod tests {
             "{reads} reads for 100 records in order"
         );
 
-        // Far apart: each read alone, never past the limit.
+        // Far apart: each read alone.
         store.reads.store(0, Ordering::SeqCst);
-        for (i, at) in [900_000u64, 10_000, 500_000, 30_000]
-            .into_iter()
-            .enumerate()
-        {
-            let got = ahead
-                .payload(&store, 1, (at, 3000), segment_bytes as u64, &mut buf)
-                .unwrap();
-            assert_eq!(
-                got,
-                &store.bytes[at as usize..at as usize + 3000],
-                "random {i}"
-            );
+        for at in [900_000u64, 10_000, 500_000, 30_000] {
+            check(&mut ahead, &store, at, 3000);
         }
         assert_eq!(store.reads.load(Ordering::SeqCst), 4);
 
@@ -200,7 +192,7 @@ mod tests {
             ahead.window.as_ref().unwrap().bytes.len(),
             (limit - 31_000) as usize
         );
-        let near_end = segment_bytes as u64 - 100;
+        let near_end = store.bytes.len() as u64 - 100;
         assert!(ahead
             .payload(&store, 3, (near_end, 1000), u64::MAX, &mut buf)
             .is_none());

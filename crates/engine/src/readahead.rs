@@ -6,7 +6,7 @@
 //! what it holds, an image copied again, a template deployed by a host-side
 //! copy), the records it hits lie one after another, and one read of the run
 //! ahead serves the next few dozen proofs. Random hits do not read ahead: a
-//! window is read only when a proof starts where the previous one ended.
+//! window is read only when a proof starts just after the previous one.
 
 use crate::segment::{SegmentId, SegmentStore};
 
@@ -51,25 +51,11 @@ impl ReadAhead {
             last == segment && at >= last_end && at - last_end <= FOLLOW_GAP_BYTES
         });
         self.last_end = Some((segment, end));
-        let mut held = self
+        let held = self
             .window
             .as_ref()
-            .is_some_and(|w| w.holds(segment, at, end));
-        if !held && follows && limit_bytes >= end {
-            let window_end = (at + READ_AHEAD_BYTES).min(limit_bytes);
-            let mut bytes = self.window.take().map(|w| w.bytes).unwrap_or_default();
-            bytes.resize((window_end - at) as usize, 0);
-            // A window that cannot be read (a shorter file than the
-            // accounting says, say) leaves the payload to be read alone.
-            if store.read_at(segment, at, &mut bytes).is_ok() {
-                self.window = Some(Window {
-                    segment,
-                    start_bytes: at,
-                    bytes,
-                });
-                held = true;
-            }
-        }
+            .is_some_and(|w| w.holds(segment, at, end))
+            || (follows && limit_bytes >= end && self.refill(store, segment, at, limit_bytes));
         if !held {
             let stored = &mut buf[..len];
             store.read_at(segment, at, stored).ok()?;
@@ -79,6 +65,33 @@ impl ReadAhead {
         assert!(window.holds(segment, at, end));
         let from = (at - window.start_bytes) as usize;
         Some(&window.bytes[from..from + len])
+    }
+}
+
+impl ReadAhead {
+    /// Reads the window from `at` up to `limit_bytes` (at most
+    /// [`READ_AHEAD_BYTES`]); whether it could be read. A window that cannot
+    /// (a shorter file than the accounting says, say) leaves the payload to
+    /// be read alone.
+    fn refill(
+        &mut self,
+        store: &dyn SegmentStore,
+        segment: SegmentId,
+        at: u64,
+        limit_bytes: u64,
+    ) -> bool {
+        let window_end = (at + READ_AHEAD_BYTES).min(limit_bytes);
+        let mut bytes = self.window.take().map(|w| w.bytes).unwrap_or_default();
+        bytes.resize((window_end - at) as usize, 0);
+        if store.read_at(segment, at, &mut bytes).is_err() {
+            return false;
+        }
+        self.window = Some(Window {
+            segment,
+            start_bytes: at,
+            bytes,
+        });
+        true
     }
 }
 

@@ -1151,9 +1151,10 @@ impl TxState {
                 _ => counts.push((id, 1)),
             }
         }
-        if let Some(held) = &self.held_rows {
-            // A held row is newer than the table's (or the table has none):
-            // released one by one, where `take_block` looks at both.
+        if let Some(held) = self.held_rows.as_ref().filter(|held| !held.is_empty()) {
+            // A held row (a block retired to the history just before) is
+            // newer than the table's: released one by one, where
+            // `take_block` looks at both.
             let (held_counts, rest): (Vec<_>, Vec<_>) = counts
                 .into_iter()
                 .partition(|(id, _)| held.contains_key(id));

@@ -89,6 +89,11 @@ impl Engine {
             return Ok(true); // eradicated meanwhile
         };
         let view = volume.view.read();
+        // Eradication marks the volume under its view's write lock, a moment
+        // before it leaves the destroyed list.
+        if volume.eradicated.load(Ordering::SeqCst) {
+            return Ok(true);
+        }
         // Only pieces still covered by the same record: anything cut away has had
         // its bits set by whatever replaced it. A cut in the middle leaves pieces
         // on both sides, so the rest of the job goes back in the queue.

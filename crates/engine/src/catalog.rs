@@ -552,6 +552,7 @@ fn volume_shared(
         created_unix_s: rec.created_unix_s,
         provisioning: rec.provisioning,
         deleted: AtomicBool::new(rec.destroyed_unix_s.is_some()),
+        eradicated: AtomicBool::new(false),
         destroyed_unix_s: Mutex::new(rec.destroyed_unix_s),
         view: RwLock::new(VolumeView {
             size_bytes: rec.size_bytes,
@@ -598,8 +599,13 @@ impl VolumeShared {
     /// Brings its container's usage (what the quota counts) up to date: a thin
     /// volume counts its data grains, a thick one its whole size (`size_bytes`,
     /// passed by callers that may hold the view lock; `None` leaves a thick
-    /// volume's count as it is). Called after every change of data bits.
+    /// volume's count as it is). Called after every change of data bits; none
+    /// once eradicated, when its usage left the container for good (a step
+    /// settling its bits, begun before, put it back).
     pub(crate) fn sync_usage(&self, size_bytes: Option<u64>) {
+        if self.eradicated.load(Ordering::SeqCst) {
+            return;
+        }
         let counted = if self.provisioning.is_thick() {
             match size_bytes {
                 Some(size) => grains_of(size),
@@ -614,8 +620,20 @@ impl VolumeShared {
 
     /// Dead grains not yet reclaimed: its mapping records less those still
     /// current (both changed only under the writer mutex, held by the caller).
+    /// None once it is eradicated: it stays listed among the destroyed
+    /// volumes for a moment after the writer mutex hands its records to the
+    /// reclaimer (or to its snapshots), which may remove them meanwhile, and
+    /// they count as the doomed volume's (a reclaim step that counted them
+    /// here too found fewer records than live grains, and its thread died of
+    /// the overflow).
     pub(crate) fn backlog_grains(&self, ws: &WriterState) -> u64 {
-        ws.mapping_count(self.id) - self.live_mapped.lock().count()
+        if self.eradicated.load(Ordering::SeqCst) {
+            return 0;
+        }
+        let live_grains = self.live_mapped.lock().count();
+        ws.mapping_count(self.id)
+            .checked_sub(live_grains)
+            .expect("a volume's live grains all have mapping records")
     }
 
     /// Takes the volume out of its container's usage (eradicated).

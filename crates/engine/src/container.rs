@@ -784,6 +784,57 @@ mod tests {
     use crate::testdata::{data_dir, quiet_engine};
     use crate::Provisioning;
 
+    /// An eradicated volume still listed as destroyed (the moment between the
+    /// writer mutex handing its records to the reclaimer and its removal from
+    /// the list) adds nothing to its container's backlog but its doomed
+    /// records, however many of them the reclaimer has removed already, and
+    /// nothing to its usage.
+    #[test]
+    fn a_volume_being_eradicated_counts_once_as_doomed() {
+        let dir = data_dir("container-doomed-backlog");
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        let grains = 64u64;
+        engine
+            .create_volume("v", grains * crate::GRAIN_BYTES)
+            .unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        let data = crate::testdata::unique_bytes((grains * crate::GRAIN_BYTES) as usize, 9);
+        volume.write(0, &data).unwrap();
+        volume.flush().unwrap();
+        drop(volume);
+        engine.delete_volume("v").unwrap();
+        let listed = engine.destroyed.read().get("v").cloned().unwrap();
+        let container = listed.container.id;
+        assert_eq!(
+            engine.container_backlog_grains(container, std::slice::from_ref(&listed)),
+            0,
+            "destroyed, not yet doomed: nothing dead"
+        );
+        engine.eradicate_volume("v").unwrap();
+        assert_eq!(
+            engine.container_backlog_grains(container, std::slice::from_ref(&listed)),
+            grains,
+            "doomed: every record once"
+        );
+        // A step settling its data bits, begun before, puts no usage back.
+        assert_eq!(listed.container.used_bytes(), 0);
+        listed.sync_usage(Some(grains * crate::GRAIN_BYTES));
+        assert_eq!(listed.container.used_bytes(), 0);
+        // The reclaimer removes some of the doomed records.
+        assert!(engine.background_step().unwrap());
+        let left = engine.container_backlog_grains(container, &[]);
+        assert!(left < grains, "the reclaimer took some ({left} left)");
+        assert_eq!(
+            engine.container_backlog_grains(container, std::slice::from_ref(&listed)),
+            left
+        );
+        while engine.background_step().unwrap() {}
+        assert_eq!(
+            engine.container_backlog_grains(container, std::slice::from_ref(&listed)),
+            0
+        );
+    }
+
     /// While a delete decides whether a container is empty, a volume created
     /// into it is refused; a delete refused for members leaves it usable.
     #[test]

@@ -232,6 +232,10 @@ pub(crate) struct VolumeShared {
     pub provisioning: Provisioning,
     /// Set when destroyed (or eradicated): I/O through old handles fails.
     pub deleted: AtomicBool,
+    /// Set under the writer mutex when eradicated: its records are no longer
+    /// its own (doomed, or retained for its snapshots), though it stays listed
+    /// among the destroyed volumes for a moment after.
+    pub eradicated: AtomicBool,
     /// When it was destroyed, if it is in the recoverable destroyed state.
     pub destroyed_unix_s: Mutex<Option<u64>>,
     pub view: RwLock<VolumeView>,

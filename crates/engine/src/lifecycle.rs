@@ -138,6 +138,7 @@ impl Engine {
             let unwritten = grains - shared.bitmap.lock().count().min(grains);
             ws.thick_unwritten_grains -= unwritten;
         }
+        shared.eradicated.store(true, Ordering::SeqCst);
         shared.release_usage();
         if retained {
             self.retained.lock().insert(rec.id, rec);

@@ -162,10 +162,14 @@ impl Engine {
                     continue;
                 }
             }
-            let mut ws = self.writer.lock();
-            // Only the head leads, and the head is taken only by its own batch.
-            assert!(job.done.lock().is_none() && self.write_queue.is_head(job));
-            self.lead(&mut ws, job);
+            {
+                let mut ws = self.writer.lock();
+                // Only the head leads, and the head is taken only by its own batch.
+                assert!(job.done.lock().is_none() && self.write_queue.is_head(job));
+                self.lead(&mut ws, job);
+            }
+            // A batch that filled the open transaction committed it.
+            self.db.maps_cache().apply_deferred();
         }
     }
 

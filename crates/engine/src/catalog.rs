@@ -828,7 +828,7 @@ pub(crate) fn ensure_tables(db: &crate::kv::Kv) -> Result<()> {
         .map_err(kv_error)?;
     txn.set_quick_repair(true);
     crate::tx::create_tables(&txn)?;
-    db.commit(txn, &ChangedMappings::NONE)
+    db.commit(txn, ChangedMappings::NONE)
 }
 
 /// The fresh open segment's id must never be handed out again, even if the next
@@ -842,7 +842,7 @@ fn persist_segment_counter(db: &crate::kv::Kv, next_segment_id: u32) -> Result<(
         .map_err(kv_error)?
         .insert("next_segment_id", u64::from(next_segment_id))
         .map_err(kv_error)?;
-    db.commit(txn, &ChangedMappings::NONE)
+    db.commit(txn, ChangedMappings::NONE)
 }
 
 fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<()> {

@@ -529,7 +529,7 @@ fn persist_at_open(db: &crate::kv::Kv, rec: &ContainerRec) -> Result<()> {
         let mut table = txn.open_table(meta::CONTAINERS).map_err(kv_error)?;
         insert_rec(&mut table, rec)?;
     }
-    db.commit(txn, &ChangedMappings::NONE)
+    db.commit(txn, ChangedMappings::NONE)
 }
 
 fn insert_rec(

@@ -104,7 +104,7 @@ impl Kv {
     /// key `txn` wrote (see [`crate::mapcache`]); only the transactions'
     /// [`crate::tx::Tables`] write the mapping table, and they keep the list.
     #[allow(clippy::disallowed_methods)] // the one place that commits
-    pub fn commit(&self, txn: WriteTransaction, changed: &ChangedMappings) -> Result<()> {
+    pub fn commit(&self, txn: WriteTransaction, changed: ChangedMappings) -> Result<()> {
         // The cache answers no reader from before the transaction commits
         // until the generation moves on (see `MapCache::begin_commit`).
         let cache_commit = self.maps_cache.begin_commit();
@@ -167,7 +167,7 @@ mod tests {
         let kv = Kv::new(db, Arc::new(store), 0);
         let txn = kv.begin_write().unwrap();
         txn.open_table(meta::MAPPINGS).unwrap();
-        kv.commit(txn, &ChangedMappings::Everything).unwrap();
+        kv.commit(txn, ChangedMappings::Everything).unwrap();
         (dir, kv)
     }
 
@@ -181,7 +181,7 @@ mod tests {
             };
             maps.insert((1, grain), &value.encode()[..]).unwrap();
         }
-        kv.commit(txn, &ChangedMappings::Everything).unwrap();
+        kv.commit(txn, ChangedMappings::Everything).unwrap();
     }
 
     fn seq_of(view: &ReadView, grain: u64) -> Option<u64> {

@@ -576,6 +576,7 @@ impl Engine {
         // Writers and flushes need not wait for the files: what is freed is
         // durable now. Hand over hand, so cuts happen in commit order.
         drop(ws);
+        self.db.maps_cache().apply_deferred();
         let _files = self.files_lock.lock();
         drop(flush);
         if !freeing.is_empty() || !punching.is_empty() {
@@ -612,7 +613,7 @@ impl Engine {
             ws.remove_segment(*id);
         }
         tx::persist_writer_state(&txn, ws)?;
-        self.db.commit(txn, &mapcache::ChangedMappings::NONE)
+        self.db.commit(txn, mapcache::ChangedMappings::NONE)
     }
 
     /// The page ranges to punch for freed records (segments removed whole are
@@ -1010,7 +1011,7 @@ mod tests {
                 .unwrap();
             engine
                 .db
-                .commit(txn, &crate::mapcache::ChangedMappings::NONE)
+                .commit(txn, crate::mapcache::ChangedMappings::NONE)
                 .unwrap();
         }
 

@@ -156,6 +156,9 @@ fn run(weak: Weak<Engine>) {
         if engine.shutdown.load(Ordering::SeqCst) {
             return;
         }
+        // Its steps commit under the writer mutex, and leave large changes
+        // to the map cache for after it (see `mapcache`).
+        engine.db.maps_cache().apply_deferred();
         if !owed.is_zero() {
             owed = engine.pay_pause(owed);
             // Never postponed by the pause: it bounds what a crash can lose.

@@ -119,7 +119,7 @@ impl OpenTxn {
         let changed = self
             .cell
             .with_dependent_mut(|_, tables| tables.take_changed());
-        db.commit(self.cell.into_owner(), &changed)
+        db.commit(self.cell.into_owner(), changed)
     }
 }
 
@@ -1465,7 +1465,7 @@ pub fn run<T>(
         (value, tables.take_changed())
     };
     let appended_bytes = st.write_appends(store, false)?;
-    db.commit(txn, &changed)?;
+    db.commit(txn, changed)?;
     let records_written = st.records_written;
     st.apply_to(ws);
     Ok((value, records_written, appended_bytes))

@@ -348,12 +348,21 @@ async fn teardown(target: &Target, session: &Arc<Session>) {
     end_all_tasks(target, session).await;
     if session.session_type == SessionType::Normal {
         target.registry.remove(session);
-        let scsi = target.scsi.clone();
-        let nexus = session.nexus.clone();
-        let _ = tokio::task::spawn_blocking(move || scsi.nexus_dropped(&nexus)).await;
     }
+    drop_nexus(target, session).await;
     session.mark_closed();
     tracing::info!(tsih = session.tsih, "iSCSI session closed");
+}
+
+/// Tells the SCSI layer that the session's nexus is gone (its reservations
+/// released, its unit attentions forgotten), unless that was done already.
+async fn drop_nexus(target: &Target, session: &Session) {
+    if !session.take_nexus_drop() {
+        return;
+    }
+    let scsi = target.scsi.clone();
+    let nexus = session.nexus.clone();
+    let _ = tokio::task::spawn_blocking(move || scsi.nexus_dropped(&nexus)).await;
 }
 
 /// Aborts every command of the session, here and in the SCSI layer (where a
@@ -1645,6 +1654,13 @@ impl Connection {
                 self.forget_aborted(itt, gather.command.holds_slot);
             }
             self.session.wait_for_all_tasks().await;
+            // Before the response: an initiator that logs in again at once
+            // (another ISID, or another initiator it coordinates with) must
+            // find the old nexus's reservations released. Told at the
+            // teardown instead, a RESERVE sent right after a relogin met the
+            // old reservation now and then on a loaded host (libiscsi's
+            // SCSI.Reserve6.Logout).
+            drop_nexus(&self.target, &self.session).await;
         }
         let header = Header::LogoutResponse(pdu::LogoutResponse {
             response,

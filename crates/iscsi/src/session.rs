@@ -190,6 +190,9 @@ pub struct Session {
     close: watch::Sender<bool>,
     /// Set by the connection once it has torn everything down.
     closed: watch::Sender<bool>,
+    /// The SCSI layer has been told the nexus is gone (see
+    /// [`Session::take_nexus_drop`]).
+    nexus_dropped: std::sync::atomic::AtomicBool,
     /// Commands of this session on the blocking pool at once
     /// (`Limits::session_pool_commands_max`).
     pool_share: Arc<tokio::sync::Semaphore>,
@@ -222,8 +225,19 @@ impl Session {
             tasks_changed: Notify::new(),
             close: watch::channel(false).0,
             closed: watch::channel(false).0,
+            nexus_dropped: std::sync::atomic::AtomicBool::new(false),
             pool_share: Arc::new(tokio::sync::Semaphore::new(pool_share_commands)),
         }
+    }
+
+    /// Whether the caller is the one to tell the SCSI layer that this
+    /// session's nexus is gone: true once, at a logout or at the teardown,
+    /// whichever comes first.
+    pub fn take_nexus_drop(&self) -> bool {
+        self.session_type == SessionType::Normal
+            && !self
+                .nexus_dropped
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
     }
 
     /// This session's share of the blocking pool: one permit per command

@@ -369,26 +369,57 @@ fn reusing_an_isid_reinstates_the_session() {
     assert_eq!(server.disk.nexus_dropped.load(Ordering::SeqCst), 1);
 }
 
-#[test]
-fn logout_answers_and_closes() {
-    let server = TestServer::start();
-    let mut client = RawClient::connect(server.portals[0]);
-    client.login_normal(INITIATOR_IQN, ISID_A);
+/// Sends a Logout Request (close the session) and returns the reply.
+fn logout(client: &mut RawClient, initiator_task_tag: u32) -> Received {
     let header = Header::LogoutRequest(pdu::LogoutRequest {
         immediate: true,
         reason: 0,
-        initiator_task_tag: 55,
+        initiator_task_tag,
         cid: 0,
         cmd_sn: client.cmd_sn,
         exp_stat_sn: client.exp_stat_sn,
     });
     client.send(&header, &[]);
-    let received = client.receive().expect("logout response");
+    client.receive().expect("logout response")
+}
+
+#[test]
+fn logout_answers_and_closes() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    let received = logout(&mut client, 55);
     let Header::LogoutResponse(response) = received.header else {
         panic!("expected Logout")
     };
     assert_eq!((response.response, response.initiator_task_tag), (0, 55));
     assert!(client.closed_by_target());
+}
+
+/// A logout releases the nexus (reservations and all) before it is
+/// answered, once: an initiator may log in again at once and reserve.
+#[test]
+fn logout_drops_the_nexus_before_answering() {
+    let server = TestServer::start();
+    let mut client = RawClient::connect(server.portals[0]);
+    client.login_normal(INITIATOR_IQN, ISID_A);
+    assert_eq!(server.disk.nexus_dropped.load(Ordering::SeqCst), 0);
+    let received = logout(&mut client, 56);
+    assert!(matches!(received.header, Header::LogoutResponse(_)));
+    assert_eq!(
+        server.disk.nexus_dropped.load(Ordering::SeqCst),
+        1,
+        "dropped before the response"
+    );
+    assert!(client.closed_by_target());
+    let mut again = RawClient::connect(server.portals[0]);
+    again.login_normal(INITIATOR_IQN, ISID_A);
+    assert!(again.ping().is_some());
+    assert_eq!(
+        server.disk.nexus_dropped.load(Ordering::SeqCst),
+        1,
+        "not again at the teardown"
+    );
 }
 
 #[test]

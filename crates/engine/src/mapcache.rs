@@ -10,9 +10,10 @@
 //! locations (see `locations`), a grain's mapping does change under its key,
 //! so the cache holds exactly the mappings of one commit, its `generation`,
 //! and is used only by reads whose shared view carries that label (see `kv`).
-//! Each commit, before the generation is bumped, applies every change its
+//! Each commit marks the cache as between generations before its transaction
+//! commits; the cache takes the new generation only once every change the
 //! transaction made (its [`ChangedMappings`], listed in order by the
-//! transaction's tables as it writes) and takes the new generation; a reader
+//! transaction's tables as it writes) is in, at once or later; a reader
 //! inserts what its view found only if the cache is still at its view's
 //! generation, checked under the same lock. So an entry read from a view older
 //! than a commit is either refused or inserted before that commit overwrites
@@ -27,8 +28,8 @@
 //! long), so a commit of a full open transaction never holds readers up.
 //!
 //! Why a commit of many changes applies them later, once the committer has let
-//! go of the writer mutex ([`MapCache::apply_deferred`]), or else at the next
-//! commit's start: the background durable commit of 1 MiB writes at 400 MiB/s
+//! go of the writer mutex ([`MapCache::apply_deferred`]; later commits add
+//! theirs behind them meanwhile): the background durable commit of 1 MiB writes at 400 MiB/s
 //! carried ~80 k changes, and putting them in took 20–35 ms of its ~95 ms hold
 //! of the writer mutex, every write in the array waiting meanwhile (the cache
 //! is a cold hash table of ~200 k keys: a miss a key). Readers meanwhile find
@@ -40,7 +41,6 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;

@@ -27,13 +27,14 @@
 //! marked as between generations (every reader refused, none kept waiting for
 //! long), so a commit of a full open transaction never holds readers up.
 //!
-//! Why a commit of many changes applies them later, once the committer has let
-//! go of the writer mutex ([`MapCache::apply_deferred`]; later commits add
-//! theirs behind them meanwhile): the background durable commit of 1 MiB writes at 400 MiB/s
-//! carried ~80 k changes, and putting them in took 20–35 ms of its ~95 ms hold
-//! of the writer mutex, every write in the array waiting meanwhile (the cache
-//! is a cold hash table of ~200 k keys: a miss a key). Readers meanwhile find
-//! the cache between generations and look in the table, as during the commit.
+//! Why a commit of many changes applies them later, once the committer has
+//! let go of the writer mutex ([`MapCache::apply_deferred`]; later commits
+//! add theirs behind them meanwhile): the background durable commit of 1 MiB
+//! writes at 400 MiB/s carried ~80 k changes, and putting them in took
+//! 20–35 ms of its ~95 ms hold of the writer mutex, every write in the array
+//! waiting meanwhile (the cache is a cold hash table of ~200 k keys: a miss a
+//! key). Readers meanwhile find the cache between generations and look in the
+//! table, as during the commit.
 //!
 //! Memory is bounded: at [`MapCache::new`]'s entry count the cache starts
 //! over, empty (cheaper than tracking recency on every read, and a working set
@@ -438,7 +439,7 @@ mod tests {
 
     /// A commit of more changes than one slice leaves them for later, and
     /// refuses every reader until all of them are in: put in by
-    /// `apply_deferred`, or by the next commit before its own.
+    /// `apply_deferred`, with those of the commits that came meanwhile.
     #[test]
     fn a_large_commit_is_applied_whole_later_before_readers_come_back() {
         let cache = MapCache::new(1 << 20);

@@ -8,7 +8,7 @@
 //! bytes and a reference to its payload; the pieces go to the segment in one
 //! vectored write ([`crate::segment::SegmentStore::write_vectored_at`]).
 
-use std::sync::Arc;
+use bytes::Bytes;
 
 use crate::segment::RECORD_HEADER_BYTES;
 
@@ -17,7 +17,7 @@ use crate::segment::RECORD_HEADER_BYTES;
 enum Piece {
     Record {
         header: [u8; RECORD_HEADER_BYTES],
-        payload: Arc<[u8]>,
+        payload: Bytes,
     },
     Encoded(Vec<u8>),
 }
@@ -68,7 +68,7 @@ impl SegmentAppends {
 
     /// Appends a record of `header` (its final bytes, checksum included) and
     /// `payload`.
-    pub fn push_record(&mut self, header: [u8; RECORD_HEADER_BYTES], payload: Arc<[u8]>) {
+    pub fn push_record(&mut self, header: [u8; RECORD_HEADER_BYTES], payload: Bytes) {
         self.push(Piece::Record { header, payload });
     }
 
@@ -124,9 +124,9 @@ mod tests {
     #[test]
     fn pieces_are_contiguous_and_read_back_where_they_were_put() {
         let mut appends = SegmentAppends::new(100);
-        appends.push_record([1; RECORD_HEADER_BYTES], Arc::from(&b"hello"[..]));
+        appends.push_record([1; RECORD_HEADER_BYTES], Bytes::from_static(b"hello"));
         appends.push_encoded(b"0123456789");
-        appends.push_record([2; RECORD_HEADER_BYTES], Arc::from(&b"world!"[..]));
+        appends.push_record([2; RECORD_HEADER_BYTES], Bytes::from_static(b"world!"));
         let header = RECORD_HEADER_BYTES as u64;
         assert_eq!(appends.len_bytes(), 2 * header + 5 + 10 + 6);
         assert_eq!(appends.end_bytes(), 100 + appends.len_bytes());

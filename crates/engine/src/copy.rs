@@ -281,7 +281,7 @@ impl Engine {
             let chunk = (length_bytes - done).min(DATA_COPY_CHUNK_BYTES);
             buf.resize(chunk as usize, 0);
             self.read_snapshot(source, source_offset_bytes + done, &mut buf)?;
-            self.write(destination, destination_offset_bytes + done, &buf)?;
+            self.write(destination, destination_offset_bytes + done, &buf, None)?;
             done += chunk;
         }
         Ok(())

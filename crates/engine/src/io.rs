@@ -212,12 +212,16 @@ impl Engine {
         grain::decode(payload, codec, out).map_err(corrupt)
     }
 
+    /// `shared`, if given, holds the same bytes as `data`: the grains kept
+    /// raw are slices of it, not copies (see [`grain::classify_shared`]).
     pub(crate) fn write(
         &self,
         vol: &Arc<VolumeShared>,
         offset_bytes: u64,
         data: &[u8],
+        shared: Option<&bytes::Bytes>,
     ) -> Result<()> {
+        debug_assert!(shared.is_none_or(|shared| shared.len() == data.len()));
         self.make_room(data.len() as u64)?;
         let view = vol.view.read();
         vol.ensure_live()?;
@@ -232,8 +236,14 @@ impl Engine {
             (policy.compression, policy.dedup)
         };
         let hints = &self.dedup_hints;
-        let classify = |grain: &[u8]| {
-            grain::classify_hinted(grain, compression, |fingerprint| {
+        // The whole grain at `at` bytes into `data`.
+        let classify = |at: usize| {
+            let grain = &data[at..at + GRAIN_BYTES as usize];
+            let raw = || match shared {
+                Some(shared) => shared.slice(at..at + GRAIN_BYTES as usize),
+                None => bytes::Bytes::copy_from_slice(grain),
+            };
+            grain::classify_shared(grain, raw, compression, |fingerprint| {
                 let hinted = dedup && hints.contains(crate::tx::dedup_key(fingerprint));
                 if hinted {
                     self.stats
@@ -250,8 +260,8 @@ impl Engine {
             grain * GRAIN_BYTES >= offset_bytes && (grain + 1) * GRAIN_BYTES <= end_bytes
         };
         if (first..end).all(whole) {
-            let contents = data
-                .chunks_exact(GRAIN_BYTES as usize)
+            let contents = (0..data.len())
+                .step_by(GRAIN_BYTES as usize)
                 .map(classify)
                 .collect();
             return self.commit_grains(vol.clone(), first, contents);
@@ -260,7 +270,7 @@ impl Engine {
             .map(|grain| {
                 whole(grain).then(|| {
                     let at = (grain * GRAIN_BYTES - offset_bytes) as usize;
-                    classify(&data[at..at + GRAIN_BYTES as usize])
+                    classify(at)
                 })
             })
             .collect();
@@ -360,7 +370,7 @@ impl Engine {
 
     fn write_zero_bytes(&self, vol: &Arc<VolumeShared>, from: u64, to: u64) -> Result<()> {
         let zeroes = vec![0u8; (to - from) as usize];
-        self.write(vol, from, &zeroes)
+        self.write(vol, from, &zeroes, None)
     }
 
     /// Writes one range record (plus the cuts of records it overlaps): O(1) in the

@@ -540,7 +540,7 @@ mod tests {
         let pin = engine.pin_volume(&looked_up);
         assert!(matches!(pin, Err(crate::EngineError::VolumeNotFound(_))));
         let data = unique_bytes(GRAIN_BYTES as usize, 3);
-        let write = engine.write(&looked_up, 0, &data);
+        let write = engine.write(&looked_up, 0, &data, None);
         assert!(matches!(write, Err(crate::EngineError::VolumeNotFound(_))));
         let unmap = engine.write_range(&looked_up, 0, GRAIN_BYTES, crate::meta::RangeKind::Hole);
         assert!(matches!(unmap, Err(crate::EngineError::VolumeNotFound(_))));

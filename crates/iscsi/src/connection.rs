@@ -397,7 +397,8 @@ struct PendingCommand {
 /// A command ready for the SCSI layer (or already answered by the transport).
 struct ReadyCommand {
     command: PendingCommand,
-    data_out: Vec<u8>,
+    /// Shared: a write's unit may keep slices of it (see `LogicalUnit::write_shared`).
+    data_out: bytes::Bytes,
     r2t_count: u32,
     /// Set when the transport answers itself (e.g. a write above the transfer limit).
     answer: Option<CommandOutcome>,
@@ -1055,7 +1056,7 @@ impl Connection {
         if !wants_data {
             let ready = ReadyCommand {
                 command: pending,
-                data_out: Vec::new(),
+                data_out: bytes::Bytes::new(),
                 r2t_count: 0,
                 answer: None,
                 _buffers: None,
@@ -1783,7 +1784,7 @@ impl WriteGather {
         };
         ReadyCommand {
             command: self.command,
-            data_out: Vec::new(),
+            data_out: bytes::Bytes::new(),
             r2t_count: self.r2t_count,
             answer: Some(answer),
             _buffers: None,
@@ -1793,7 +1794,7 @@ impl WriteGather {
     fn into_ready(self, target: &Target) -> ReadyCommand {
         let edtl = self.command.expected_data_transfer_bytes;
         assert_eq!(self.received_bytes, edtl, "only a complete write is ready");
-        let data_out = self.buffer.map(LentBuffer::take).unwrap_or_default();
+        let data_out = bytes::Bytes::from(self.buffer.map(LentBuffer::take).unwrap_or_default());
         assert!(self.refused.is_some() || data_out.len() == edtl as usize);
         let answer = self.refused.map(|refusal| match refusal {
             Refusal::TooLarge => {
@@ -2106,7 +2107,7 @@ fn scsi_call(
     target: &Target,
     session: &Session,
     command: &PendingCommand,
-    data_out: &[u8],
+    data_out: &bytes::Bytes,
     fetch: Fetch,
 ) -> Option<(CommandOutcome, Option<u64>)> {
     debug_assert!(data_out.len() <= u32::MAX as usize);

@@ -240,6 +240,10 @@ impl BlockExport for VolumeExport {
         self.volume.write(offset, data).map_err(export_error)
     }
 
+    fn write_shared(&self, offset: u64, data: &bytes::Bytes) -> Result<(), ExportError> {
+        self.volume.write_shared(offset, data).map_err(export_error)
+    }
+
     fn read_cached(&self, offset: u64, buf: &mut [u8]) -> Result<bool, ExportError> {
         self.volume.read_cached(offset, buf).map_err(export_error)
     }

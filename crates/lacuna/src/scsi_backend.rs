@@ -204,6 +204,14 @@ impl VolumeUnit {
             capacity_generation: AtomicU64::new(0),
         }
     }
+
+    /// A write's FUA: durable before the write returns.
+    fn flush_if(&self, fua: bool) -> Result<(), BackendError> {
+        if fua {
+            self.volume.flush().map_err(backend_error)?;
+        }
+        Ok(())
+    }
 }
 
 fn backend_error(error: EngineError) -> BackendError {
@@ -269,10 +277,19 @@ impl LogicalUnit for VolumeUnit {
         self.volume
             .write(offset_bytes, data)
             .map_err(backend_error)?;
-        if fua {
-            self.volume.flush().map_err(backend_error)?;
-        }
-        Ok(())
+        self.flush_if(fua)
+    }
+
+    fn write_shared(
+        &self,
+        offset_bytes: u64,
+        data: &bytes::Bytes,
+        fua: bool,
+    ) -> Result<(), BackendError> {
+        self.volume
+            .write_shared(offset_bytes, data)
+            .map_err(backend_error)?;
+        self.flush_if(fua)
     }
 
     fn write_is_quick(&self, length_bytes: u64) -> bool {

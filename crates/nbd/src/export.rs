@@ -119,6 +119,11 @@ pub trait BlockExport: Send + Sync + 'static {
     fn read_only(&self) -> bool;
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError>;
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), ExportError>;
+    /// `write` of data in a shared buffer, which an export may keep slices
+    /// of (for as long as it likes) instead of copying what it keeps.
+    fn write_shared(&self, offset: u64, data: &bytes::Bytes) -> Result<(), ExportError> {
+        self.write(offset, data)
+    }
     fn trim(&self, offset: u64, length: u64) -> Result<(), ExportError>;
     fn write_zeroes(&self, offset: u64, length: u64, allow_unmap: bool) -> Result<(), ExportError>;
     /// Makes completed writes durable on every connection of every export

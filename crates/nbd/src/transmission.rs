@@ -586,20 +586,30 @@ fn buffer_cost(header: &RequestHeader) -> u32 {
 async fn read_payload<R: AsyncRead + Unpin>(
     reader: &mut R,
     header: &RequestHeader,
-) -> Result<Vec<u8>, ConnectionError> {
+) -> Result<bytes::Bytes, ConnectionError> {
     if header.command != p::NBD_CMD_WRITE {
-        return Ok(Vec::new());
+        return Ok(bytes::Bytes::new());
     }
     if header.length > MAX_DRAINABLE_PAYLOAD_BYTES {
         return Err(ConnectionError::PayloadTooLarge(header.length));
     }
     if header.length > MAX_REQUEST_PAYLOAD_BYTES {
         drain(reader, u64::from(header.length)).await?;
-        return Ok(Vec::new());
+        return Ok(bytes::Bytes::new());
     }
-    let mut payload = vec![0u8; header.length as usize];
-    reader.read_exact(&mut payload).await?;
-    Ok(payload)
+    // Received into memory not zeroed first (`read_exact` wants initialised
+    // bytes: a memset of every payload for nothing).
+    let length_bytes = header.length as usize;
+    let mut payload = bytes::BytesMut::with_capacity(length_bytes);
+    while payload.len() < length_bytes {
+        let missing_bytes = length_bytes - payload.len();
+        let mut room = bytes::BufMut::limit(&mut payload, missing_bytes);
+        if reader.read_buf(&mut room).await? == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+    }
+    assert_eq!(payload.len(), length_bytes);
+    Ok(payload.freeze())
 }
 
 /// Runs a request on the blocking pool, which hands its reply to the writer
@@ -611,7 +621,7 @@ fn dispatch(
     sender: &mpsc::Sender<Outgoing>,
     handle: u64,
     command: Command,
-    payload: Vec<u8>,
+    payload: bytes::Bytes,
     in_flight: InFlight,
 ) {
     let structured = session.structured;
@@ -659,7 +669,7 @@ fn execute_caught(
     frames: &mut Vec<u8>,
     session: &Session,
     handle: u64,
-    (command, payload): (Command, &[u8]),
+    (command, payload): (Command, &bytes::Bytes),
     fetch: Fetch,
 ) -> bool {
     let start = frames.len();
@@ -748,7 +758,7 @@ pub fn execute(
     frames: &mut Vec<u8>,
     session: &Session,
     handle: u64,
-    (command, payload): (Command, &[u8]),
+    (command, payload): (Command, &bytes::Bytes),
     fetch: Fetch,
 ) -> bool {
     let export = session.export.as_ref();
@@ -769,7 +779,7 @@ pub fn execute(
             );
         }
         Command::Write { offset, fua } => export
-            .write(offset, payload)
+            .write_shared(offset, payload)
             .and_then(|()| flush_if(export, fua)),
         Command::Flush => export.flush(),
         Command::Trim {
@@ -1015,6 +1025,47 @@ mod tests {
 
     fn errno(limits: &Limits, h: RequestHeader) -> u32 {
         validate(limits, &h).unwrap_err().errno
+    }
+
+    /// Hands out its bytes at most `chunk_bytes` per read, as a socket may.
+    struct Trickle {
+        bytes: Vec<u8>,
+        at: usize,
+        chunk_bytes: usize,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let end = self.bytes.len().min(self.at + self.chunk_bytes);
+            let n = (end - self.at).min(buf.remaining());
+            buf.put_slice(&self.bytes[self.at..self.at + n]);
+            self.at += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A write's payload arrives whole however the socket splits it, and
+    /// nothing after it is taken; one cut short is an error, not a payload.
+    #[tokio::test]
+    async fn a_payload_is_received_whole_from_pieces() {
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut reader = Trickle {
+            bytes: bytes.clone(),
+            at: 0,
+            chunk_bytes: 999,
+        };
+        let write = |length| header(NBD_CMD_WRITE, 0, 0, length);
+        let payload = read_payload(&mut reader, &write(6000)).await.unwrap();
+        assert_eq!(payload[..], bytes[..6000]);
+        assert_eq!(reader.at, 6000, "not a byte of the next request taken");
+        let short = read_payload(&mut reader, &write(4001)).await;
+        assert!(
+            matches!(short, Err(ConnectionError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof)
+        );
     }
 
     #[test]

@@ -142,6 +142,16 @@ pub trait LogicalUnit: Send + Sync {
     }
     /// `fua`: durable before returning (Force Unit Access).
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), BackendError>;
+    /// `write` of data in a shared buffer, which a unit may keep slices of
+    /// (for as long as it likes) instead of copying what it keeps.
+    fn write_shared(
+        &self,
+        offset_bytes: u64,
+        data: &bytes::Bytes,
+        fua: bool,
+    ) -> Result<(), BackendError> {
+        self.write(offset_bytes, data, fua)
+    }
     /// Whether a write of `length_bytes` (not FUA) would return without waiting
     /// for background work such as cleaning: it may then run on a transport's
     /// own task. Only a hint; `false` is always safe.

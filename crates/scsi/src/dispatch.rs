@@ -69,7 +69,7 @@ pub(crate) struct Request<'a> {
     pub core: &'a ScsiCore,
     pub nexus: &'a ItNexus,
     pub cdb: &'a [u8],
-    pub data_out: &'a [u8],
+    pub data_out: &'a bytes::Bytes,
     pub lun: u64,
     pub task_tag: u32,
     pub unit: &'a Arc<dyn LogicalUnit>,

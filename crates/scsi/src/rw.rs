@@ -103,13 +103,20 @@ pub(crate) fn read(request: &Request<'_>) -> CommandResult {
 }
 
 /// The whole blocks of Data-Out that arrived, up to the transfer length.
-fn arrived_blocks<'a>(request: &Request<'a>, len_bytes: usize) -> &'a [u8] {
+fn arrived_blocks(request: &Request<'_>, len_bytes: usize) -> bytes::Bytes {
     let block_size_bytes = request.geometry.block_size_bytes as usize;
     let arrived = request.data_out.len().min(len_bytes);
-    &request.data_out[..arrived - arrived % block_size_bytes]
+    request
+        .data_out
+        .slice(..arrived - arrived % block_size_bytes)
 }
 
-fn write_range(request: &Request<'_>, lba: u64, data: &[u8], fua: bool) -> Result<(), Failure> {
+fn write_range(
+    request: &Request<'_>,
+    lba: u64,
+    data: &bytes::Bytes,
+    fua: bool,
+) -> Result<(), Failure> {
     if data.is_empty() {
         return Ok(());
     }
@@ -121,7 +128,7 @@ fn write_range(request: &Request<'_>, lba: u64, data: &[u8], fua: bool) -> Resul
     let fua = fua || !request.state.lock().mode.write_cache_enabled();
     request
         .unit
-        .write(offset_bytes, data, fua)
+        .write_shared(offset_bytes, data, fua)
         .map_err(|e| storage_failure(e, true))
 }
 
@@ -144,7 +151,7 @@ pub(crate) fn write(request: &Request<'_>) -> CommandResult {
     write_range(
         request,
         fields.lba,
-        arrived_blocks(request, len_bytes),
+        &arrived_blocks(request, len_bytes),
         fields.fua,
     )?;
     Ok(Vec::new())
@@ -163,7 +170,7 @@ pub(crate) fn write_and_verify(request: &Request<'_>) -> CommandResult {
     request.check_writable()?;
     let data = arrived_blocks(request, len_bytes);
     // The verification is part of the write: durable first, then read back.
-    write_range(request, fields.lba, data, true)?;
+    write_range(request, fields.lba, &data, true)?;
     if !data.is_empty() {
         let mut stored = vec![0u8; data.len()];
         request
@@ -171,7 +178,7 @@ pub(crate) fn write_and_verify(request: &Request<'_>) -> CommandResult {
             .read(geometry.offset_bytes(fields.lba), &mut stored)
             .map_err(|e| storage_failure(e, false))?;
         if fields.byte_check == 1 {
-            compare(data, &stored)?;
+            compare(&data, &stored)?;
         }
     }
     Ok(Vec::new())
@@ -284,7 +291,7 @@ pub(crate) fn orwrite(request: &Request<'_>) -> CommandResult {
         .unit
         .read(offset_bytes, &mut stored)
         .map_err(|e| storage_failure(e, false))?;
-    for (byte, or) in stored.iter_mut().zip(data) {
+    for (byte, or) in stored.iter_mut().zip(data.iter()) {
         *byte |= or;
     }
     let fua = fields.fua || !request.state.lock().mode.write_cache_enabled();

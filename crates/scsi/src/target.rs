@@ -35,8 +35,9 @@ pub struct Command<'a> {
     pub lun: u64,
     pub cdb: &'a [u8],
     /// All Data-Out bytes the initiator sent (may be shorter or longer than the CDB implies;
-    /// the SCSI layer checks and answers with the right sense).
-    pub data_out: &'a [u8],
+    /// the SCSI layer checks and answers with the right sense). Shared, so that a write
+    /// hands the logical unit slices of it rather than copies.
+    pub data_out: &'a bytes::Bytes,
     /// Expected Data-In length from the transport header: allocation-length truncation is
     /// the SCSI layer's job, residual accounting is the transport's.
     pub expected_data_in_bytes: u32,

@@ -52,7 +52,7 @@ fn exec(core: &ScsiCore, nexus: &ItNexus, lun: u64, cdb: &[u8], data_out: &[u8])
         Command {
             lun,
             cdb,
-            data_out,
+            data_out: &bytes::Bytes::copy_from_slice(data_out),
             expected_data_in_bytes: 1 << 20,
             task_tag: 1,
             attribute: TaskAttribute::Simple,
@@ -244,7 +244,7 @@ fn exec_from_memory(
         Command {
             lun,
             cdb,
-            data_out: &[],
+            data_out: &bytes::Bytes::new(),
             expected_data_in_bytes: 1 << 20,
             task_tag: 1,
             attribute: TaskAttribute::Simple,
@@ -978,7 +978,7 @@ fn sanitize_without_immed_ends_when_its_task_is_aborted() {
                 Command {
                     lun: 0,
                     cdb: &cdb,
-                    data_out: &parameters,
+                    data_out: &bytes::Bytes::from(parameters.clone()),
                     expected_data_in_bytes: 0,
                     task_tag: 42,
                     attribute: TaskAttribute::Simple,
@@ -1024,7 +1024,7 @@ fn sanitize_waiting<'scope>(
             Command {
                 lun,
                 cdb: &CDB,
-                data_out: &PARAMETERS,
+                data_out: &bytes::Bytes::from_static(&PARAMETERS),
                 expected_data_in_bytes: 0,
                 task_tag: tag,
                 attribute: TaskAttribute::Simple,

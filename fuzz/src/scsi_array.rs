@@ -73,7 +73,7 @@ impl Array {
             Command {
                 lun,
                 cdb,
-                data_out,
+                data_out: &bytes::Bytes::copy_from_slice(data_out),
                 expected_data_in_bytes: EXPECTED_DATA_IN_BYTES,
                 task_tag: 1,
                 attribute: TaskAttribute::Simple,

@@ -381,6 +381,23 @@ mod tests {
         }
     }
 
+    /// Whether `read_cached` refuses once the segments' pages are evicted,
+    /// in one of a few tries. Why tries: a `RWF_NOWAIT` read of a page that is
+    /// not cached starts its readahead before it gives up (Linux ≥ 5.9), and on a fast disk
+    /// under load that read can finish before the kernel's second look, which
+    /// then finds the page and returns it (seen once in ~60 runs beside two
+    /// other test binaries). A read that always waited would never refuse.
+    fn refuses_once_evicted(
+        dir: &std::path::Path,
+        mut read_cached: impl FnMut() -> crate::Result<bool>,
+    ) -> bool {
+        const TRIES: usize = 8;
+        (0..TRIES).any(|_| {
+            evict_segments(dir);
+            !read_cached().unwrap()
+        })
+    }
+
     #[test]
     fn a_read_that_must_not_wait_refuses_data_out_of_memory_and_counts_no_error() {
         // Grains read again and again would be kept (see `hot`) and read from
@@ -395,9 +412,8 @@ mod tests {
             "just written: in memory"
         );
         assert_eq!(buf, data);
-        evict_segments(dir.path());
         assert!(
-            !volume.read_cached(0, &mut buf).unwrap(),
+            refuses_once_evicted(dir.path(), || volume.read_cached(0, &mut buf)),
             "evicted pages were read without waiting (is the temp dir on tmpfs?)"
         );
         assert_eq!(engine.stats.read_errors.load(Ordering::Relaxed), 0);
@@ -410,8 +426,7 @@ mod tests {
         // A snapshot reads through the same path.
         engine.create_snapshots(&["v"], Some("s"), None).unwrap();
         let snapshot = engine.open_snapshot("v@s").unwrap();
-        evict_segments(dir.path());
-        assert!(!snapshot.read_cached(0, &mut buf).unwrap());
+        assert!(refuses_once_evicted(dir.path(), || snapshot.read_cached(0, &mut buf)));
         snapshot.read(0, &mut buf).unwrap();
         assert_eq!(buf, data);
         buf.fill(0);

@@ -123,26 +123,14 @@ pub fn classify(grain: &[u8]) -> GrainContent {
 /// and compression with the container's codec. A compressed payload is kept only
 /// if it saves at least an eighth.
 pub fn classify_with(grain: &[u8], compression: crate::Compression) -> GrainContent {
-    classify_hinted(grain, compression, |_| false)
+    let raw = || Bytes::copy_from_slice(grain);
+    classify_shared(grain, raw, compression, |_| false)
 }
 
-/// [`classify_with`], except that a grain whose fingerprint `likely_duplicate`
-/// says the dedup index holds is left raw, its compression deferred.
-pub fn classify_hinted(
-    grain: &[u8],
-    compression: crate::Compression,
-    likely_duplicate: impl FnOnce(&Fingerprint) -> bool,
-) -> GrainContent {
-    classify_shared(
-        grain,
-        || Bytes::copy_from_slice(grain),
-        compression,
-        likely_duplicate,
-    )
-}
-
-/// [`classify_hinted`] of a grain that `raw` hands over as a shared buffer
-/// when it is kept raw (a duplicate's, or one that does not compress).
+/// [`classify_with`] of a grain that `raw` hands over as a shared buffer
+/// when it is kept raw (a duplicate's, or one that does not compress); a
+/// grain whose fingerprint `likely_duplicate` says the dedup index holds is
+/// left raw, its compression deferred.
 ///
 /// Why: in 1 MiB writes a third of the grains repeat stored blocks and stay
 /// raw until the dedup index proves them; copying each out of the host's

@@ -212,8 +212,8 @@ impl Engine {
         grain::decode(payload, codec, out).map_err(corrupt)
     }
 
-    /// `shared`, if given, holds the same bytes as `data`: the grains kept
-    /// raw are slices of it, not copies (see [`grain::classify_shared`]).
+    /// `shared`, if given, is the buffer `data` is: the grains kept raw are
+    /// slices of it, not copies (see [`grain::classify_shared`]).
     pub(crate) fn write(
         &self,
         vol: &Arc<VolumeShared>,
@@ -221,7 +221,7 @@ impl Engine {
         data: &[u8],
         shared: Option<&bytes::Bytes>,
     ) -> Result<()> {
-        debug_assert!(shared.is_none_or(|shared| shared.len() == data.len()));
+        assert!(shared.is_none_or(|shared| std::ptr::eq(&shared[..], data)));
         self.make_room(data.len() as u64)?;
         let view = vol.view.read();
         vol.ensure_live()?;

@@ -10,7 +10,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::meta::{self, kv_error, MapValue, RangeKind};
+use crate::meta::{self, kv_error, RangeKind};
 use crate::view::{Content, Reader, Source};
 use crate::{Engine, Result};
 
@@ -162,13 +162,10 @@ impl Engine {
         let current = self.begin_read()?;
         let current_maps = current.open_table(meta::MAPPINGS).map_err(kv_error)?;
         let mut written_since = std::collections::BTreeSet::new();
-        for item in current_maps
-            .range((job.volume, job.start)..(job.volume, settled_end))
-            .map_err(kv_error)?
-        {
-            let (key, value) = item.map_err(kv_error)?;
-            if MapValue::decode(value.value())?.seq > job.seq {
-                written_since.insert(key.value().1);
+        for item in crate::points::range(&current_maps, job.volume, job.start, settled_end)? {
+            let (_, grain, value) = item?;
+            if value.seq > job.seq {
+                written_since.insert(grain);
             }
         }
         let mut bitmap = volume.bitmap.lock();

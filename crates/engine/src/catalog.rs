@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bitmap::DataBitmap;
 use crate::mapcache::ChangedMappings;
-use crate::meta::{self, kv_error, BlockRec, MapValue, RangeKind, RangeRec, Target};
+use crate::meta::{self, kv_error, BlockRec, RangeKind, RangeRec, Target};
 use crate::provision::Provisioning;
 use crate::ranges::RangeMap;
 use crate::segment::{FileSegmentStore, SegmentStore};
@@ -422,12 +422,9 @@ impl Engine {
         let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
         let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;
         let (mut unique, mut shared) = (0u64, 0f64);
-        for item in maps
-            .range((volume, 0)..=(volume, u64::MAX))
-            .map_err(kv_error)?
-        {
-            let (_, value) = item.map_err(kv_error)?;
-            let Target::Block(id) = MapValue::decode(value.value())?.target else {
+        for item in crate::points::range(&maps, volume, 0, u64::MAX)? {
+            let (_, _, value) = item?;
+            let Target::Block(id) = value.target else {
                 continue;
             };
             let Some(rec) = blocks.get(id).map_err(kv_error)? else {
@@ -828,7 +825,15 @@ pub(crate) fn ensure_tables(db: &crate::kv::Kv) -> Result<()> {
         .map_err(kv_error)?;
     txn.set_quick_repair(true);
     crate::tx::create_tables(&txn)?;
-    db.commit(txn, ChangedMappings::NONE)
+    let converted = crate::points::convert_legacy(&txn)?;
+    if converted > 0 {
+        tracing::info!(
+            mappings = converted,
+            "point mappings converted to rows of {} grains",
+            crate::points::CHUNK_GRAINS
+        );
+    }
+    db.commit(txn, ChangedMappings::Everything)
 }
 
 /// The fresh open segment's id must never be handed out again, even if the next
@@ -911,9 +916,9 @@ struct LoadedVolumes {
 fn count_mappings(txn: &redb::ReadTransaction) -> Result<HashMap<u64, u64>> {
     let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
     let mut counts: HashMap<u64, u64> = HashMap::new();
-    for item in maps.iter().map_err(kv_error)? {
-        let (key, _) = item.map_err(kv_error)?;
-        *counts.entry(key.value().0).or_default() += 1;
+    for item in crate::points::all(&maps)? {
+        let (volume, _, _) = item?;
+        *counts.entry(volume).or_default() += 1;
     }
     Ok(counts)
 }
@@ -993,13 +998,8 @@ fn rebuild_bitmap(
             bitmap.set_range(start.min(grains), rec.end_grain.min(grains), true);
         }
     }
-    for item in maps
-        .range((shared.id, 0)..=(shared.id, u64::MAX))
-        .map_err(kv_error)?
-    {
-        let (key, value) = item.map_err(kv_error)?;
-        let grain = key.value().1;
-        let value = MapValue::decode(value.value())?;
+    for item in crate::points::range(maps, shared.id, 0, u64::MAX)? {
+        let (_, grain, value) = item?;
         if grain >= grains {
             continue;
         }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use redb::ReadableTable;
 
-use crate::meta::{self, kv_error, BlockRec, HistValue, MapValue, Target};
+use crate::meta::{self, kv_error, BlockRec, HistValue, Target};
 use crate::{Engine, EngineError, Result};
 
 /// A volume with its range map and size as they were when the check began.
@@ -47,10 +47,9 @@ impl Engine {
         let mut history_refs: HashMap<u64, u64> = HashMap::new();
         let mut mapping_counts: HashMap<u64, u64> = HashMap::new();
         let mut highest = Highest::default();
-        for item in maps.iter().map_err(kv_error)? {
-            let (key, value) = item.map_err(kv_error)?;
-            *mapping_counts.entry(key.value().0).or_default() += 1;
-            let value = MapValue::decode(value.value())?;
+        for item in crate::points::all(&maps)? {
+            let (volume, _, value) = item?;
+            *mapping_counts.entry(volume).or_default() += 1;
             highest.seq = highest.seq.max(value.seq);
             if let Target::Block(id) = value.target {
                 *refs.entry(id).or_default() += 1;
@@ -173,16 +172,10 @@ impl Engine {
         let mut used: HashMap<u64, u64> = HashMap::new();
         for (vol, ranges, size_bytes) in views {
             let mut shadowed = 0u64;
-            for item in maps
-                .range((vol.id, 0)..=(vol.id, u64::MAX))
-                .map_err(kv_error)?
-            {
-                let (key, value) = item.map_err(kv_error)?;
-                let seq = MapValue::decode(value.value())?.seq;
-                if ranges
-                    .find(key.value().1)
-                    .is_some_and(|(_, range)| range.seq > seq)
-                {
+            for item in crate::points::range(maps, vol.id, 0, u64::MAX)? {
+                let (_, grain, value) = item?;
+                let seq = value.seq;
+                if ranges.find(grain).is_some_and(|(_, range)| range.seq > seq) {
                     shadowed += 1;
                 }
             }

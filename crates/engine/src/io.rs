@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use redb::{ReadOnlyTable, ReadableTable};
+use redb::ReadOnlyTable;
 
 use crate::bitmap::DataBitmap;
 use crate::fill::{Fill, Filler};
@@ -446,12 +446,7 @@ impl Engine {
             // reclaimer to drop: it is born reclaimed, and a copy into an
             // empty volume in many small commands (or an UNMAP of a range
             // never written) costs no background transaction per command.
-            let beneath = t
-                .maps()
-                .range((vol.id, start)..(vol.id, end))
-                .map_err(kv_error)?
-                .next()
-                .is_some();
+            let beneath = crate::points::any_in(t.maps(), vol.id, start, end)?;
             let rec = RangeRec {
                 end_grain: end,
                 seq,

@@ -179,14 +179,16 @@ mod tests {
                 target: crate::meta::Target::Pattern(seq),
                 seq,
             };
-            maps.insert((1, grain), &value.encode()[..]).unwrap();
+            crate::points::set(&mut maps, 1, grain, value).unwrap();
         }
         kv.commit(txn, ChangedMappings::Everything).unwrap();
     }
 
     fn seq_of(view: &ReadView, grain: u64) -> Option<u64> {
-        let value = view.maps().get((1, grain)).unwrap()?;
-        Some(MapValue::decode(value.value()).unwrap().seq)
+        let found = crate::points::range(view.maps(), 1, grain, grain + 1)
+            .unwrap()
+            .next()?;
+        Some(found.unwrap().2.seq)
     }
 
     /// A read whose view is taken as a transaction commits (labelled with the

@@ -48,6 +48,7 @@ mod mapcache;
 pub mod meta;
 mod metafile;
 mod pending;
+mod points;
 mod proven;
 pub mod provision;
 pub mod ranges;

@@ -10,8 +10,9 @@ use redb::{ReadableTable, TableDefinition};
 use crate::segment::SegmentId;
 use crate::EngineError;
 
-/// (volume id, grain) → [`MapValue`]: the point mappings.
-pub const MAPPINGS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("mappings");
+/// (volume id, chunk) → the point mappings ([`MapValue`]s) of a chunk of
+/// adjacent grains: read and written only through [`crate::points`].
+pub const MAPPINGS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("point_rows");
 /// block id → [`BlockRec`]: where a block's record lives and who references it.
 pub const BLOCKS: TableDefinition<u64, &[u8]> = TableDefinition::new("blocks");
 /// (volume id, first grain) → [`RangeRec`]: unmap / zero / pattern range records.

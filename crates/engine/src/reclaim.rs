@@ -31,7 +31,7 @@ use std::time::Duration;
 use redb::ReadableTable;
 
 use crate::container::ContainerShared;
-use crate::meta::{self, kv_error, HistValue, MapValue, RangeKind};
+use crate::meta::{self, kv_error, HistValue, RangeKind};
 use crate::tx::Death;
 use crate::{Engine, Result, GRAIN_BYTES};
 
@@ -442,22 +442,18 @@ impl Engine {
                 let mut shadowed = 0;
                 let mut scanned = 0;
                 let mut batch_end = range.end_grain;
-                for item in t
-                    .maps()
-                    .range((vol.id, from)..(vol.id, range.end_grain))
-                    .map_err(kv_error)?
-                {
-                    let (key, value) = item.map_err(kv_error)?;
+                for item in crate::points::range(t.maps(), vol.id, from, range.end_grain)? {
+                    let (_, grain, value) = item?;
                     scanned += 1;
-                    if MapValue::decode(value.value())?.seq < range.seq {
+                    if value.seq < range.seq {
                         if shadowed >= limit {
-                            batch_end = key.value().1;
+                            batch_end = grain;
                             break;
                         }
                         shadowed += 1;
                     }
                     if scanned >= 16 * limit.max(BATCH_MAPPINGS) {
-                        batch_end = key.value().1 + 1;
+                        batch_end = grain + 1;
                         break;
                     }
                 }

@@ -26,7 +26,7 @@ use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::now_unix_s;
-use crate::meta::{self, kv_error, BlockRec, HistValue, MapValue, Target};
+use crate::meta::{self, kv_error, BlockRec, HistValue, Target};
 use crate::rate::{Clock, Rate, SystemClock, TokenBucket};
 use crate::segment::{self, RecordHeader};
 use crate::{grain, Engine, EngineError, Result, GRAIN_BYTES};
@@ -429,11 +429,9 @@ impl Engine {
         let history = txn.open_table(meta::HISTORY).map_err(kv_error)?;
         // (volume id, grain, version seq, died seq or None when live)
         let mut hits: Vec<(u64, u64, u64, Option<u64>)> = Vec::new();
-        for item in maps.iter().map_err(kv_error)? {
-            let (key, value) = item.map_err(kv_error)?;
-            let value = MapValue::decode(value.value())?;
+        for item in crate::points::all(&maps)? {
+            let (volume, grain, value) = item?;
             if matches!(value.target, Target::Block(id) if bad.contains(&id)) {
-                let (volume, grain) = key.value();
                 hits.push((volume, grain, value.seq, None));
             }
         }

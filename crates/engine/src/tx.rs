@@ -1256,12 +1256,7 @@ impl TxState {
         value: MapValue,
         snapshot_seqs: &[u64],
     ) -> Result<()> {
-        let old = t
-            .maps
-            .insert((volume, grain), &value.encode()[..])
-            .map_err(kv_error)?
-            .map(|v| MapValue::decode(v.value()))
-            .transpose()?;
+        let old = crate::points::set(&mut t.maps, volume, grain, value)?;
         t.changed.add(volume, grain, Some(value));
         self.records_written += 1;
         match old {
@@ -1283,20 +1278,7 @@ impl TxState {
         values: &[MapValue],
     ) -> Result<()> {
         let end = first + values.len() as u64;
-        let mut cursor = t
-            .maps
-            .lower_bound_mut(std::ops::Bound::Included((volume, first)))
-            .map_err(kv_error)?;
-        for (grain, value) in (first..end).zip(values) {
-            cursor
-                .insert_before((volume, grain), &value.encode()[..])
-                .map_err(|error| {
-                    cursor_insert_error(error, || {
-                        format!("volume {volume} grain {grain}: a mapping survived its removal")
-                    })
-                })?;
-        }
-        cursor.close().map_err(kv_error)?;
+        crate::points::insert_run(&mut t.maps, volume, first, values)?;
         for (grain, value) in (first..end).zip(values) {
             t.changed.add(volume, grain, Some(*value));
         }
@@ -1322,21 +1304,9 @@ impl TxState {
         death: Death,
         dies: impl Fn(&MapValue) -> bool,
     ) -> Result<Vec<u64>> {
-        let mut removed = Vec::new();
-        {
-            // A value that does not decode is taken out too, so that decoding
-            // it below fails the transaction instead of leaving it unnoticed.
-            let extract = t
-                .maps
-                .extract_from_if((volume, first)..(volume, end), |_, value| {
-                    MapValue::decode(value).map_or(true, |v| dies(&v))
-                })
-                .map_err(kv_error)?;
-            for item in extract.take(limit) {
-                let (key, value) = item.map_err(kv_error)?;
-                t.changed.add(volume, key.value().1, None);
-                removed.push((key.value().1, MapValue::decode(value.value())?));
-            }
+        let removed = crate::points::extract_in(&mut t.maps, volume, (first, end), limit, dies)?;
+        for (grain, _) in &removed {
+            t.changed.add(volume, *grain, None);
         }
         let mut grains = Vec::with_capacity(removed.len());
         let mut released = Vec::with_capacity(removed.len());

@@ -228,15 +228,10 @@ impl<'e> Reader<'e> {
             }
         }
         self.kv_ops += 1;
-        for item in self
-            .source
-            .maps()
-            .range((volume, first)..(volume, end))
-            .map_err(kv_error)?
-        {
-            let (key, value) = item.map_err(kv_error)?;
+        for item in crate::points::range(self.source.maps(), volume, first, end)? {
+            let (_, grain, value) = item?;
             self.kv_ops += 1;
-            out.push((key.value().1, MapValue::decode(value.value())?));
+            out.push((grain, value));
             if out.len() as u64 >= limit {
                 return Ok(out);
             }

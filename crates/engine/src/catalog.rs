@@ -826,13 +826,14 @@ pub(crate) fn ensure_tables(db: &crate::kv::Kv) -> Result<()> {
     txn.set_quick_repair(true);
     crate::tx::create_tables(&txn)?;
     let converted = crate::points::convert_legacy(&txn)?;
-    if converted > 0 {
-        tracing::info!(
-            mappings = converted,
-            "point mappings converted to rows of {} grains",
-            crate::points::CHUNK_GRAINS
-        );
+    if converted == 0 {
+        return db.commit(txn, ChangedMappings::NONE);
     }
+    tracing::info!(
+        mappings = converted,
+        "point mappings converted to rows of {} grains",
+        crate::points::CHUNK_GRAINS
+    );
     db.commit(txn, ChangedMappings::Everything)
 }
 

@@ -135,8 +135,7 @@ pub(crate) fn range<'a>(
     end: u64,
 ) -> Result<Points<'a>> {
     let rows = if first >= end {
-        // An empty range of rows.
-        table.range((volume, 1)..(volume, 0)).map_err(kv_error)?
+        table.range((volume, 0)..(volume, 0)).map_err(kv_error)?
     } else {
         let (from, _) = row_of(volume, first);
         let (to, _) = row_of(volume, end - 1);
@@ -204,11 +203,8 @@ pub(crate) fn insert_run(
         return Ok(());
     }
     let end = first + values.len() as u64;
-    let survived = |grain: u64| {
-        EngineError::Corruption(format!(
-            "volume {volume} grain {grain}: a mapping survived its removal"
-        ))
-    };
+    let survived =
+        |grain: u64| format!("volume {volume} grain {grain}: a mapping survived its removal");
     let (first_key, _) = row_of(volume, first);
     let (last_key, _) = row_of(volume, end - 1);
     let mut rows: Vec<((u64, u64), Row)> =
@@ -223,7 +219,7 @@ pub(crate) fn insert_run(
         for grain in first.max(base)..end.min(base + CHUNK_GRAINS) {
             let slot = &mut row.values[(grain - base) as usize];
             if slot.is_some() {
-                return Err(survived(grain));
+                return Err(EngineError::Corruption(survived(grain)));
             }
             *slot = Some(values[(grain - first) as usize]);
         }
@@ -235,12 +231,9 @@ pub(crate) fn insert_run(
         .map_err(kv_error)?;
     for (key, row) in &rows {
         row.encode(&mut buf);
-        cursor
-            .insert_before(*key, &buf[..])
-            .map_err(|error| match error {
-                redb::CursorError::UnorderedKey => survived(key.1 * CHUNK_GRAINS),
-                other => kv_error(other),
-            })?;
+        cursor.insert_before(*key, &buf[..]).map_err(|error| {
+            crate::tx::cursor_insert_error(error, || survived(key.1 * CHUNK_GRAINS))
+        })?;
     }
     cursor.close().map_err(kv_error)
 }
@@ -463,6 +456,8 @@ mod tests {
             assert!(any_in(table, 7, 39, 40).unwrap());
             assert!(!any_in(table, 7, 40, 64).unwrap());
             assert!(!any_in(table, 7, 4, 5).unwrap());
+            assert!(!any_in(table, 7, 20, 20).unwrap(), "an empty range");
+            assert_eq!(grains(table, 7, 30, 10), vec![]);
 
             // Seq 1 only, at most 10, from grain 10 on.
             let removed = extract_in(table, 7, (10, 64), 10, |v| v.seq == 1).unwrap();

@@ -1396,7 +1396,7 @@ fn dense_prefix(counts: &[(u64, u32)]) -> &[(u64, u32)] {
 
 /// A cursor insert refused: a key out of order means the table holds what the
 /// engine's own bookkeeping says it cannot (`unordered` says what).
-fn cursor_insert_error(
+pub(crate) fn cursor_insert_error(
     error: redb::CursorError,
     unordered: impl FnOnce() -> String,
 ) -> EngineError {

@@ -44,7 +44,9 @@ type Turn<'e> = parking_lot::MutexGuard<'e, ()>;
 struct Found {
     block_id: u64,
     offset_bytes: u64,
-    bytes: Vec<u8>,
+    /// A slice of the segment as read: records are not copied out of it, so
+    /// that cleaning a segment holds its bytes once (32 MiB), not twice.
+    bytes: bytes::Bytes,
 }
 
 impl Engine {
@@ -297,13 +299,14 @@ impl Engine {
             crate::EngineError::io(format!("reading segment {victim} to clean it"), e)
         })?;
         drop(io);
+        let data = bytes::Bytes::from(data);
         let mut found = Vec::new();
         // Headers whose record does not check out: damage if live, else a dead
         // record whose later pages were punched out.
         let mut suspect = Vec::new();
         let mut at = 0usize;
         while at + RECORD_HEADER_BYTES <= data.len() {
-            let Some((record, end)) = record_at(&data, at) else {
+            let Some((block_id, end)) = record_at(&data, at) else {
                 if let Some((header, _)) = segment::read_header(&data[at..]) {
                     suspect.push((header.block_id, at as u64));
                 }
@@ -318,9 +321,9 @@ impl Engine {
                 }
             };
             found.push(Found {
-                block_id: record.0,
+                block_id,
                 offset_bytes: at as u64,
-                bytes: record.1,
+                bytes: data.slice(at..end),
             });
             at = end;
         }
@@ -358,15 +361,15 @@ impl Engine {
 }
 
 /// The record starting exactly at `at`, if its header parses and its checksum
-/// holds: (block id, bytes) and where it ends. Anything else — zeroes of a
+/// holds: its block id and where it ends. Anything else — zeroes of a
 /// punched hole, a torn or corrupt record — is not a record (a corrupt live
 /// record is never relocated; its block keeps failing reads as it should).
-fn record_at(data: &[u8], at: usize) -> Option<((u64, Vec<u8>), usize)> {
+fn record_at(data: &[u8], at: usize) -> Option<(u64, usize)> {
     let (header, crc) = segment::read_header(data.get(at..)?)?;
     let end = at + RECORD_HEADER_BYTES + header.payload_len as usize;
     let bytes = data.get(at..end)?;
     segment::verify_record(bytes, header, crc).ok()?;
-    Some(((header.block_id, bytes.to_vec()), end))
+    Some((header.block_id, end))
 }
 
 #[cfg(test)]

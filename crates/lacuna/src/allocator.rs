@@ -61,15 +61,15 @@ pub fn keep_freed_memory() {
 }
 
 /// Turns transparent huge pages off for this process (and what it runs):
-/// faults from now on map 4 KiB pages, also in memory mapped before. Call
-/// first thing in `main`. A kernel without the setting leaves THP as it was
-/// (nothing else depends on it).
+/// faults from now on map 4 KiB pages, also in memory mapped before, so it
+/// may be called once logging is up (from any thread). A kernel without the
+/// setting leaves THP as it was, with a warning (nothing else depends on it).
 pub fn no_transparent_huge_pages() {
     // SAFETY: prctl with integer arguments only; PR_SET_THP_DISABLE changes
     // how later page faults of this process are served, nothing in memory.
     let result = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
     if result != 0 {
-        tracing::debug!(
+        tracing::warn!(
             "transparent huge pages left as they were: {}",
             std::io::Error::last_os_error()
         );

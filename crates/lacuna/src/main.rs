@@ -164,11 +164,11 @@ fn main() -> ExitCode {
     // First, while this is the only thread (mimalloc's options are not
     // thread-safe to set).
     allocator::keep_freed_memory();
-    allocator::no_transparent_huge_pages();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => {
             init_logging(&args.log);
+            allocator::no_transparent_huge_pages();
             let scrub_rate = args
                 .scrub_rate
                 .map(scrub::rate_bytes_per_s)

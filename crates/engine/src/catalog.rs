@@ -9,14 +9,14 @@ use parking_lot::{Mutex, RwLock};
 use redb::{Durability, ReadableTable};
 use serde::{Deserialize, Serialize};
 
-use crate::bitmap::DataBitmap;
-use crate::mapcache::ChangedMappings;
-use crate::meta::{self, kv_error, BlockRec, RangeKind, RangeRec, Target};
-use crate::provision::Provisioning;
-use crate::ranges::RangeMap;
-use crate::segment::{FileSegmentStore, SegmentStore};
-use crate::snapshot::{SnapshotRec, SnapshotShared};
-use crate::tx::{SegState, WriterState};
+use crate::meta::schema::{self, kv_error, BlockRec, RangeKind, RangeRec, Target};
+use crate::read::mapping_cache::ChangedMappings;
+use crate::segment::log::{FileSegmentStore, SegmentStore};
+use crate::space::data_bitmap::DataBitmap;
+use crate::space::provisioning::Provisioning;
+use crate::versions::range_map::RangeMap;
+use crate::versions::snapshot::{SnapshotRec, SnapshotShared};
+use crate::write::transaction::{SegState, WriterState};
 use crate::{
     Engine, EngineError, Result, SpaceReport, VolumeInfo, VolumeShared, VolumeView, GRAIN_BYTES,
     MAX_VOLUME_BYTES, SECTOR_BYTES,
@@ -36,7 +36,7 @@ pub struct VolumeRec {
     #[serde(default)]
     pub destroyed_unix_s: Option<u64>,
     /// The storage container it belongs to.
-    #[serde(default = "crate::container::serde_default_container")]
+    #[serde(default = "crate::space::container::serde_default_container")]
     pub container: u64,
 }
 
@@ -45,7 +45,7 @@ pub(crate) struct Recovered {
     pub destroyed: HashMap<String, Arc<VolumeShared>>,
     pub retained: BTreeMap<u64, VolumeRec>,
     pub snapshots: BTreeMap<u64, Arc<SnapshotShared>>,
-    pub sweep_pending: BTreeMap<u64, crate::lifecycle::SweepCursor>,
+    pub sweep_pending: BTreeMap<u64, crate::versions::lifecycle::SweepCursor>,
     pub writer: WriterState,
 }
 
@@ -112,7 +112,7 @@ impl Engine {
             name,
             size_bytes,
             provisioning,
-            crate::container::DEFAULT_CONTAINER,
+            crate::space::container::DEFAULT_CONTAINER,
         )
     }
 
@@ -141,7 +141,7 @@ impl Engine {
         size_bytes: u64,
         provisioning: Provisioning,
         initial: Option<Initial>,
-        container: Arc<crate::container::ContainerShared>,
+        container: Arc<crate::space::container::ContainerShared>,
     ) -> Result<VolumeInfo> {
         validate_name(name)?;
         validate_size(size_bytes)?;
@@ -211,7 +211,7 @@ impl Engine {
                     .expect("initial record")
                     .1
                     .seq;
-                self.queue_bits(crate::bits::PendingBits {
+                self.queue_bits(crate::versions::reference_bits::PendingBits {
                     volume: shared.id,
                     start: 0,
                     end: grains,
@@ -234,10 +234,10 @@ impl Engine {
 
     /// Refuses a new reservation of `grains` the array cannot honour.
     fn check_reservation(&self, ws: &WriterState, grains: u64) -> Result<()> {
-        let wanted = grains * crate::provision::RESERVED_BYTES_PER_GRAIN;
+        let wanted = grains * crate::space::provisioning::RESERVED_BYTES_PER_GRAIN;
         let committed = ws.live_bytes()
             + ws.reserved_bytes()
-            + crate::provision::headroom_bytes(self.config.capacity_bytes);
+            + crate::space::provisioning::headroom_bytes(self.config.capacity_bytes);
         if committed.saturating_add(wanted) > ws.thick_limit_bytes() {
             return Err(EngineError::NoSpace(format!(
                 "cannot reserve {wanted} bytes: {} of {} bytes live or reserved",
@@ -381,7 +381,7 @@ impl Engine {
             provisioning: shared.provisioning,
             reserved_bytes: if shared.provisioning.is_thick() {
                 (grains_of(size_bytes) - shared.bitmap.lock().count().min(grains_of(size_bytes)))
-                    * crate::provision::RESERVED_BYTES_PER_GRAIN
+                    * crate::space::provisioning::RESERVED_BYTES_PER_GRAIN
             } else {
                 0
             },
@@ -419,10 +419,10 @@ impl Engine {
     fn physical_of(&self, volume: u64) -> Result<(u64, u64)> {
         self.commit_pending_now()?;
         let txn = self.begin_read()?;
-        let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
-        let blocks = txn.open_table(meta::BLOCKS).map_err(kv_error)?;
+        let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
+        let blocks = txn.open_table(schema::BLOCKS).map_err(kv_error)?;
         let (mut unique, mut shared) = (0u64, 0f64);
-        for item in crate::points::range(&maps, volume, 0, u64::MAX)? {
+        for item in crate::meta::point_rows::range(&maps, volume, 0, u64::MAX)? {
             let (_, _, value) = item?;
             let Target::Block(id) = value.target else {
                 continue;
@@ -540,7 +540,7 @@ impl Engine {
 fn volume_shared(
     rec: &VolumeRec,
     ranges: RangeMap,
-    container: Arc<crate::container::ContainerShared>,
+    container: Arc<crate::space::container::ContainerShared>,
 ) -> VolumeShared {
     assert_eq!(rec.container, container.id);
     VolumeShared {
@@ -645,25 +645,25 @@ impl VolumeShared {
 /// (unreferenced tails trimmed, segments it never knew removed) and the in-memory
 /// views (range maps, data bitmaps, segment accounting) rebuilt.
 pub(crate) fn recover(
-    db: &crate::kv::Kv,
+    db: &crate::meta::store::Kv,
     store: &FileSegmentStore,
     capacity_bytes: u64,
-    containers: &BTreeMap<u64, Arc<crate::container::ContainerShared>>,
+    containers: &BTreeMap<u64, Arc<crate::space::container::ContainerShared>>,
 ) -> Result<Recovered> {
     let txn = db.begin_read()?;
-    let counters = txn.open_table(meta::COUNTERS).map_err(kv_error)?;
+    let counters = txn.open_table(schema::COUNTERS).map_err(kv_error)?;
     let mut ws = WriterState {
-        next_block_id: meta::read_counter(&counters, "next_block_id")?,
-        next_seq: meta::read_counter(&counters, "next_seq")?,
-        next_volume_id: meta::read_counter(&counters, "next_volume_id")?,
-        next_segment_id: meta::read_counter(&counters, "next_segment_id")?
+        next_block_id: schema::read_counter(&counters, "next_block_id")?,
+        next_seq: schema::read_counter(&counters, "next_seq")?,
+        next_volume_id: schema::read_counter(&counters, "next_volume_id")?,
+        next_segment_id: schema::read_counter(&counters, "next_segment_id")?
             .try_into()
             .map_err(|_| EngineError::Corruption("segment counter".into()))?,
         capacity_bytes,
         ..WriterState::default()
     };
     for item in txn
-        .open_table(meta::SEGMENTS)
+        .open_table(schema::SEGMENTS)
         .map_err(kv_error)?
         .iter()
         .map_err(kv_error)?
@@ -679,7 +679,7 @@ pub(crate) fn recover(
         );
     }
     for item in txn
-        .open_table(meta::DOOMED)
+        .open_table(schema::DOOMED)
         .map_err(kv_error)?
         .iter()
         .map_err(kv_error)?
@@ -688,7 +688,7 @@ pub(crate) fn recover(
         ws.doomed.insert(id.value(), grains.value());
     }
     for item in txn
-        .open_table(meta::DOOMED_CONTAINERS)
+        .open_table(schema::DOOMED_CONTAINERS)
         .map_err(kv_error)?
         .iter()
         .map_err(kv_error)?
@@ -700,19 +700,19 @@ pub(crate) fn recover(
     for id in ws.doomed.keys() {
         ws.doomed_containers
             .entry(*id)
-            .or_insert(crate::container::DEFAULT_CONTAINER_ID);
+            .or_insert(crate::space::container::DEFAULT_CONTAINER_ID);
     }
     ws.mapping_counts = count_mappings(&txn)?;
     for item in txn
-        .open_table(meta::BLOCKS)
+        .open_table(schema::BLOCKS)
         .map_err(kv_error)?
         .iter()
         .map_err(kv_error)?
     {
         let (id, value) = item.map_err(kv_error)?;
         let rec = BlockRec::decode(value.value())?;
-        if rec.flags & crate::segment::FLAG_UNINDEXED == 0 {
-            let key = crate::tx::dedup_key(&rec.fingerprint);
+        if rec.flags & crate::segment::log::FLAG_UNINDEXED == 0 {
+            let key = crate::write::transaction::dedup_key(&rec.fingerprint);
             ws.dedup.insert(key, id.value());
             ws.hints.insert(key);
         }
@@ -732,8 +732,8 @@ pub(crate) fn recover(
     let loaded = load_volumes(&txn, containers)?;
     let snapshots = load_snapshots(&txn)?;
     let mut sweep_pending = BTreeMap::new();
-    let history = txn.open_table(meta::HISTORY).map_err(kv_error)?;
-    let range_history = txn.open_table(meta::RANGE_HISTORY).map_err(kv_error)?;
+    let history = txn.open_table(schema::HISTORY).map_err(kv_error)?;
+    let range_history = txn.open_table(schema::RANGE_HISTORY).map_err(kv_error)?;
     let all_volumes = loaded.live.values().chain(loaded.destroyed.values());
     let ids: Vec<u64> = all_volumes
         .clone()
@@ -766,7 +766,7 @@ pub(crate) fn recover(
                 .next()
                 .is_some();
         if has_history {
-            sweep_pending.insert(id, crate::lifecycle::SweepCursor::START);
+            sweep_pending.insert(id, crate::versions::lifecycle::SweepCursor::START);
         }
     }
     Ok(Recovered {
@@ -782,9 +782,9 @@ pub(crate) fn recover(
 /// Snapshots with their range maps as they were at their seq: the live records
 /// no newer than it, and the displaced pieces alive at it.
 fn load_snapshots(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Arc<SnapshotShared>>> {
-    let table = txn.open_table(meta::SNAPSHOTS).map_err(kv_error)?;
-    let range_table = txn.open_table(meta::RANGES).map_err(kv_error)?;
-    let range_history = txn.open_table(meta::RANGE_HISTORY).map_err(kv_error)?;
+    let table = txn.open_table(schema::SNAPSHOTS).map_err(kv_error)?;
+    let range_table = txn.open_table(schema::RANGES).map_err(kv_error)?;
+    let range_history = txn.open_table(schema::RANGE_HISTORY).map_err(kv_error)?;
     let mut snapshots = BTreeMap::new();
     for item in table.iter().map_err(kv_error)? {
         let (_, json) = item.map_err(kv_error)?;
@@ -806,7 +806,7 @@ fn load_snapshots(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Arc<Snaps
             .map_err(kv_error)?
         {
             let (key, value) = item.map_err(kv_error)?;
-            let kept = meta::RangeHistValue::decode(value.value())?;
+            let kept = schema::RangeHistValue::decode(value.value())?;
             if kept.rec.seq <= rec.seq && rec.seq < kept.died_seq {
                 ranges.load(key.value().1, kept.rec);
             }
@@ -819,32 +819,32 @@ fn load_snapshots(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Arc<Snaps
     Ok(snapshots)
 }
 
-pub(crate) fn ensure_tables(db: &crate::kv::Kv) -> Result<()> {
+pub(crate) fn ensure_tables(db: &crate::meta::store::Kv) -> Result<()> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
     txn.set_quick_repair(true);
-    crate::tx::create_tables(&txn)?;
-    let converted = crate::points::convert_legacy(&txn)?;
+    crate::write::transaction::create_tables(&txn)?;
+    let converted = crate::meta::point_rows::convert_legacy(&txn)?;
     if converted == 0 {
         return db.commit(txn, ChangedMappings::NONE);
     }
     tracing::info!(
         mappings = converted,
         "point mappings converted to rows of {} grains",
-        crate::points::CHUNK_GRAINS
+        crate::meta::point_rows::CHUNK_GRAINS
     );
     db.commit(txn, ChangedMappings::Everything)
 }
 
 /// The fresh open segment's id must never be handed out again, even if the next
 /// crash comes before any other durable commit.
-fn persist_segment_counter(db: &crate::kv::Kv, next_segment_id: u32) -> Result<()> {
+fn persist_segment_counter(db: &crate::meta::store::Kv, next_segment_id: u32) -> Result<()> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
     txn.set_quick_repair(true);
-    txn.open_table(meta::COUNTERS)
+    txn.open_table(schema::COUNTERS)
         .map_err(kv_error)?
         .insert("next_segment_id", u64::from(next_segment_id))
         .map_err(kv_error)?;
@@ -915,9 +915,9 @@ struct LoadedVolumes {
 
 /// Point-mapping records per volume.
 fn count_mappings(txn: &redb::ReadTransaction) -> Result<HashMap<u64, u64>> {
-    let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
+    let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
     let mut counts: HashMap<u64, u64> = HashMap::new();
-    for item in crate::points::all(&maps)? {
+    for item in crate::meta::point_rows::all(&maps)? {
         let (volume, _, _) = item?;
         *counts.entry(volume).or_default() += 1;
     }
@@ -926,18 +926,18 @@ fn count_mappings(txn: &redb::ReadTransaction) -> Result<HashMap<u64, u64>> {
 
 fn load_volumes(
     txn: &redb::ReadTransaction,
-    containers: &BTreeMap<u64, Arc<crate::container::ContainerShared>>,
+    containers: &BTreeMap<u64, Arc<crate::space::container::ContainerShared>>,
 ) -> Result<LoadedVolumes> {
-    let vol_table = txn.open_table(meta::VOLUMES).map_err(kv_error)?;
-    let range_table = txn.open_table(meta::RANGES).map_err(kv_error)?;
-    let maps = txn.open_table(meta::MAPPINGS).map_err(kv_error)?;
+    let vol_table = txn.open_table(schema::VOLUMES).map_err(kv_error)?;
+    let range_table = txn.open_table(schema::RANGES).map_err(kv_error)?;
+    let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
     let mut loaded = LoadedVolumes {
         live: HashMap::new(),
         destroyed: HashMap::new(),
         retained: BTreeMap::new(),
     };
     for item in txn
-        .open_table(meta::RETAINED)
+        .open_table(schema::RETAINED)
         .map_err(kv_error)?
         .iter()
         .map_err(kv_error)?
@@ -999,7 +999,7 @@ fn rebuild_bitmap(
             bitmap.set_range(start.min(grains), rec.end_grain.min(grains), true);
         }
     }
-    for item in crate::points::range(maps, shared.id, 0, u64::MAX)? {
+    for item in crate::meta::point_rows::range(maps, shared.id, 0, u64::MAX)? {
         let (_, grain, value) = item?;
         if grain >= grains {
             continue;
@@ -1010,14 +1010,14 @@ fn rebuild_bitmap(
             }
         }
         live_mapped.set(grain, true);
-        bitmap.set(grain, crate::io::is_data(value.target));
+        bitmap.set(grain, crate::data_path::is_data(value.target));
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::testdata::{data_dir, quiet_engine, unique_bytes};
+    use crate::testing::test_data::{data_dir, quiet_engine, unique_bytes};
     use crate::GRAIN_BYTES;
 
     const G: u64 = GRAIN_BYTES;

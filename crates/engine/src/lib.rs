@@ -24,47 +24,23 @@
 //! lock. Readers hold the I/O lock shared while they read segment data; freeing a
 //! segment takes it exclusively, so a reader never sees a segment vanish under it.
 
-mod appends;
-mod batch;
-pub mod bitmap;
-mod bits;
 pub mod catalog;
-mod clean;
-pub mod container;
-pub mod copy;
+mod data_path;
+pub mod dedup;
 pub mod error;
-mod fault;
-mod fill;
-mod fsck;
-pub mod grain;
-mod hints;
-mod hot;
-mod interleave;
-mod io;
-mod kv;
-mod lifecycle;
-mod locations;
-mod mapcache;
+pub mod integrity;
 pub mod meta;
-mod metafile;
-mod pending;
-mod points;
-mod proven;
-pub mod provision;
-pub mod ranges;
-pub mod rate;
-mod readahead;
-mod reclaim;
-pub mod report;
-pub mod room;
-pub mod scrub;
+pub mod read;
 pub mod segment;
-pub mod snapshot;
-mod tail;
-#[cfg(test)]
-mod testdata;
-mod tx;
-mod view;
+pub mod space;
+mod testing;
+pub mod versions;
+pub mod write;
+
+// Paths the other crates use (kept while they move to the items re-exported below).
+pub use integrity::scrub;
+pub use space::{container, rate};
+pub use versions::snapshot;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -75,22 +51,22 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex, RwLock};
 use redb::Durability;
 
-pub use catalog::VolumeRec;
-pub use container::{
+pub use crate::space::container::{
     Compression, ContainerInfo, ContainerPolicy, ContainerReclaim, ContainerUpdate, ReclaimPolicy,
     ReclaimStats,
 };
-pub use copy::CopyReport;
+pub use crate::space::provisioning::Provisioning;
+pub use crate::space::report::{Extent, ExtentState, SpaceReport, VolumeInfo};
+pub use crate::versions::copy::CopyReport;
+pub use crate::versions::snapshot::{GroupSnapshot, Snapshot, SnapshotInfo};
+pub use catalog::VolumeRec;
 pub use error::{EngineError, Result};
-pub use provision::Provisioning;
-pub use report::{Extent, ExtentState, SpaceReport, VolumeInfo};
-pub use snapshot::{GroupSnapshot, Snapshot, SnapshotInfo};
 
-use crate::bitmap::DataBitmap;
-use crate::meta::kv_error;
-use crate::ranges::RangeMap;
-use crate::segment::{FileSegmentStore, SegmentStore};
-use crate::tx::WriterState;
+use crate::meta::schema::kv_error;
+use crate::segment::log::{FileSegmentStore, SegmentStore};
+use crate::space::data_bitmap::DataBitmap;
+use crate::versions::range_map::RangeMap;
+use crate::write::transaction::WriterState;
 
 /// Bytes per logical sector exposed to hosts.
 pub const SECTOR_BYTES: u64 = 512;
@@ -112,7 +88,7 @@ pub struct EngineConfig {
     /// eradicated automatically.
     pub destroy_retention_s: u64,
     /// The clock rate control runs on (tests inject a simulated one).
-    pub clock: Arc<dyn rate::Clock>,
+    pub clock: Arc<dyn crate::space::rate::Clock>,
     /// Whether background work (reclaim, cleaning, sweeps) runs on its own
     /// thread; tests that step it by hand with [`Engine::background_step`] turn
     /// it off.
@@ -158,7 +134,7 @@ impl EngineConfig {
             capacity_bytes,
             soft_threshold_percent: Self::DEFAULT_SOFT_THRESHOLD_PERCENT,
             destroy_retention_s: Self::DEFAULT_DESTROY_RETENTION_S,
-            clock: Arc::new(rate::SystemClock::default()),
+            clock: Arc::new(crate::space::rate::SystemClock::default()),
             background: true,
             metadata_cache_bytes: Self::DEFAULT_METADATA_CACHE_BYTES,
             block_location_entries: Self::DEFAULT_BLOCK_LOCATION_ENTRIES,
@@ -247,14 +223,14 @@ pub(crate) struct VolumeShared {
     pub snapshot_seqs: Mutex<Vec<u64>>,
     /// Seq of the last committed change: a pin taken after it can be reused.
     pub last_change_seq: AtomicU64,
-    pub container: Arc<container::ContainerShared>,
+    pub container: Arc<crate::space::container::ContainerShared>,
     /// Grains whose point mapping is their current content (not shadowed by a
     /// newer range record): the volume's mappings beyond these are its reclaim
     /// backlog. Changed under the writer mutex.
     pub live_mapped: Mutex<DataBitmap>,
-    pub reclaim: container::ReclaimCounters,
+    pub reclaim: crate::space::container::ReclaimCounters,
     /// Where reclaim of the volume's first pending range record goes on.
-    pub reclaim_cursor: Mutex<Option<reclaim::RangeCursor>>,
+    pub reclaim_cursor: Mutex<Option<crate::space::reclaim::RangeCursor>>,
     /// Grains this volume currently counts in its container's usage.
     pub counted_grains: AtomicU64,
 }
@@ -276,16 +252,16 @@ const QUICK_SYNC_PASS: std::time::Duration = std::time::Duration::from_millis(10
 /// The array: volumes, the segment log and the metadata store.
 pub struct Engine {
     config: EngineConfig,
-    db: kv::Kv,
+    db: crate::meta::store::Kv,
     store: Arc<dyn SegmentStore>,
     volumes: RwLock<HashMap<String, Arc<VolumeShared>>>,
     /// Storage containers by id (lock before `volumes`).
-    containers: RwLock<BTreeMap<u64, Arc<container::ContainerShared>>>,
+    containers: RwLock<BTreeMap<u64, Arc<crate::space::container::ContainerShared>>>,
     /// Serialises container create/set/delete. Their durable writes take the
     /// writer mutex (the write batches' open transaction is committed first:
     /// redb has one writer at a time); lock this one first.
     container_admin: Mutex<()>,
-    clock: Arc<dyn rate::Clock>,
+    clock: Arc<dyn crate::space::rate::Clock>,
     /// Host I/O requests in progress: background work yields while there are any.
     foreground_inflight: AtomicU64,
     /// Host I/O requests begun since start: background work backs off while it
@@ -305,11 +281,11 @@ pub struct Engine {
     destroyed: RwLock<HashMap<String, Arc<VolumeShared>>>,
     /// Eradicated volumes whose data snapshots (pins) still need: id → record.
     retained: Mutex<BTreeMap<u64, VolumeRec>>,
-    snapshots: RwLock<BTreeMap<u64, Arc<snapshot::SnapshotShared>>>,
+    snapshots: RwLock<BTreeMap<u64, Arc<crate::versions::snapshot::SnapshotShared>>>,
     /// Volumes whose snapshot history may hold versions no snapshot needs any more.
-    sweep_pending: Mutex<BTreeMap<u64, lifecycle::SweepCursor>>,
+    sweep_pending: Mutex<BTreeMap<u64, crate::versions::lifecycle::SweepCursor>>,
     /// Reference ranges whose data bits the background job still has to settle.
-    bits_pending: Mutex<std::collections::VecDeque<bits::PendingBits>>,
+    bits_pending: Mutex<std::collections::VecDeque<crate::versions::reference_bits::PendingBits>>,
     /// The volume whose job `bits_step` holds out of the queue (lock after
     /// `bits_pending`).
     bits_in_progress: Mutex<Option<u64>>,
@@ -322,14 +298,14 @@ pub struct Engine {
     above_soft_threshold: AtomicBool,
     writer: Mutex<WriterState>,
     /// The writer state's dedup hints: writes look here before compressing.
-    dedup_hints: Arc<hints::DedupHints>,
-    write_queue: batch::WriteQueue,
+    dedup_hints: Arc<crate::dedup::index_hints::DedupHints>,
+    write_queue: crate::write::group_commit::WriteQueue,
     /// Grains of the write batches' open transaction, for readers.
-    pending: pending::PendingWrites,
+    pending: crate::write::uncommitted::PendingWrites,
     /// Where committed blocks are stored, for reads.
-    locations: locations::BlockLocations,
+    locations: crate::read::location_cache::BlockLocations,
     /// Grains of blocks read again and again, for reads.
-    hot: hot::HotGrains,
+    hot: crate::read::grain_cache::HotGrains,
     /// Why the array stopped taking I/O, if it did: a write batch's shared
     /// transaction failed after some of its writes were acknowledged, and only
     /// a restart (back to the last durable commit) makes the state whole.
@@ -350,7 +326,7 @@ pub struct Engine {
     reclaim_wake: (Mutex<bool>, Condvar),
     shutdown: AtomicBool,
     reclaimer: Mutex<Option<JoinHandle<()>>>,
-    scrubs: scrub::Scrubs,
+    scrubs: crate::integrity::scrub::Scrubs,
 }
 
 /// A handle for I/O on one volume. Cheap to clone.
@@ -364,15 +340,16 @@ impl Engine {
     /// Opens (or creates) the array in `config.data_dir`, recovering from a crash if
     /// there was one, and starts the background reclaimer.
     pub fn open(config: EngineConfig) -> Result<Arc<Engine>> {
-        let locations = locations::BlockLocations::new(config.block_location_entries);
-        let hot = hot::HotGrains::new(config.hot_grains);
+        let locations =
+            crate::read::location_cache::BlockLocations::new(config.block_location_entries);
+        let hot = crate::read::grain_cache::HotGrains::new(config.hot_grains);
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| EngineError::io(format!("creating {}", config.data_dir.display()), e))?;
         let store = FileSegmentStore::open(&config.data_dir.join("segments"))
             .map_err(|e| EngineError::io("opening the segment directory", e))?;
         let store = Arc::new(store);
-        let db = kv::Kv::new(
-            metafile::open(
+        let db = crate::meta::store::Kv::new(
+            crate::meta::file::open(
                 &config.data_dir.join("metadata.redb"),
                 config.metadata_cache_bytes,
             )?,
@@ -380,7 +357,7 @@ impl Engine {
             config.mapping_cache_entries,
         );
         crate::catalog::ensure_tables(&db)?;
-        let containers = container::load(&db, config.clock.now())?;
+        let containers = crate::space::container::load(&db, config.clock.now())?;
         let recovered = catalog::recover(&db, &store, config.capacity_bytes, &containers)?;
         let engine = Arc::new(Engine {
             clock: config.clock.clone(),
@@ -394,7 +371,7 @@ impl Engine {
             foreground_seen: Mutex::new((0, std::time::Instant::now())),
             config,
             db,
-            store: fault::wrap(store),
+            store: crate::testing::fault_injection::wrap(store),
             volumes: RwLock::new(recovered.volumes),
             destroyed: RwLock::new(recovered.destroyed),
             retained: Mutex::new(recovered.retained),
@@ -407,8 +384,8 @@ impl Engine {
             above_soft_threshold: AtomicBool::new(false),
             dedup_hints: recovered.writer.hints.clone(),
             writer: Mutex::new(recovered.writer),
-            write_queue: batch::WriteQueue::default(),
-            pending: pending::PendingWrites::default(),
+            write_queue: crate::write::group_commit::WriteQueue::default(),
+            pending: crate::write::uncommitted::PendingWrites::default(),
             locations,
             hot,
             fenced: Mutex::new(None),
@@ -422,7 +399,7 @@ impl Engine {
             reclaim_wake: (Mutex::new(false), Condvar::new()),
             shutdown: AtomicBool::new(false),
             reclaimer: Mutex::new(None),
-            scrubs: scrub::Scrubs::default(),
+            scrubs: crate::integrity::scrub::Scrubs::default(),
         });
         {
             let ws = engine.writer.lock();
@@ -433,7 +410,7 @@ impl Engine {
         }
         engine.queue_reference_bits();
         if engine.config.background {
-            let handle = reclaim::start(Arc::downgrade(&engine));
+            let handle = crate::space::reclaim::start(Arc::downgrade(&engine));
             *engine.reclaimer.lock() = Some(handle);
         }
         Ok(engine)
@@ -559,7 +536,7 @@ impl Engine {
             let sealed = ws.clean_segment.take().expect("dead clean segment");
             ws.pending_free.insert(sealed);
         }
-        room::check_metadata(self.store.as_ref())?;
+        crate::segment::fs_space::check_metadata(self.store.as_ref())?;
         self.commit_pending(&mut ws)?;
         let freeing: Vec<_> = std::mem::take(&mut ws.pending_free).into_iter().collect();
         let punching = std::mem::take(&mut ws.pending_punch);
@@ -605,7 +582,11 @@ impl Engine {
     /// handed its changed rows to the failed transaction, so a retry would
     /// commit a state that misses them. A restart recovers to the last
     /// durable commit.
-    fn commit_durably(&self, ws: &mut WriterState, freeing: &[segment::SegmentId]) -> Result<()> {
+    fn commit_durably(
+        &self,
+        ws: &mut WriterState,
+        freeing: &[crate::segment::log::SegmentId],
+    ) -> Result<()> {
         let mut txn = self.db.begin_write()?;
         txn.set_durability(Durability::Immediate)
             .map_err(kv_error)?;
@@ -613,17 +594,19 @@ impl Engine {
         for id in freeing {
             ws.remove_segment(*id);
         }
-        tx::persist_writer_state(&txn, ws)?;
-        self.db.commit(txn, mapcache::ChangedMappings::NONE)
+        crate::write::transaction::persist_writer_state(&txn, ws)?;
+        self.db
+            .commit(txn, crate::read::mapping_cache::ChangedMappings::NONE)
     }
 
     /// The page ranges to punch for freed records (segments removed whole are
     /// skipped): worked out before the exclusive I/O lock is taken.
     fn plan_punches(
-        punching: Vec<(segment::SegmentId, u64, u64)>,
-        removed: &[segment::SegmentId],
-    ) -> Vec<(segment::SegmentId, u64, u64)> {
-        let mut by_segment: BTreeMap<segment::SegmentId, Vec<(u64, u64)>> = BTreeMap::new();
+        punching: Vec<(crate::segment::log::SegmentId, u64, u64)>,
+        removed: &[crate::segment::log::SegmentId],
+    ) -> Vec<(crate::segment::log::SegmentId, u64, u64)> {
+        let mut by_segment: BTreeMap<crate::segment::log::SegmentId, Vec<(u64, u64)>> =
+            BTreeMap::new();
         for (segment, offset, length) in punching {
             if !removed.contains(&segment) {
                 by_segment
@@ -635,7 +618,7 @@ impl Engine {
         by_segment
             .into_iter()
             .flat_map(|(segment, freed)| {
-                segment::punchable(freed)
+                crate::segment::log::punchable(freed)
                     .into_iter()
                     .map(move |(offset, length)| (segment, offset, length))
             })
@@ -644,7 +627,7 @@ impl Engine {
 
     /// Punches freed page ranges out of their segment files. A failure only
     /// costs disk space, so it is logged, not returned.
-    fn punch(&self, holes: Vec<(segment::SegmentId, u64, u64)>) {
+    fn punch(&self, holes: Vec<(crate::segment::log::SegmentId, u64, u64)>) {
         for (segment, offset, length) in holes {
             match self.store.punch(segment, offset, length) {
                 Ok(()) => {
@@ -665,8 +648,10 @@ impl Engine {
     /// it back would not help, since after a failed fsync Linux may drop the
     /// dirty pages and let the next fsync "succeed". Restarting recovers the
     /// array to its last durable commit, which is the truth.
-    fn sync_segment(&self, segment: segment::SegmentId) -> Result<()> {
-        let synced = if interleave::fails(interleave::Point::SegmentSync) {
+    fn sync_segment(&self, segment: crate::segment::log::SegmentId) -> Result<()> {
+        let synced = if crate::testing::sync_points::fails(
+            crate::testing::sync_points::Point::SegmentSync,
+        ) {
             Err(std::io::Error::from_raw_os_error(libc::EIO))
         } else {
             self.store.sync(segment)
@@ -675,7 +660,10 @@ impl Engine {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Ok(()) => Ok(()),
             Err(e) => {
-                let error = room::segment_error(format!("syncing segment {segment}"), e);
+                let error = crate::segment::fs_space::segment_error(
+                    format!("syncing segment {segment}"),
+                    e,
+                );
                 self.fence(&error);
                 Err(error)
             }
@@ -709,10 +697,15 @@ impl Engine {
         &self,
         ws: &mut WriterState,
         foreground: bool,
-        f: impl FnOnce(&mut tx::TxState, &mut tx::Tables, &WriterState) -> Result<T>,
+        f: impl FnOnce(
+            &mut crate::write::transaction::TxState,
+            &mut crate::write::transaction::Tables,
+            &WriterState,
+        ) -> Result<T>,
     ) -> Result<T> {
         self.commit_pending(ws)?;
-        let (value, records, appended_bytes) = tx::run(&self.db, self.store.as_ref(), ws, f)?;
+        let (value, records, appended_bytes) =
+            crate::write::transaction::run(&self.db, self.store.as_ref(), ws, f)?;
         self.after_commit(ws, foreground, records, appended_bytes);
         Ok(value)
     }
@@ -728,10 +721,15 @@ impl Engine {
         ws: &mut WriterState,
         grains: u64,
         foreground: bool,
-        f: impl FnOnce(&mut tx::TxState, &mut tx::Tables, &WriterState) -> Result<T>,
+        f: impl FnOnce(
+            &mut crate::write::transaction::TxState,
+            &mut crate::write::transaction::Tables,
+            &WriterState,
+        ) -> Result<T>,
     ) -> Result<T> {
         self.check_fence()?;
-        match tx::run_deferred(&self.db, self.store.as_ref(), ws, grains, f) {
+        match crate::write::transaction::run_deferred(&self.db, self.store.as_ref(), ws, grains, f)
+        {
             Ok((value, records, appended_bytes)) => {
                 self.after_commit(ws, foreground, records, appended_bytes);
                 Ok(value)
@@ -749,7 +747,7 @@ impl Engine {
         if ws
             .open_txn
             .as_ref()
-            .is_some_and(|open| open.grains >= pending::MAX_OPEN_GRAINS)
+            .is_some_and(|open| open.grains >= crate::write::uncommitted::MAX_OPEN_GRAINS)
         {
             self.commit_pending(ws)?;
         }
@@ -780,7 +778,7 @@ impl Engine {
         if ws.open_txn.is_none() {
             return Ok(());
         }
-        if let Err(error) = tx::commit_open(&self.db, ws) {
+        if let Err(error) = crate::write::transaction::commit_open(&self.db, ws) {
             self.fence(&error);
             return Err(error);
         }
@@ -819,7 +817,7 @@ impl Engine {
     }
 
     /// The read view reads share until the next commit (see `kv`).
-    pub(crate) fn read_view(&self) -> Result<Arc<kv::ReadView>> {
+    pub(crate) fn read_view(&self) -> Result<Arc<crate::meta::store::ReadView>> {
         self.db.read_view()
     }
 }
@@ -927,7 +925,7 @@ impl Volume {
             &self.shared,
             offset_bytes,
             length_bytes,
-            meta::RangeKind::Hole,
+            crate::meta::schema::RangeKind::Hole,
         )?;
         self.engine.count_unmap(&self.shared, length_bytes);
         Ok(())
@@ -944,9 +942,9 @@ impl Volume {
         self.live()?;
         let kind = if allow_unmap {
             self.engine.count_unmap(&self.shared, length_bytes);
-            meta::RangeKind::Hole
+            crate::meta::schema::RangeKind::Hole
         } else {
-            meta::RangeKind::Pattern(0)
+            crate::meta::schema::RangeKind::Pattern(0)
         };
         self.engine
             .write_range(&self.shared, offset_bytes, length_bytes, kind)
@@ -991,7 +989,7 @@ impl Drop for Engine {
 /// when it read everything from memory, `false` when it gave up (see
 /// [`Volume::read_cached`]).
 pub(crate) fn from_memory(read: impl FnOnce() -> Result<()>) -> Result<bool> {
-    match segment::without_waiting(read) {
+    match crate::segment::log::without_waiting(read) {
         Ok(()) => Ok(true),
         Err(EngineError::WouldBlock(_)) => Ok(false),
         Err(error) => Err(error),
@@ -1000,8 +998,8 @@ pub(crate) fn from_memory(read: impl FnOnce() -> Result<()>) -> Result<bool> {
 
 #[cfg(test)]
 mod tests {
-    use crate::interleave::{self, Point};
-    use crate::testdata::{block_rows, data_dir, quiet_engine, unique_bytes};
+    use crate::testing::sync_points::{self, Point};
+    use crate::testing::test_data::{block_rows, data_dir, quiet_engine, unique_bytes};
     use crate::{EngineError, GRAIN_BYTES};
 
     /// A dedup hit on a block whose reference count is at its limit stores
@@ -1023,13 +1021,13 @@ mod tests {
         {
             let _writer = engine.writer.lock();
             let txn = engine.db.begin_write().unwrap();
-            txn.open_table(crate::meta::BLOCKS)
+            txn.open_table(crate::meta::schema::BLOCKS)
                 .unwrap()
                 .insert(id, &rec.encode()[..])
                 .unwrap();
             engine
                 .db
-                .commit(txn, crate::mapcache::ChangedMappings::NONE)
+                .commit(txn, crate::read::mapping_cache::ChangedMappings::NONE)
                 .unwrap();
         }
 
@@ -1109,7 +1107,7 @@ mod tests {
         let (_dir, engine, _volume) = engine_with_one_write("durable-commit-failure");
         // The first write-back is the batches' open transaction's commit,
         // the second the durable commit's.
-        interleave::fail_after(Point::WriteBack, 1);
+        sync_points::fail_after(Point::WriteBack, 1);
 
         assert!(engine.flush().is_err(), "the failed commit is reported");
 
@@ -1126,7 +1124,7 @@ mod tests {
         let (_dir, engine, volume) = engine_with_one_write("sync-failure");
         // The first sync is the pass before the writer mutex, the second
         // the one under it, after which the segment is off the dirty list.
-        interleave::fail_after(Point::SegmentSync, 1);
+        sync_points::fail_after(Point::SegmentSync, 1);
 
         assert!(engine.flush().is_err(), "the failed sync is reported");
 

@@ -10,8 +10,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use common::{temp_dir, unique_bytes};
-use lacuna_engine::segment::{read_header, RECORD_HEADER_BYTES};
-use lacuna_engine::{grain, Engine, EngineConfig, EngineError, GRAIN_BYTES};
+use lacuna_engine::segment::log::{read_header, RECORD_HEADER_BYTES};
+use lacuna_engine::write::classify as grain;
+use lacuna_engine::{Engine, EngineConfig, EngineError, GRAIN_BYTES};
 
 fn open(dir: &Path) -> Arc<Engine> {
     Engine::open(EngineConfig::new(dir, 1 << 30)).expect("open engine")

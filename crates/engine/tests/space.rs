@@ -99,7 +99,7 @@ fn writes_stop_before_the_reserve_and_overwrites_near_full_keep_working() {
         }
     }
     let space = engine.space();
-    let reserve = lacuna_engine::provision::cleaning_reserve_bytes(capacity);
+    let reserve = lacuna_engine::space::provisioning::cleaning_reserve_bytes(capacity);
     assert!(
         space.live_physical_bytes + reserve <= capacity,
         "live data {} ate into the cleaner's reserve of {reserve}",

@@ -1,0 +1,614 @@
+//! The data path: reads, writes, range operations and block status.
+
+use std::sync::Arc;
+
+use redb::ReadOnlyTable;
+
+use crate::meta::schema::{self, kv_error, BlockRec, RangeKind, RangeRec, Target};
+use crate::read::assemble::{Fill, Filler};
+use crate::read::resolve::{Content, Reader, Source};
+use crate::segment::log::{self, RecordHeader};
+use crate::space::data_bitmap::DataBitmap;
+use crate::versions::snapshot::SnapshotShared;
+use crate::write::classify::{self, GrainContent};
+use crate::{
+    Engine, EngineError, Extent, ExtentState, Result, VolumeShared, VolumeView, GRAIN_BYTES,
+};
+
+/// Most mappings one block-status call examines before answering with a prefix.
+const MAX_EXTENT_SCAN_GRAINS: u64 = 1 << 16;
+
+/// Whether a mapping target counts as data (for `written_bytes`).
+pub(crate) fn is_data(target: Target) -> bool {
+    !matches!(target, Target::Pattern(0))
+}
+
+pub(crate) fn check_range(size_bytes: u64, offset_bytes: u64, length_bytes: u64) -> Result<()> {
+    match offset_bytes.checked_add(length_bytes) {
+        Some(end) if end <= size_bytes => Ok(()),
+        _ => Err(EngineError::OutOfRange {
+            offset_bytes,
+            length_bytes,
+            size_bytes,
+        }),
+    }
+}
+
+fn state_of(content: Content) -> ExtentState {
+    match content {
+        Content::Hole => ExtentState::Hole,
+        Content::Pattern(0) => ExtentState::Zero,
+        _ => ExtentState::Data,
+    }
+}
+
+impl Engine {
+    pub(crate) fn read(&self, vol: &VolumeShared, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
+        let view = vol.view.read();
+        check_range(view.size_bytes, offset_bytes, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let _io = self.io_lock.read();
+        self.read_locked(vol, &view, offset_bytes, buf)
+    }
+
+    /// Reads with the view and the I/O lock held by the caller.
+    fn read_locked(
+        &self,
+        vol: &VolumeShared,
+        view: &VolumeView,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let source = Source::Live {
+            volume: vol.id,
+            ranges: &view.ranges,
+        };
+        self.read_source(&source, &vol.name, offset_bytes, buf)
+    }
+
+    /// Reads a snapshot (its size checked by the caller).
+    pub(crate) fn read_snapshot(
+        &self,
+        snapshot: &Arc<SnapshotShared>,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        check_range(snapshot.size_bytes, offset_bytes, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let _io = self.io_lock.read();
+        let source = Source::Snapshot(snapshot.clone());
+        self.read_source(&source, &snapshot.display_name(), offset_bytes, buf)
+    }
+
+    fn read_source(
+        &self,
+        source: &Source,
+        label: &str,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let first = offset_bytes / GRAIN_BYTES;
+        let end_bytes = offset_bytes + buf.len() as u64;
+        let end = end_bytes.div_ceil(GRAIN_BYTES);
+        // Grains of the open write transaction first, the read transaction
+        // after (see `pending`). Snapshots never see them: every snapshot is
+        // older than the open transaction.
+        let pending = match source {
+            Source::Live { volume, .. } => self.pending.range(*volume, first, end),
+            Source::Snapshot(_) => Vec::new(),
+        };
+        let mut reader = Reader::shared(self)?;
+        let (runs, reached) = reader.runs(source, first, end, u64::MAX, 0)?;
+        assert_eq!(reached, end, "reads are never cut short");
+        let mut filler = Filler::new(self, label, offset_bytes, buf);
+        let mut pending = pending.into_iter().peekable();
+        let mut grain = first;
+        for run in runs {
+            let run_end = grain + run.grains;
+            while grain < run_end {
+                // A pending grain's own content, or the committed content up
+                // to the next pending grain.
+                let (to, content) = match pending.peek() {
+                    Some(&(at, held)) if at == grain => {
+                        pending.next();
+                        (grain + 1, Fill::from(held))
+                    }
+                    Some(&(at, _)) if at < run_end => (at, Fill::from(run.content)),
+                    _ => (run_end, Fill::from(run.content)),
+                };
+                filler.fill(&mut reader, grain, to, content)?;
+                grain = to;
+            }
+        }
+        assert!(pending.next().is_none(), "pending grains lie in the read");
+        assert_eq!(grain, end);
+        filler.finish(&mut reader)
+    }
+
+    /// Where a committed block is stored, from the block table; remembered.
+    pub(crate) fn look_up_block(&self, reader: &mut Reader, id: u64) -> Result<BlockRec> {
+        reader.count_block_lookup();
+        let rec = Self::block_rec(reader.blocks()?, id)?;
+        self.locations.insert(id, &rec);
+        Ok(rec)
+    }
+
+    /// Where a committed block is stored.
+    fn block_rec(blocks: &ReadOnlyTable<u64, &'static [u8]>, id: u64) -> Result<BlockRec> {
+        let rec = blocks
+            .get(id)
+            .map_err(kv_error)?
+            .ok_or_else(|| EngineError::Corruption(format!("block {id} is mapped but missing")))?;
+        BlockRec::decode(rec.value())
+    }
+
+    /// Counts a failed record read as a read error (I/O) or a checksum error
+    /// (the record is not what its block row says).
+    pub(crate) fn count_read_failure(&self, error: &EngineError) {
+        let counter = match error {
+            EngineError::Io { .. } => &self.stats.read_errors,
+            EngineError::Corruption(_) => &self.stats.checksum_errors,
+            _ => return,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Reads and verifies one block's record (into `record`, a work buffer
+    /// the caller may reuse); a mismatch is an error, never data. The caller
+    /// counts a failure: one read at a location from the cache may just have
+    /// been stale.
+    pub(crate) fn read_record(
+        &self,
+        id: u64,
+        rec: BlockRec,
+        record: &mut Vec<u8>,
+        out: &mut [u8],
+    ) -> Result<()> {
+        // Every byte is overwritten by the read below (or the read fails).
+        record.resize(rec.record_bytes() as usize, 0);
+        self.stats
+            .record_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.store
+            .read_at(rec.segment, u64::from(rec.offset_bytes), record)
+            .map_err(|e| {
+                EngineError::io(
+                    format!(
+                        "reading block {id} from segment {} at {}",
+                        rec.segment, rec.offset_bytes
+                    ),
+                    e,
+                )
+            })?;
+        self.decode_record(id, rec, record, out)
+    }
+
+    /// Verifies a record read from `rec`'s location against it and decodes
+    /// its payload into `out` (a whole grain).
+    pub(crate) fn decode_record(
+        &self,
+        id: u64,
+        rec: BlockRec,
+        record: &[u8],
+        out: &mut [u8],
+    ) -> Result<()> {
+        let expected = RecordHeader {
+            flags: rec.flags,
+            payload_len: rec.payload_len,
+            block_id: id,
+        };
+        let corrupt = |why: String| {
+            EngineError::Corruption(format!(
+                "block {id} in segment {} at {}: {why}",
+                rec.segment, rec.offset_bytes
+            ))
+        };
+        let payload = log::verify_record(record, expected, rec.crc).map_err(corrupt)?;
+        let codec = classify::Codec::of_flags(rec.flags).map_err(corrupt)?;
+        classify::decode(payload, codec, out).map_err(corrupt)
+    }
+
+    /// `shared`, if given, is the buffer `data` is: the grains kept raw are
+    /// slices of it, not copies (see [`classify::classify_shared`]).
+    pub(crate) fn write(
+        &self,
+        vol: &Arc<VolumeShared>,
+        offset_bytes: u64,
+        data: &[u8],
+        shared: Option<&bytes::Bytes>,
+    ) -> Result<()> {
+        assert!(shared.is_none_or(|shared| std::ptr::eq(&shared[..], data)));
+        self.make_room(data.len() as u64)?;
+        let view = vol.view.read();
+        vol.ensure_live()?;
+        check_range(view.size_bytes, offset_bytes, data.len() as u64)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        // Classify whole grains before taking the writer mutex: hashing and
+        // compression are the expensive part and need no shared state.
+        let (compression, dedup) = {
+            let policy = vol.container.policy.read();
+            (policy.compression, policy.dedup)
+        };
+        let hints = &self.dedup_hints;
+        // The whole grain at `at` bytes into `data`.
+        let classify = |at: usize| {
+            let grain = &data[at..at + GRAIN_BYTES as usize];
+            let raw = || match shared {
+                Some(shared) => shared.slice(at..at + GRAIN_BYTES as usize),
+                None => bytes::Bytes::copy_from_slice(grain),
+            };
+            classify::classify_shared(grain, raw, compression, |fingerprint| {
+                let hinted =
+                    dedup && hints.contains(crate::write::transaction::dedup_key(fingerprint));
+                if hinted {
+                    self.stats
+                        .hinted_duplicates
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                hinted
+            })
+        };
+        let first = offset_bytes / GRAIN_BYTES;
+        let end = (offset_bytes + data.len() as u64).div_ceil(GRAIN_BYTES);
+        let end_bytes = offset_bytes + data.len() as u64;
+        let whole = |grain: u64| {
+            grain * GRAIN_BYTES >= offset_bytes && (grain + 1) * GRAIN_BYTES <= end_bytes
+        };
+        if (first..end).all(whole) {
+            let contents = (0..data.len())
+                .step_by(GRAIN_BYTES as usize)
+                .map(classify)
+                .collect();
+            return self.commit_grains(vol.clone(), first, contents);
+        }
+        let mut contents: Vec<Option<GrainContent>> = (first..end)
+            .map(|grain| {
+                whole(grain).then(|| {
+                    let at = (grain * GRAIN_BYTES - offset_bytes) as usize;
+                    classify(at)
+                })
+            })
+            .collect();
+        let mut ws = self.writer.lock();
+        // Partial grains: read-modify-write under the writer mutex, so no other
+        // write to the grain can slip between the read and the write.
+        for (i, content) in contents.iter_mut().enumerate() {
+            if content.is_some() {
+                continue;
+            }
+            let grain = first + i as u64;
+            let start = grain * GRAIN_BYTES;
+            let from = offset_bytes.max(start);
+            let to = end_bytes.min(start + GRAIN_BYTES);
+            *content = Some(self.edited_grain(vol, &view, grain, |merged| {
+                merged[(from - start) as usize..(to - start) as usize].copy_from_slice(
+                    &data[(from - offset_bytes) as usize..(to - offset_bytes) as usize],
+                )
+            })?);
+        }
+        let contents = contents
+            .into_iter()
+            .map(|c| c.expect("every grain classified"))
+            .collect();
+        self.commit_grains_locked(&mut ws, vol.clone(), first, contents)
+    }
+
+    /// Unmap or write-zeroes of a byte range: partial grains at the edges are
+    /// written as zeroes, whole grains get one range record.
+    pub(crate) fn write_range(
+        &self,
+        vol: &Arc<VolumeShared>,
+        offset_bytes: u64,
+        length_bytes: u64,
+        kind: RangeKind,
+    ) -> Result<()> {
+        {
+            let view = vol.view.read();
+            check_range(view.size_bytes, offset_bytes, length_bytes)?;
+        }
+        if length_bytes == 0 {
+            return Ok(());
+        }
+        let end_bytes = offset_bytes + length_bytes;
+        let first_whole = offset_bytes.div_ceil(GRAIN_BYTES);
+        let end_whole = end_bytes / GRAIN_BYTES;
+        if first_whole >= end_whole {
+            return self.write_zero_bytes(vol, offset_bytes, end_bytes);
+        }
+        if offset_bytes < first_whole * GRAIN_BYTES {
+            self.write_zero_bytes(vol, offset_bytes, first_whole * GRAIN_BYTES)?;
+        }
+        if end_whole * GRAIN_BYTES < end_bytes {
+            self.write_zero_bytes(vol, end_whole * GRAIN_BYTES, end_bytes)?;
+        }
+        self.insert_range(vol, first_whole, end_whole, kind, None)?;
+        Ok(())
+    }
+
+    /// Zeroes `from_bytes`'s grain from there to its end, under the volume's
+    /// view, which the caller holds (a shrink: see `resize_volume`).
+    pub(crate) fn zero_grain_tail_locked(
+        &self,
+        vol: &Arc<VolumeShared>,
+        view: &VolumeView,
+        from_bytes: u64,
+    ) -> Result<()> {
+        vol.ensure_live()?;
+        let grain = from_bytes / GRAIN_BYTES;
+        let start = grain * GRAIN_BYTES;
+        let mut ws = self.writer.lock();
+        let content = self.edited_grain(vol, view, grain, |merged| {
+            merged[(from_bytes - start) as usize..].fill(0)
+        })?;
+        self.commit_grains_locked(&mut ws, vol.clone(), grain, vec![content])
+    }
+
+    /// A grain as it holds now with `edit` applied, classified: the read half
+    /// of a read-modify-write, under the writer mutex the caller holds so no
+    /// other write to the grain can slip between the read and the write.
+    fn edited_grain(
+        &self,
+        vol: &VolumeShared,
+        view: &VolumeView,
+        grain: u64,
+        edit: impl FnOnce(&mut [u8]),
+    ) -> Result<GrainContent> {
+        let mut merged = vec![0u8; GRAIN_BYTES as usize];
+        {
+            let _io = self.io_lock.read();
+            self.read_locked(vol, view, grain * GRAIN_BYTES, &mut merged)?;
+        }
+        edit(&mut merged);
+        let compression = vol.container.policy.read().compression;
+        Ok(classify::classify_with(&merged, compression))
+    }
+
+    fn write_zero_bytes(&self, vol: &Arc<VolumeShared>, from: u64, to: u64) -> Result<()> {
+        let zeroes = vec![0u8; (to - from) as usize];
+        self.write(vol, from, &zeroes, None)
+    }
+
+    /// Writes one range record (plus the cuts of records it overlaps): O(1) in the
+    /// grains covered. Pieces it displaces that a snapshot still sees go to the
+    /// range history. `bits_from` names the volume whose data bits a `Ref` inherits
+    /// (with the source grain of `start`); without it a `Ref` counts as data.
+    pub(crate) fn insert_range(
+        &self,
+        vol: &VolumeShared,
+        start: u64,
+        end: u64,
+        kind: RangeKind,
+        bits_from: Option<(&VolumeShared, u64)>,
+    ) -> Result<u64> {
+        Self::check_range_quota(vol, start, end, kind)?;
+        let mut view = vol.view.write();
+        let seq = self.insert_range_locked(vol, &mut view, start, end, kind, bits_from)?;
+        drop(view);
+        self.wake_reclaimer();
+        Ok(seq)
+    }
+
+    /// Refuses a range record that would take `vol`'s container past its
+    /// quota: conservatively, the whole range counts, written before or not.
+    pub(crate) fn check_range_quota(
+        vol: &VolumeShared,
+        start: u64,
+        end: u64,
+        kind: RangeKind,
+    ) -> Result<()> {
+        let adds_data = match kind {
+            RangeKind::Hole => false,
+            RangeKind::Pattern(p) => p != 0,
+            RangeKind::Ref { .. } => true,
+        };
+        if adds_data && !vol.provisioning.is_thick() {
+            vol.container.check_quota((end - start) * GRAIN_BYTES)?;
+        }
+        Ok(())
+    }
+
+    /// [`Engine::insert_range`] under the volume's view, which the caller
+    /// holds for writing (quota checked). A range past the volume's end is
+    /// refused here, under the view, whatever the caller checked before it:
+    /// a copy checked against a size that a shrink then cut would leave a
+    /// record past the new end, and a later grow would expose what it names
+    /// (another volume's data) where zeroes belong.
+    pub(crate) fn insert_range_locked(
+        &self,
+        vol: &VolumeShared,
+        view: &mut VolumeView,
+        start: u64,
+        end: u64,
+        kind: RangeKind,
+        bits_from: Option<(&VolumeShared, u64)>,
+    ) -> Result<u64> {
+        vol.ensure_live()?;
+        assert!(start < end, "a range record covers a grain at least");
+        if end > view.size_bytes.div_ceil(GRAIN_BYTES) {
+            return Err(EngineError::OutOfRange {
+                offset_bytes: start * GRAIN_BYTES,
+                length_bytes: (end - start) * GRAIN_BYTES,
+                size_bytes: view.size_bytes,
+            });
+        }
+        let mut ws = self.writer.lock();
+        let snapshot_seqs = vol.snapshot_seqs.lock().clone();
+        let mut planned = view.ranges.clone_overlapping(start, end);
+        let displaced = planned.overlapping(start, end);
+        let (edits, seq) = self.transact(&mut ws, true, |st, t, _| {
+            let seq = st.take_seq();
+            // With no point mapping beneath, the record has nothing for the
+            // reclaimer to drop: it is born reclaimed, and a copy into an
+            // empty volume in many small commands (or an UNMAP of a range
+            // never written) costs no background transaction per command.
+            let beneath = crate::meta::point_rows::any_in(t.maps(), vol.id, start, end)?;
+            let rec = RangeRec {
+                end_grain: end,
+                seq,
+                kind,
+                reclaimed: !beneath,
+            };
+            for (piece_start, piece) in &displaced {
+                if schema::visible_to_any(&snapshot_seqs, piece.seq, seq) {
+                    st.keep_range_history(t, vol.id, *piece_start, *piece, seq)?;
+                }
+            }
+            let edits = planned.insert(start, rec);
+            for s in &edits.removed_starts {
+                t.ranges()?.remove((vol.id, *s)).map_err(kv_error)?;
+            }
+            for (s, r) in &edits.upserted {
+                t.ranges()?
+                    .insert((vol.id, *s), &r.encode()[..])
+                    .map_err(kv_error)?;
+            }
+            st.records_written += (edits.removed_starts.len() + edits.upserted.len()) as u64;
+            Ok((edits, seq))
+        })?;
+        Arc::make_mut(&mut view.ranges).apply(edits);
+        vol.last_change_seq
+            .store(seq, std::sync::atomic::Ordering::SeqCst);
+        let grains = view.size_bytes.div_ceil(GRAIN_BYTES);
+        let before = vol.bitmap.lock().count();
+        // Copied bits are exact only if the source's own bits are settled.
+        let exact = bits_from.is_some_and(|(source, _)| !self.bits_unsettled(source.id));
+        if matches!(kind, RangeKind::Ref { .. }) && start < grains && !exact {
+            self.queue_bits(crate::versions::reference_bits::PendingBits {
+                volume: vol.id,
+                start,
+                end: end.min(grains),
+                seq,
+            });
+        }
+        self.set_range_bits(vol, start, end.min(grains), kind, bits_from);
+        // Point mappings under the new record are now dead: the reclaim backlog.
+        vol.live_mapped
+            .lock()
+            .set_range(start.min(grains), end.min(grains), false);
+        vol.sync_usage(Some(view.size_bytes));
+        if vol.provisioning.is_thick() {
+            let after = vol.bitmap.lock().count();
+            ws.thick_unwritten_grains = (ws.thick_unwritten_grains + before)
+                .checked_sub(after)
+                .expect("thick reservation never negative");
+        }
+        Ok(seq)
+    }
+
+    pub(crate) fn set_range_bits(
+        &self,
+        vol: &VolumeShared,
+        start: u64,
+        end: u64,
+        kind: RangeKind,
+        bits_from: Option<(&VolumeShared, u64)>,
+    ) {
+        if start >= end {
+            return;
+        }
+        match (kind, bits_from) {
+            (RangeKind::Ref { .. }, Some((source, source_start))) if source.id == vol.id => {
+                let mut bits = vol.bitmap.lock();
+                let mut piece = DataBitmap::new(end - start);
+                piece.copy_from(&bits, source_start, 0, end - start);
+                bits.copy_from(&piece, 0, start, end - start);
+            }
+            (RangeKind::Ref { .. }, Some((source, source_start))) => {
+                // Two bitmaps: lock in id order so two opposite copies cannot deadlock.
+                let (mut dst, src) = if vol.id < source.id {
+                    let dst = vol.bitmap.lock();
+                    (dst, source.bitmap.lock())
+                } else {
+                    let src = source.bitmap.lock();
+                    (vol.bitmap.lock(), src)
+                };
+                dst.copy_from(&src, source_start, start, end - start);
+            }
+            _ => {
+                let data = match kind {
+                    RangeKind::Hole => false,
+                    RangeKind::Pattern(p) => p != 0,
+                    RangeKind::Ref { .. } => true,
+                };
+                vol.bitmap.lock().set_range(start, end, data);
+            }
+        }
+    }
+
+    pub(crate) fn extents(
+        &self,
+        vol: &VolumeShared,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<Extent>> {
+        let view = vol.view.read();
+        check_range(view.size_bytes, offset_bytes, length_bytes)?;
+        let source = Source::Live {
+            volume: vol.id,
+            ranges: &view.ranges,
+        };
+        self.extents_of(&source, offset_bytes, length_bytes)
+    }
+
+    pub(crate) fn snapshot_extents(
+        &self,
+        snapshot: &Arc<SnapshotShared>,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<Extent>> {
+        check_range(snapshot.size_bytes, offset_bytes, length_bytes)?;
+        self.extents_of(
+            &Source::Snapshot(snapshot.clone()),
+            offset_bytes,
+            length_bytes,
+        )
+    }
+
+    /// Walks runs, not grains: between point mappings the state is the range
+    /// records', so a sparse terabyte costs a few steps.
+    fn extents_of(
+        &self,
+        source: &Source,
+        offset_bytes: u64,
+        length_bytes: u64,
+    ) -> Result<Vec<Extent>> {
+        if length_bytes == 0 {
+            return Ok(Vec::new());
+        }
+        // Block status is rare next to reads: committing the write batches'
+        // open transaction is simpler than merging its grains into extents.
+        self.commit_pending_now()?;
+        let txn = self.begin_read()?;
+        let mut reader = Reader::new(self, &txn)?;
+        let first = offset_bytes / GRAIN_BYTES;
+        let end_bytes = offset_bytes + length_bytes;
+        let end = end_bytes.div_ceil(GRAIN_BYTES);
+        let (runs, _) = reader.runs(source, first, end, MAX_EXTENT_SCAN_GRAINS, 0)?;
+        let mut extents: Vec<Extent> = Vec::new();
+        let mut grain = first;
+        for run in runs {
+            let from = (grain * GRAIN_BYTES).max(offset_bytes);
+            let to = ((grain + run.grains) * GRAIN_BYTES).min(end_bytes);
+            grain += run.grains;
+            if from >= to {
+                continue;
+            }
+            let state = state_of(run.content);
+            match extents.last_mut() {
+                Some(last) if last.state == state => last.length_bytes += to - from,
+                _ => extents.push(Extent {
+                    length_bytes: to - from,
+                    state,
+                }),
+            }
+        }
+        assert!(!extents.is_empty());
+        Ok(extents)
+    }
+}

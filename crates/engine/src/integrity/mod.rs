@@ -1,0 +1,4 @@
+//! TODO(integrity)
+
+pub(crate) mod fsck;
+pub mod scrub;

@@ -1,0 +1,544 @@
+//! Scrub: reads back every stored record and verifies it end to end — the
+//! record's checksum (header and payload), its decoding, and the fingerprint
+//! (XXH3-128, or BLAKE3 for blocks stored before it) of the grain it decodes to — so silent damage (a flipped bit, a
+//! failing sector) is found before a host reads it.
+//!
+//! What is walked is the block table (every record some mapping references),
+//! in batches of [`BLOCKS_PER_STEP`] ordered by segment and offset so the reads
+//! run through each segment front to back. Each batch is listed in its own read
+//! transaction, so a long scrub never holds old metadata pages. A record that
+//! fails is checked again against fresh metadata: one the cleaner moved (or a
+//! write freed) meanwhile is not damage. A bad record is then mapped to what
+//! it costs: the volumes, their snapshots, and the byte ranges that read it.
+//!
+//! A pass goes as fast as the disks allow, or at a rate (a [`TokenBucket`] in
+//! bytes of records read). One pass runs at a time; a background scrub runs
+//! passes back to back at its rate until the engine closes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redb::ReadableTable;
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::now_unix_s;
+use crate::meta::schema::{self, kv_error, BlockRec, HistValue, Target};
+use crate::segment::log::{self, RecordHeader};
+use crate::space::rate::{Clock, Rate, SystemClock, TokenBucket};
+use crate::write::classify;
+use crate::{Engine, EngineError, Result, GRAIN_BYTES};
+
+/// Block records listed per read transaction.
+pub const BLOCKS_PER_STEP: usize = 4096;
+/// Bad records listed one by one in a report (all are counted).
+pub const MAX_LISTED_BAD_RECORDS: usize = 100;
+/// Affected ranges listed in a report.
+pub const MAX_LISTED_RANGES: usize = 1000;
+/// Burst of a rate-limited scrub: one MiB of records.
+const BURST_BYTES: u64 = 1 << 20;
+/// Longest single sleep while pacing, so a closing engine is noticed quickly.
+const MAX_PACING_SLEEP: Duration = Duration::from_millis(100);
+/// Pause between background passes (an empty array must not spin).
+const BACKGROUND_PAUSE: Duration = Duration::from_secs(1);
+
+/// One scrub pass, running or finished.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScrubReport {
+    /// Numbers the passes since the daemon started, from 1.
+    pub pass: u64,
+    /// Started by the background scrub rather than on request.
+    pub background: bool,
+    pub running: bool,
+    /// The pass's rate limit; `None` when unlimited.
+    pub rate_bytes_per_s: Option<u64>,
+    pub started_unix_s: u64,
+    pub finished_unix_s: Option<u64>,
+    /// Records and their bytes stored when the pass started (the progress total).
+    pub records_total: u64,
+    pub bytes_total: u64,
+    pub records_checked: u64,
+    pub bytes_checked: u64,
+    pub bad_records: u64,
+    /// The first [`MAX_LISTED_BAD_RECORDS`] bad records.
+    pub bad: Vec<BadRecord>,
+    /// What reads the bad records (the first [`MAX_LISTED_RANGES`] ranges).
+    pub affected: Vec<AffectedRange>,
+    /// Why the pass stopped early, if it did.
+    pub error: Option<String>,
+}
+
+/// A record that failed verification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadRecord {
+    pub block_id: u64,
+    pub segment: u32,
+    pub offset_bytes: u64,
+    pub reason: String,
+}
+
+/// Bytes of a volume (or only of its snapshots) that read a bad record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AffectedRange {
+    pub volume: String,
+    /// The volume itself reads the range (not only its snapshots).
+    pub live: bool,
+    /// Snapshots (`VOL@NAME`) that read the range.
+    pub snapshots: Vec<String>,
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
+}
+
+/// The scrub as the control plane sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScrubStatus {
+    pub current: Option<ScrubReport>,
+    pub last: Option<ScrubReport>,
+    /// Rate of the background scrub, when one is scheduled.
+    pub background_rate_bytes_per_s: Option<u64>,
+}
+
+/// A pass begun, or the one that was running already.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScrubStart {
+    pub report: ScrubReport,
+    /// False when the report is of a pass that was running already.
+    pub started: bool,
+}
+
+/// The engine's scrub state.
+#[derive(Default)]
+pub(crate) struct Scrubs {
+    inner: Mutex<ScrubsInner>,
+}
+
+#[derive(Default)]
+struct ScrubsInner {
+    current: Option<ScrubReport>,
+    last: Option<ScrubReport>,
+    passes: u64,
+    background_rate_bytes_per_s: Option<u64>,
+}
+
+/// What a pass found, before it is mapped to volumes.
+#[derive(Default)]
+struct Findings {
+    bad: BTreeMap<u64, BadRecord>,
+}
+
+fn rate_of(rate_bytes_per_s: Option<u64>) -> Result<Rate> {
+    match rate_bytes_per_s {
+        None => Ok(Rate::Unlimited),
+        Some(0) => Err(EngineError::InvalidArgument(
+            "a scrub rate must be above zero".into(),
+        )),
+        Some(rate) => Ok(Rate::BytesPerSecond(rate)),
+    }
+}
+
+impl Engine {
+    /// Runs one scrub pass now, on this thread, and returns its report. Refused
+    /// while another pass runs.
+    pub fn scrub_now(&self, rate_bytes_per_s: Option<u64>) -> Result<ScrubReport> {
+        let rate = rate_of(rate_bytes_per_s)?;
+        let start = self.begin_pass(rate_bytes_per_s, false)?;
+        if !start.started {
+            return Err(EngineError::InvalidArgument(format!(
+                "scrub pass {} is running already",
+                start.report.pass
+            )));
+        }
+        Ok(self.run_pass(start.report.pass, rate))
+    }
+
+    /// Begins a pass, or answers the one running (`started` false): the caller
+    /// then runs a begun pass with [`Engine::run_scrub`], on a thread of its own.
+    pub fn begin_scrub(&self, rate_bytes_per_s: Option<u64>) -> Result<ScrubStart> {
+        rate_of(rate_bytes_per_s)?;
+        self.begin_pass(rate_bytes_per_s, false)
+    }
+
+    /// Runs pass `pass`, begun by [`Engine::begin_scrub`], to its end.
+    pub fn run_scrub(&self, pass: u64) -> Result<ScrubReport> {
+        let rate = {
+            let inner = self.scrubs.inner.lock();
+            match &inner.current {
+                Some(current) if current.pass == pass => rate_of(current.rate_bytes_per_s)?,
+                _ => {
+                    return Err(EngineError::InvalidArgument(format!(
+                        "scrub pass {pass} is not the one begun"
+                    )))
+                }
+            }
+        };
+        Ok(self.run_pass(pass, rate))
+    }
+
+    /// Begins a pass and runs it on a thread of its own (or answers the one
+    /// running).
+    pub fn start_scrub(self: &Arc<Self>, rate_bytes_per_s: Option<u64>) -> Result<ScrubReport> {
+        let start = self.begin_scrub(rate_bytes_per_s)?;
+        if start.started {
+            let engine = self.clone();
+            let pass = start.report.pass;
+            std::thread::Builder::new()
+                .name("lacuna-scrub".into())
+                .spawn(move || engine.run_scrub(pass))
+                .map_err(|e| EngineError::io("starting the scrub thread", e))?;
+        }
+        Ok(start.report)
+    }
+
+    /// The running pass, the last finished one, and the background schedule.
+    pub fn scrub_status(&self) -> ScrubStatus {
+        let inner = self.scrubs.inner.lock();
+        ScrubStatus {
+            current: inner.current.clone(),
+            last: inner.last.clone(),
+            background_rate_bytes_per_s: inner.background_rate_bytes_per_s,
+        }
+    }
+
+    /// Scrubs continuously at `rate_bytes_per_s` until the engine closes: passes
+    /// back to back, a pause between them.
+    pub fn start_background_scrub(
+        self: &Arc<Self>,
+        rate_bytes_per_s: u64,
+    ) -> Result<JoinHandle<()>> {
+        let rate = rate_of(Some(rate_bytes_per_s))?;
+        self.scrubs.inner.lock().background_rate_bytes_per_s = Some(rate_bytes_per_s);
+        let weak: Weak<Engine> = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("lacuna-scrub-bg".into())
+            .spawn(move || background_loop(weak, rate_bytes_per_s, rate))
+            .map_err(|e| EngineError::io("starting the background scrub", e))
+    }
+
+    /// Files a new running pass, unless one runs already (then answers that one).
+    fn begin_pass(&self, rate_bytes_per_s: Option<u64>, background: bool) -> Result<ScrubStart> {
+        let (records_total, bytes_total) = self.stored_totals()?;
+        let mut inner = self.scrubs.inner.lock();
+        if let Some(current) = &inner.current {
+            return Ok(ScrubStart {
+                report: current.clone(),
+                started: false,
+            });
+        }
+        inner.passes += 1;
+        let report = ScrubReport {
+            pass: inner.passes,
+            background,
+            running: true,
+            rate_bytes_per_s,
+            started_unix_s: now_unix_s(),
+            finished_unix_s: None,
+            records_total,
+            bytes_total,
+            records_checked: 0,
+            bytes_checked: 0,
+            bad_records: 0,
+            bad: Vec::new(),
+            affected: Vec::new(),
+            error: None,
+        };
+        inner.current = Some(report.clone());
+        Ok(ScrubStart {
+            report,
+            started: true,
+        })
+    }
+
+    /// Runs pass `pass` (already begun) to its end and files its report.
+    fn run_pass(&self, pass: u64, rate: Rate) -> ScrubReport {
+        let mut findings = Findings::default();
+        let walked = self.walk_blocks(rate, &mut findings);
+        let bad_ids: BTreeSet<u64> = findings.bad.keys().copied().collect();
+        let affected = if bad_ids.is_empty() {
+            Ok(Vec::new())
+        } else {
+            self.affected_ranges(&bad_ids)
+        };
+        let mut inner = self.scrubs.inner.lock();
+        let mut report = inner.current.take().expect("a running pass has a report");
+        assert_eq!(report.pass, pass);
+        report.running = false;
+        report.finished_unix_s = Some(now_unix_s());
+        report.bad_records = findings.bad.len() as u64;
+        report.bad = findings
+            .bad
+            .into_values()
+            .take(MAX_LISTED_BAD_RECORDS)
+            .collect();
+        match (walked, affected) {
+            (Ok(()), Ok(affected)) => report.affected = affected,
+            (Err(e), _) | (_, Err(e)) => report.error = Some(e.to_string()),
+        }
+        if report.bad_records > 0 {
+            tracing::error!(
+                pass,
+                bad_records = report.bad_records,
+                affected_ranges = report.affected.len(),
+                "scrub found damaged records"
+            );
+        } else {
+            tracing::info!(
+                pass,
+                records = report.records_checked,
+                "scrub pass finished clean"
+            );
+        }
+        inner.last = Some(report.clone());
+        report
+    }
+
+    /// Records and bytes in the block table now.
+    fn stored_totals(&self) -> Result<(u64, u64)> {
+        let live_bytes = {
+            let mut ws = self.writer.lock();
+            self.commit_pending(&mut ws)?;
+            ws.live_bytes()
+        };
+        let txn = self.begin_read()?;
+        let blocks = txn.open_table(schema::BLOCKS).map_err(kv_error)?;
+        let records = redb::ReadableTableMetadata::len(&blocks).map_err(kv_error)?;
+        Ok((records, live_bytes))
+    }
+
+    /// Verifies every record in the block table, in batches.
+    fn walk_blocks(&self, rate: Rate, findings: &mut Findings) -> Result<()> {
+        let clock = SystemClock::default();
+        let mut bucket = TokenBucket::new(rate, BURST_BYTES, clock.now());
+        let mut next_id = 0u64;
+        loop {
+            let mut batch = self.list_blocks(next_id)?;
+            let Some(&(last_id, _)) = batch.last() else {
+                return Ok(());
+            };
+            next_id = last_id + 1;
+            batch.sort_unstable_by_key(|(_, rec)| (rec.segment, rec.offset_bytes));
+            for (id, rec) in batch {
+                self.pace(&mut bucket, &clock, rec.record_bytes())?;
+                if let Err(reason) = self.verify_stored(id, &rec) {
+                    if self.still_stored_at(id, &rec)? {
+                        tracing::error!(
+                            block = id,
+                            segment = rec.segment,
+                            offset_bytes = rec.offset_bytes,
+                            "scrub: bad record: {reason}"
+                        );
+                        findings.bad.insert(
+                            id,
+                            BadRecord {
+                                block_id: id,
+                                segment: rec.segment,
+                                offset_bytes: u64::from(rec.offset_bytes),
+                                reason,
+                            },
+                        );
+                    }
+                }
+                let mut inner = self.scrubs.inner.lock();
+                let report = inner.current.as_mut().expect("a running pass");
+                report.records_checked += 1;
+                report.bytes_checked += rec.record_bytes();
+                report.bad_records = findings.bad.len() as u64;
+            }
+        }
+    }
+
+    /// Up to [`BLOCKS_PER_STEP`] block records from id `from` on.
+    fn list_blocks(&self, from: u64) -> Result<Vec<(u64, BlockRec)>> {
+        self.commit_pending_now()?;
+        let txn = self.begin_read()?;
+        let blocks = txn.open_table(schema::BLOCKS).map_err(kv_error)?;
+        let mut batch = Vec::with_capacity(BLOCKS_PER_STEP);
+        for item in blocks.range(from..).map_err(kv_error)? {
+            let (id, value) = item.map_err(kv_error)?;
+            batch.push((id.value(), BlockRec::decode(value.value())?));
+            if batch.len() == BLOCKS_PER_STEP {
+                break;
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Waits until the rate allows reading `bytes` more; fails once the engine
+    /// is closing.
+    fn pace(&self, bucket: &mut TokenBucket, clock: &SystemClock, bytes: u64) -> Result<()> {
+        loop {
+            if self.shutdown.load(Ordering::SeqCst) {
+                return Err(EngineError::InvalidArgument(
+                    "stopped: the array is closing".into(),
+                ));
+            }
+            match bucket.wait_for(bytes, clock.now()) {
+                Some(wait) if !wait.is_zero() => std::thread::sleep(wait.min(MAX_PACING_SLEEP)),
+                _ => break,
+            }
+        }
+        bucket.take(bytes, clock.now());
+        Ok(())
+    }
+
+    /// Reads block `id`'s record and checks checksum, decoding and fingerprint.
+    fn verify_stored(&self, id: u64, rec: &BlockRec) -> std::result::Result<(), String> {
+        let mut record = vec![0u8; rec.record_bytes() as usize];
+        {
+            // Held while reading: a segment is never freed under a reader.
+            let _io = self.io_lock.read();
+            self.store
+                .read_at(rec.segment, u64::from(rec.offset_bytes), &mut record)
+                .map_err(|e| format!("read failed: {e}"))?;
+        }
+        let expected = RecordHeader {
+            flags: rec.flags,
+            payload_len: rec.payload_len,
+            block_id: id,
+        };
+        let payload = log::verify_record(&record, expected, rec.crc)?;
+        let mut grain_bytes = vec![0u8; GRAIN_BYTES as usize];
+        let codec = classify::Codec::of_flags(rec.flags)?;
+        classify::decode(payload, codec, &mut grain_bytes)?;
+        if !classify::fingerprint_matches(&grain_bytes, &rec.fingerprint) {
+            return Err("decoded grain does not match its fingerprint".into());
+        }
+        Ok(())
+    }
+
+    /// Whether block `id` still lives where `rec` says (not moved or freed since
+    /// it was listed).
+    fn still_stored_at(&self, id: u64, rec: &BlockRec) -> Result<bool> {
+        self.commit_pending_now()?;
+        let txn = self.begin_read()?;
+        let blocks = txn.open_table(schema::BLOCKS).map_err(kv_error)?;
+        let Some(value) = blocks.get(id).map_err(kv_error)? else {
+            return Ok(false);
+        };
+        let now = BlockRec::decode(value.value())?;
+        Ok(now.segment == rec.segment && now.offset_bytes == rec.offset_bytes)
+    }
+
+    /// Every volume range (live, or seen by snapshots) that reads a block in
+    /// `bad`: one scan of the mappings and of the history.
+    fn affected_ranges(&self, bad: &BTreeSet<u64>) -> Result<Vec<AffectedRange>> {
+        self.commit_pending_now()?;
+        let txn = self.begin_read()?;
+        let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
+        let history = txn.open_table(schema::HISTORY).map_err(kv_error)?;
+        // (volume id, grain, version seq, died seq or None when live)
+        let mut hits: Vec<(u64, u64, u64, Option<u64>)> = Vec::new();
+        for item in crate::meta::point_rows::all(&maps)? {
+            let (volume, grain, value) = item?;
+            if matches!(value.target, Target::Block(id) if bad.contains(&id)) {
+                hits.push((volume, grain, value.seq, None));
+            }
+        }
+        for item in history.iter().map_err(kv_error)? {
+            let (key, value) = item.map_err(kv_error)?;
+            let value = HistValue::decode(value.value())?;
+            if matches!(value.target, Target::Block(id) if bad.contains(&id)) {
+                let (volume, grain, seq) = key.value();
+                hits.push((volume, grain, seq, Some(value.died_seq)));
+            }
+        }
+        // (volume name, live, snapshots) → grains
+        let mut groups: BTreeMap<(String, bool, Vec<String>), BTreeSet<u64>> = BTreeMap::new();
+        for (volume, grain, seq, died) in hits {
+            let snapshots: Vec<String> = self
+                .snapshots_of(volume)
+                .iter()
+                .filter(|s| s.seq >= seq && died.is_none_or(|died| s.seq < died))
+                .map(|s| s.display_name())
+                .collect();
+            let live = died.is_none();
+            if !live && snapshots.is_empty() {
+                continue; // a version no snapshot sees any more, awaiting the sweep
+            }
+            groups
+                .entry((self.volume_label(volume), live, snapshots))
+                .or_default()
+                .insert(grain);
+        }
+        let mut ranges = Vec::new();
+        for ((volume, live, snapshots), grains) in groups {
+            for (start, end) in runs(&grains) {
+                if ranges.len() == MAX_LISTED_RANGES {
+                    return Ok(ranges);
+                }
+                ranges.push(AffectedRange {
+                    volume: volume.clone(),
+                    live,
+                    snapshots: snapshots.clone(),
+                    offset_bytes: start * GRAIN_BYTES,
+                    length_bytes: (end - start) * GRAIN_BYTES,
+                });
+            }
+        }
+        Ok(ranges)
+    }
+
+    /// A volume's name by id (live, destroyed or retained for its snapshots).
+    fn volume_label(&self, id: u64) -> String {
+        if let Some(volume) = self.volume_by_id(id) {
+            return volume.name.clone();
+        }
+        match self.retained.lock().get(&id) {
+            Some(rec) => format!("{} (eradicated)", rec.name),
+            None => format!("#{id}"),
+        }
+    }
+}
+
+/// Consecutive runs `[start, end)` of a set of grains.
+fn runs(grains: &BTreeSet<u64>) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &grain in grains {
+        match out.last_mut() {
+            Some((_, end)) if *end == grain => *end += 1,
+            _ => out.push((grain, grain + 1)),
+        }
+    }
+    out
+}
+
+fn background_loop(engine: Weak<Engine>, rate_bytes_per_s: u64, rate: Rate) {
+    loop {
+        let Some(strong) = engine.upgrade() else {
+            return;
+        };
+        if strong.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        match strong.begin_pass(Some(rate_bytes_per_s), true) {
+            Ok(start) if start.started => {
+                strong.run_pass(start.report.pass, rate);
+            }
+            Ok(_) => {} // a requested pass is running: wait for it
+            Err(e) => tracing::warn!("background scrub could not start a pass: {e}"),
+        }
+        drop(strong);
+        std::thread::sleep(BACKGROUND_PAUSE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_merge_consecutive_grains() {
+        let grains: BTreeSet<u64> = [1, 2, 3, 7, 9, 10].into_iter().collect();
+        assert_eq!(runs(&grains), vec![(1, 4), (7, 8), (9, 11)]);
+        assert!(runs(&BTreeSet::new()).is_empty());
+    }
+
+    #[test]
+    fn a_zero_rate_is_refused() {
+        assert!(rate_of(Some(0)).is_err());
+        assert_eq!(rate_of(None).unwrap(), Rate::Unlimited);
+        assert_eq!(rate_of(Some(5)).unwrap(), Rate::BytesPerSecond(5));
+    }
+}

@@ -1,0 +1,6 @@
+//! TODO(meta)
+
+pub(crate) mod file;
+pub(crate) mod point_rows;
+pub mod schema;
+pub(crate) mod store;

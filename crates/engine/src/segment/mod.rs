@@ -1,0 +1,5 @@
+//! TODO(segment)
+
+pub mod fs_space;
+pub mod log;
+pub(crate) mod write_buffer;

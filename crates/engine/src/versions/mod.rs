@@ -1,0 +1,7 @@
+//! TODO(versions)
+
+pub mod copy;
+pub(crate) mod lifecycle;
+pub mod range_map;
+pub(crate) mod reference_bits;
+pub mod snapshot;

@@ -1,22 +1,19 @@
-//! The volume catalog (create, delete, resize, reports) and recovery at open.
+//! The volume catalog: create, delete, resize and report volumes.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
-use redb::{Durability, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use crate::meta::schema::{self, kv_error, BlockRec, RangeKind, RangeRec, Target};
-use crate::read::mapping_cache::ChangedMappings;
-use crate::segment::log::{FileSegmentStore, SegmentStore};
+pub use crate::names::validate_name;
 use crate::space::data_bitmap::DataBitmap;
 use crate::space::provisioning::Provisioning;
+use crate::units::{grains_of, now_unix_s};
+use crate::versions::copy::Initial;
 use crate::versions::range_map::RangeMap;
-use crate::versions::snapshot::{SnapshotRec, SnapshotShared};
-use crate::write::transaction::{SegState, WriterState};
+use crate::write::transaction::WriterState;
 use crate::{
     Engine, EngineError, Result, SpaceReport, VolumeInfo, VolumeShared, VolumeView, GRAIN_BYTES,
     MAX_VOLUME_BYTES, SECTOR_BYTES,
@@ -40,40 +37,6 @@ pub struct VolumeRec {
     pub container: u64,
 }
 
-pub(crate) struct Recovered {
-    pub volumes: HashMap<String, Arc<VolumeShared>>,
-    pub destroyed: HashMap<String, Arc<VolumeShared>>,
-    pub retained: BTreeMap<u64, VolumeRec>,
-    pub snapshots: BTreeMap<u64, Arc<SnapshotShared>>,
-    pub sweep_pending: BTreeMap<u64, crate::versions::lifecycle::SweepCursor>,
-    pub writer: WriterState,
-}
-
-/// What a new volume starts as: empty, or covered by one range record (zeroes
-/// for eagerzeroedthick, a reference for a clone).
-pub(crate) struct Initial<'a> {
-    pub kind: RangeKind,
-    pub bits_from: Option<(&'a VolumeShared, u64)>,
-}
-
-/// Volume names are NBD export names and, later, parts of snapshot names
-/// (`VOL@SNAP`): keep them to a safe alphabet.
-pub fn validate_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(EngineError::InvalidArgument(format!(
-            "invalid volume name '{name}': use 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')"
-        )))
-    }
-}
-
 fn validate_size(size_bytes: u64) -> Result<()> {
     if size_bytes == 0 || !size_bytes.is_multiple_of(SECTOR_BYTES) || size_bytes > MAX_VOLUME_BYTES
     {
@@ -82,17 +45,6 @@ fn validate_size(size_bytes: u64) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-pub(crate) fn now_unix_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-pub(crate) fn grains_of(size_bytes: u64) -> u64 {
-    size_bytes.div_ceil(GRAIN_BYTES)
 }
 
 impl Engine {
@@ -537,7 +489,7 @@ impl Engine {
     }
 }
 
-fn volume_shared(
+pub(crate) fn volume_shared(
     rec: &VolumeRec,
     ranges: RangeMap,
     container: Arc<crate::space::container::ContainerShared>,
@@ -638,381 +590,6 @@ impl VolumeShared {
         let before = self.counted_grains.swap(0, Ordering::SeqCst);
         self.container.add_used_grains(0, before);
     }
-}
-
-/// Brings the array back after a clean stop or a crash: redb has already rolled
-/// back to its last durable commit; here segment files are reconciled with it
-/// (unreferenced tails trimmed, segments it never knew removed) and the in-memory
-/// views (range maps, data bitmaps, segment accounting) rebuilt.
-pub(crate) fn recover(
-    db: &crate::meta::store::Kv,
-    store: &FileSegmentStore,
-    capacity_bytes: u64,
-    containers: &BTreeMap<u64, Arc<crate::space::container::ContainerShared>>,
-) -> Result<Recovered> {
-    let txn = db.begin_read()?;
-    let counters = txn.open_table(schema::COUNTERS).map_err(kv_error)?;
-    let mut ws = WriterState {
-        next_block_id: schema::read_counter(&counters, "next_block_id")?,
-        next_seq: schema::read_counter(&counters, "next_seq")?,
-        next_volume_id: schema::read_counter(&counters, "next_volume_id")?,
-        next_segment_id: schema::read_counter(&counters, "next_segment_id")?
-            .try_into()
-            .map_err(|_| EngineError::Corruption("segment counter".into()))?,
-        capacity_bytes,
-        ..WriterState::default()
-    };
-    for item in txn
-        .open_table(schema::SEGMENTS)
-        .map_err(kv_error)?
-        .iter()
-        .map_err(kv_error)?
-    {
-        let (id, value) = item.map_err(kv_error)?;
-        let (written_bytes, live_bytes) = value.value();
-        ws.load_segment(
-            id.value(),
-            SegState {
-                written_bytes,
-                live_bytes,
-            },
-        );
-    }
-    for item in txn
-        .open_table(schema::DOOMED)
-        .map_err(kv_error)?
-        .iter()
-        .map_err(kv_error)?
-    {
-        let (id, grains) = item.map_err(kv_error)?;
-        ws.doomed.insert(id.value(), grains.value());
-    }
-    for item in txn
-        .open_table(schema::DOOMED_CONTAINERS)
-        .map_err(kv_error)?
-        .iter()
-        .map_err(kv_error)?
-    {
-        let (id, container) = item.map_err(kv_error)?;
-        ws.doomed_containers.insert(id.value(), container.value());
-    }
-    // Volumes doomed before containers existed are charged to the default one.
-    for id in ws.doomed.keys() {
-        ws.doomed_containers
-            .entry(*id)
-            .or_insert(crate::space::container::DEFAULT_CONTAINER_ID);
-    }
-    ws.mapping_counts = count_mappings(&txn)?;
-    for item in txn
-        .open_table(schema::BLOCKS)
-        .map_err(kv_error)?
-        .iter()
-        .map_err(kv_error)?
-    {
-        let (id, value) = item.map_err(kv_error)?;
-        let rec = BlockRec::decode(value.value())?;
-        if rec.flags & crate::segment::log::FLAG_UNINDEXED == 0 {
-            let key = crate::write::transaction::dedup_key(&rec.fingerprint);
-            ws.dedup.insert(key, id.value());
-            ws.hints.insert(key);
-        }
-        ws.class_bytes[rec.class() as usize] += rec.record_bytes();
-    }
-    reconcile_segments(store, &mut ws)?;
-    // New writes always go to a fresh segment: nothing is ever appended after a
-    // tail that a crash may have torn.
-    ws.open_segment = ws.next_segment_id;
-    ws.next_segment_id += 1;
-    persist_segment_counter(db, ws.next_segment_id)?;
-    for (&id, state) in &ws.segments {
-        if state.live_bytes == 0 {
-            ws.pending_free.insert(id);
-        }
-    }
-    let loaded = load_volumes(&txn, containers)?;
-    let snapshots = load_snapshots(&txn)?;
-    let mut sweep_pending = BTreeMap::new();
-    let history = txn.open_table(schema::HISTORY).map_err(kv_error)?;
-    let range_history = txn.open_table(schema::RANGE_HISTORY).map_err(kv_error)?;
-    let all_volumes = loaded.live.values().chain(loaded.destroyed.values());
-    let ids: Vec<u64> = all_volumes
-        .clone()
-        .map(|v| v.id)
-        .chain(loaded.retained.keys().copied())
-        .collect();
-    for v in all_volumes {
-        let mut seqs: Vec<u64> = snapshots
-            .values()
-            .filter(|s| s.volume_id == v.id)
-            .map(|s| s.seq)
-            .collect();
-        seqs.sort_unstable();
-        *v.snapshot_seqs.lock() = seqs;
-        v.last_change_seq.store(ws.next_seq, Ordering::SeqCst);
-        if v.provisioning.is_thick() {
-            let grains = grains_of(v.view.read().size_bytes);
-            ws.thick_unwritten_grains += grains - v.bitmap.lock().count().min(grains);
-        }
-    }
-    for id in ids {
-        let has_history = history
-            .range((id, 0, 0)..=(id, u64::MAX, u64::MAX))
-            .map_err(kv_error)?
-            .next()
-            .is_some()
-            || range_history
-                .range((id, 0, 0)..=(id, u64::MAX, u64::MAX))
-                .map_err(kv_error)?
-                .next()
-                .is_some();
-        if has_history {
-            sweep_pending.insert(id, crate::versions::lifecycle::SweepCursor::START);
-        }
-    }
-    Ok(Recovered {
-        volumes: loaded.live,
-        destroyed: loaded.destroyed,
-        retained: loaded.retained,
-        snapshots,
-        sweep_pending,
-        writer: ws,
-    })
-}
-
-/// Snapshots with their range maps as they were at their seq: the live records
-/// no newer than it, and the displaced pieces alive at it.
-fn load_snapshots(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Arc<SnapshotShared>>> {
-    let table = txn.open_table(schema::SNAPSHOTS).map_err(kv_error)?;
-    let range_table = txn.open_table(schema::RANGES).map_err(kv_error)?;
-    let range_history = txn.open_table(schema::RANGE_HISTORY).map_err(kv_error)?;
-    let mut snapshots = BTreeMap::new();
-    for item in table.iter().map_err(kv_error)? {
-        let (_, json) = item.map_err(kv_error)?;
-        let rec: SnapshotRec = serde_json::from_slice(json.value())
-            .map_err(|e| EngineError::Corruption(format!("snapshot record: {e}")))?;
-        let mut ranges = RangeMap::default();
-        for item in range_table
-            .range((rec.volume_id, 0)..=(rec.volume_id, u64::MAX))
-            .map_err(kv_error)?
-        {
-            let (key, value) = item.map_err(kv_error)?;
-            let range = RangeRec::decode(value.value())?;
-            if range.seq <= rec.seq {
-                ranges.load(key.value().1, range);
-            }
-        }
-        for item in range_history
-            .range((rec.volume_id, 0, 0)..=(rec.volume_id, u64::MAX, u64::MAX))
-            .map_err(kv_error)?
-        {
-            let (key, value) = item.map_err(kv_error)?;
-            let kept = schema::RangeHistValue::decode(value.value())?;
-            if kept.rec.seq <= rec.seq && rec.seq < kept.died_seq {
-                ranges.load(key.value().1, kept.rec);
-            }
-        }
-        snapshots.insert(
-            rec.id,
-            Arc::new(SnapshotShared::from_rec(&rec, Arc::new(ranges))),
-        );
-    }
-    Ok(snapshots)
-}
-
-pub(crate) fn ensure_tables(db: &crate::meta::store::Kv) -> Result<()> {
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)
-        .map_err(kv_error)?;
-    txn.set_quick_repair(true);
-    crate::write::transaction::create_tables(&txn)?;
-    let converted = crate::meta::point_rows::convert_legacy(&txn)?;
-    if converted == 0 {
-        return db.commit(txn, ChangedMappings::NONE);
-    }
-    tracing::info!(
-        mappings = converted,
-        "point mappings converted to rows of {} grains",
-        crate::meta::point_rows::CHUNK_GRAINS
-    );
-    db.commit(txn, ChangedMappings::Everything)
-}
-
-/// The fresh open segment's id must never be handed out again, even if the next
-/// crash comes before any other durable commit.
-fn persist_segment_counter(db: &crate::meta::store::Kv, next_segment_id: u32) -> Result<()> {
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate)
-        .map_err(kv_error)?;
-    txn.set_quick_repair(true);
-    txn.open_table(schema::COUNTERS)
-        .map_err(kv_error)?
-        .insert("next_segment_id", u64::from(next_segment_id))
-        .map_err(kv_error)?;
-    db.commit(txn, ChangedMappings::NONE)
-}
-
-fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<()> {
-    let on_disk = store
-        .list()
-        .map_err(|e| EngineError::io("listing segments", e))?;
-    for (id, length_bytes) in on_disk {
-        match ws.segments.get(&id) {
-            None => {
-                tracing::info!(
-                    segment = id,
-                    "removing a segment the metadata never committed"
-                );
-                store
-                    .remove(id)
-                    .map_err(|e| EngineError::io(format!("removing segment {id}"), e))?;
-            }
-            Some(state) if length_bytes > state.written_bytes => {
-                tracing::info!(
-                    segment = id,
-                    length_bytes,
-                    kept = state.written_bytes,
-                    "trimming a segment tail"
-                );
-                store
-                    .truncate(id, state.written_bytes)
-                    .map_err(|e| EngineError::io(format!("trimming segment {id}"), e))?;
-            }
-            Some(state) if length_bytes < state.written_bytes => {
-                return Err(EngineError::Corruption(format!(
-                    "segment {id} ({}) holds {length_bytes} bytes but the metadata references {}: \
-                     the segment lost committed records (truncated or torn); restore it or the \
-                     data directory from a copy",
-                    store.path(id).display(),
-                    state.written_bytes
-                )));
-            }
-            Some(_) => {}
-        }
-    }
-    let present: std::collections::BTreeSet<_> = store
-        .list()
-        .map_err(|e| EngineError::io("listing segments", e))?
-        .into_iter()
-        .map(|(id, _)| id)
-        .collect();
-    for (&id, state) in &ws.segments {
-        if state.written_bytes > 0 && !present.contains(&id) {
-            return Err(EngineError::Corruption(format!(
-                "segment {id} ({}) is missing but the metadata references {} bytes in it",
-                store.path(id).display(),
-                state.written_bytes
-            )));
-        }
-    }
-    Ok(())
-}
-
-struct LoadedVolumes {
-    live: HashMap<String, Arc<VolumeShared>>,
-    destroyed: HashMap<String, Arc<VolumeShared>>,
-    retained: BTreeMap<u64, VolumeRec>,
-}
-
-/// Point-mapping records per volume.
-fn count_mappings(txn: &redb::ReadTransaction) -> Result<HashMap<u64, u64>> {
-    let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
-    let mut counts: HashMap<u64, u64> = HashMap::new();
-    for item in crate::meta::point_rows::all(&maps)? {
-        let (volume, _, _) = item?;
-        *counts.entry(volume).or_default() += 1;
-    }
-    Ok(counts)
-}
-
-fn load_volumes(
-    txn: &redb::ReadTransaction,
-    containers: &BTreeMap<u64, Arc<crate::space::container::ContainerShared>>,
-) -> Result<LoadedVolumes> {
-    let vol_table = txn.open_table(schema::VOLUMES).map_err(kv_error)?;
-    let range_table = txn.open_table(schema::RANGES).map_err(kv_error)?;
-    let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
-    let mut loaded = LoadedVolumes {
-        live: HashMap::new(),
-        destroyed: HashMap::new(),
-        retained: BTreeMap::new(),
-    };
-    for item in txn
-        .open_table(schema::RETAINED)
-        .map_err(kv_error)?
-        .iter()
-        .map_err(kv_error)?
-    {
-        let (id, json) = item.map_err(kv_error)?;
-        let rec: VolumeRec = serde_json::from_slice(json.value())
-            .map_err(|e| EngineError::Corruption(format!("retained volume record: {e}")))?;
-        loaded.retained.insert(id.value(), rec);
-    }
-    for item in vol_table.iter().map_err(kv_error)? {
-        let (_, json) = item.map_err(kv_error)?;
-        let rec: VolumeRec = serde_json::from_slice(json.value())
-            .map_err(|e| EngineError::Corruption(format!("volume record: {e}")))?;
-        let mut ranges = RangeMap::default();
-        for item in range_table
-            .range((rec.id, 0)..=(rec.id, u64::MAX))
-            .map_err(kv_error)?
-        {
-            let (key, value) = item.map_err(kv_error)?;
-            ranges.load(key.value().1, RangeRec::decode(value.value())?);
-        }
-        let container = containers.get(&rec.container).cloned().ok_or_else(|| {
-            EngineError::Corruption(format!(
-                "volume '{}' belongs to container {} which does not exist",
-                rec.name, rec.container
-            ))
-        })?;
-        let shared = volume_shared(&rec, ranges, container);
-        rebuild_bitmap(&shared, &maps)?;
-        shared.sync_usage(Some(rec.size_bytes));
-        let into = if rec.destroyed_unix_s.is_some() {
-            &mut loaded.destroyed
-        } else {
-            &mut loaded.live
-        };
-        into.insert(rec.name.clone(), Arc::new(shared));
-    }
-    Ok(loaded)
-}
-
-/// A grain holds data when its effective content (the newer of its point mapping
-/// and covering range record) is a block or a non-zero pattern.
-fn rebuild_bitmap(
-    shared: &VolumeShared,
-    maps: &redb::ReadOnlyTable<(u64, u64), &'static [u8]>,
-) -> Result<()> {
-    let view = shared.view.read();
-    let mut bitmap = shared.bitmap.lock();
-    let mut live_mapped = shared.live_mapped.lock();
-    let grains = grains_of(view.size_bytes);
-    for (start, rec) in view.ranges.iter() {
-        // A reference counts as data: the source's bits at copy time are not kept.
-        let data = match rec.kind {
-            RangeKind::Pattern(p) => p != 0,
-            RangeKind::Ref { .. } => true,
-            RangeKind::Hole => false,
-        };
-        if data {
-            bitmap.set_range(start.min(grains), rec.end_grain.min(grains), true);
-        }
-    }
-    for item in crate::meta::point_rows::range(maps, shared.id, 0, u64::MAX)? {
-        let (_, grain, value) = item?;
-        if grain >= grains {
-            continue;
-        }
-        if let Some((_, range)) = view.ranges.find(grain) {
-            if range.seq > value.seq {
-                continue;
-            }
-        }
-        live_mapped.set(grain, true);
-        bitmap.set(grain, crate::data_path::is_data(value.target));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use redb::ReadOnlyTable;
 
-use crate::meta::schema::{self, kv_error, BlockRec, RangeKind, RangeRec, Target};
+use crate::meta::schema::{self, kv_error, BlockRec, RangeKind, RangeRec};
 use crate::read::assemble::{Fill, Filler};
-use crate::read::resolve::{Content, Reader, Source};
 use crate::segment::log::{self, RecordHeader};
 use crate::space::data_bitmap::DataBitmap;
+use crate::units::check_range;
+use crate::versions::resolve::{Content, Reader, Source};
 use crate::versions::snapshot::SnapshotShared;
 use crate::write::classify::{self, GrainContent};
 use crate::{
@@ -17,22 +18,6 @@ use crate::{
 
 /// Most mappings one block-status call examines before answering with a prefix.
 const MAX_EXTENT_SCAN_GRAINS: u64 = 1 << 16;
-
-/// Whether a mapping target counts as data (for `written_bytes`).
-pub(crate) fn is_data(target: Target) -> bool {
-    !matches!(target, Target::Pattern(0))
-}
-
-pub(crate) fn check_range(size_bytes: u64, offset_bytes: u64, length_bytes: u64) -> Result<()> {
-    match offset_bytes.checked_add(length_bytes) {
-        Some(end) if end <= size_bytes => Ok(()),
-        _ => Err(EngineError::OutOfRange {
-            offset_bytes,
-            length_bytes,
-            size_bytes,
-        }),
-    }
-}
 
 fn state_of(content: Content) -> ExtentState {
     match content {

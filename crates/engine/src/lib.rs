@@ -25,15 +25,20 @@
 //! segment takes it exclusively, so a reader never sees a segment vanish under it.
 
 pub mod catalog;
+mod containers;
 mod data_path;
 pub mod dedup;
 pub mod error;
 pub mod integrity;
 pub mod meta;
+pub mod names;
+mod open;
 pub mod read;
+pub mod reclaim;
 pub mod segment;
 pub mod space;
 mod testing;
+pub mod units;
 pub mod versions;
 pub mod write;
 
@@ -68,12 +73,7 @@ use crate::space::data_bitmap::DataBitmap;
 use crate::versions::range_map::RangeMap;
 use crate::write::transaction::WriterState;
 
-/// Bytes per logical sector exposed to hosts.
-pub const SECTOR_BYTES: u64 = 512;
-/// Bytes per mapping grain: the unit of dedup, compression and mapping.
-pub const GRAIN_BYTES: u64 = 4096;
-/// Largest volume: 1 PiB (grain numbers and bitmaps stay well inside limits).
-pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
+pub use units::{GRAIN_BYTES, MAX_VOLUME_BYTES, SECTOR_BYTES};
 
 /// Where and how big the array is, and its space and deletion policies.
 #[derive(Debug, Clone)]
@@ -230,7 +230,7 @@ pub(crate) struct VolumeShared {
     pub live_mapped: Mutex<DataBitmap>,
     pub reclaim: crate::space::container::ReclaimCounters,
     /// Where reclaim of the volume's first pending range record goes on.
-    pub reclaim_cursor: Mutex<Option<crate::space::reclaim::RangeCursor>>,
+    pub reclaim_cursor: Mutex<Option<crate::reclaim::reclaimer::RangeCursor>>,
     /// Grains this volume currently counts in its container's usage.
     pub counted_grains: AtomicU64,
 }
@@ -356,9 +356,9 @@ impl Engine {
             store.clone(),
             config.mapping_cache_entries,
         );
-        crate::catalog::ensure_tables(&db)?;
+        crate::open::ensure_tables(&db)?;
         let containers = crate::space::container::load(&db, config.clock.now())?;
-        let recovered = catalog::recover(&db, &store, config.capacity_bytes, &containers)?;
+        let recovered = open::recover(&db, &store, config.capacity_bytes, &containers)?;
         let engine = Arc::new(Engine {
             clock: config.clock.clone(),
             containers: RwLock::new(containers),
@@ -371,7 +371,7 @@ impl Engine {
             foreground_seen: Mutex::new((0, std::time::Instant::now())),
             config,
             db,
-            store: crate::testing::fault_injection::wrap(store),
+            store: crate::segment::fault_injection::wrap(store),
             volumes: RwLock::new(recovered.volumes),
             destroyed: RwLock::new(recovered.destroyed),
             retained: Mutex::new(recovered.retained),
@@ -410,7 +410,7 @@ impl Engine {
         }
         engine.queue_reference_bits();
         if engine.config.background {
-            let handle = crate::space::reclaim::start(Arc::downgrade(&engine));
+            let handle = crate::reclaim::reclaimer::start(Arc::downgrade(&engine));
             *engine.reclaimer.lock() = Some(handle);
         }
         Ok(engine)
@@ -596,7 +596,7 @@ impl Engine {
         }
         crate::write::transaction::persist_writer_state(&txn, ws)?;
         self.db
-            .commit(txn, crate::read::mapping_cache::ChangedMappings::NONE)
+            .commit(txn, crate::meta::mapping_cache::ChangedMappings::NONE)
     }
 
     /// The page ranges to punch for freed records (segments removed whole are
@@ -1027,7 +1027,7 @@ mod tests {
                 .unwrap();
             engine
                 .db
-                .commit(txn, crate::read::mapping_cache::ChangedMappings::NONE)
+                .commit(txn, crate::meta::mapping_cache::ChangedMappings::NONE)
                 .unwrap();
         }
 

@@ -191,7 +191,7 @@ impl Engine {
             }
             let counted = vol.counted_grains.load(std::sync::atomic::Ordering::SeqCst);
             let expected = if vol.provisioning.is_thick() {
-                crate::catalog::grains_of(*size_bytes)
+                crate::units::grains_of(*size_bytes)
             } else {
                 vol.bitmap.lock().count()
             };

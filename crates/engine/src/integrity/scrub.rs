@@ -25,10 +25,10 @@ use parking_lot::Mutex;
 use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::now_unix_s;
 use crate::meta::schema::{self, kv_error, BlockRec, HistValue, Target};
 use crate::segment::log::{self, RecordHeader};
 use crate::space::rate::{Clock, Rate, SystemClock, TokenBucket};
+use crate::units::now_unix_s;
 use crate::write::classify;
 use crate::{Engine, EngineError, Result, GRAIN_BYTES};
 

@@ -232,7 +232,7 @@ pub(crate) fn insert_run(
     for (key, row) in &rows {
         row.encode(&mut buf);
         cursor.insert_before(*key, &buf[..]).map_err(|error| {
-            crate::write::transaction::cursor_insert_error(error, || survived(key.1 * CHUNK_GRAINS))
+            crate::meta::schema::cursor_insert_error(error, || survived(key.1 * CHUNK_GRAINS))
         })?;
     }
     cursor.close().map_err(kv_error)

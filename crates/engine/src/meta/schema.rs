@@ -336,6 +336,23 @@ pub fn read_counter(
         .unwrap_or(0))
 }
 
+/// Whether a mapping target counts as data (for `written_bytes`).
+pub(crate) fn is_data(target: Target) -> bool {
+    !matches!(target, Target::Pattern(0))
+}
+
+/// A cursor insert refused: a key out of order means the table holds what the
+/// engine's own bookkeeping says it cannot (`unordered` says what).
+pub(crate) fn cursor_insert_error(
+    error: redb::CursorError,
+    unordered: impl FnOnce() -> String,
+) -> EngineError {
+    match error {
+        redb::CursorError::UnorderedKey => EngineError::Corruption(unordered()),
+        other => kv_error(other),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

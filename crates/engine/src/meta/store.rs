@@ -27,8 +27,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, WriteTransaction};
 
+use crate::meta::mapping_cache::{ChangedMappings, MapCache};
 use crate::meta::schema::{self, kv_error};
-use crate::read::mapping_cache::{ChangedMappings, MapCache};
 use crate::segment::log::SegmentStore;
 use crate::Result;
 
@@ -44,7 +44,7 @@ pub(crate) struct Kv {
     db: redb::Database,
     /// Written back before every commit (see [`crate::segment::write_buffer`]).
     store: Arc<dyn SegmentStore>,
-    /// Point mappings of the latest commit, for reads (see [`crate::read::mapping_cache`]).
+    /// Point mappings of the latest commit, for reads (see [`crate::meta::mapping_cache`]).
     maps_cache: MapCache,
 }
 
@@ -101,7 +101,7 @@ impl Kv {
     /// commit would make it durable; a crash would lose the bytes). If they
     /// cannot be written, `txn` is dropped uncommitted. Shared read views
     /// taken before are stale from here on. `changed`: every point-mapping
-    /// key `txn` wrote (see [`crate::read::mapping_cache`]); only the transactions'
+    /// key `txn` wrote (see [`crate::meta::mapping_cache`]); only the transactions'
     /// [`crate::write::transaction::Tables`] write the mapping table, and they keep the list.
     #[allow(clippy::disallowed_methods)] // the one place that commits
     pub fn commit(&self, txn: WriteTransaction, changed: ChangedMappings) -> Result<()> {

@@ -12,7 +12,7 @@
 //! are made, never what a read returns or which errors are counted.
 
 use crate::meta::schema::BlockRec;
-use crate::read::resolve::{Content, Reader};
+use crate::versions::resolve::{Content, Reader};
 use crate::write::classify;
 use crate::write::uncommitted::PendingGrain;
 use crate::{Engine, EngineError, Result, GRAIN_BYTES};

@@ -348,7 +348,7 @@ mod tests {
         let segment = dir.path().join("segments").join(format!("{:08}.seg", 7));
         assert_eq!(std::fs::metadata(&segment).unwrap().len(), 0);
         let txn = kv.begin_write().unwrap();
-        kv.commit(txn, crate::read::mapping_cache::ChangedMappings::NONE)
+        kv.commit(txn, crate::meta::mapping_cache::ChangedMappings::NONE)
             .unwrap();
         assert_eq!(std::fs::metadata(&segment).unwrap().len(), 3000);
     }

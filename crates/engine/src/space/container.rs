@@ -19,10 +19,10 @@ use parking_lot::{Mutex, RwLock};
 use redb::{Durability, ReadableTable};
 use serde::{Deserialize, Serialize};
 
+use crate::meta::mapping_cache::ChangedMappings;
 use crate::meta::schema::{self, kv_error};
-use crate::read::mapping_cache::ChangedMappings;
 use crate::space::rate::{Rate, TokenBucket, BYTES_PER_MB, LOW_RATE_BYTES_PER_S};
-use crate::{Engine, EngineError, Result};
+use crate::{EngineError, Result};
 
 /// The container every array has, and that volumes join when none is named.
 pub const DEFAULT_CONTAINER: &str = "default";
@@ -242,7 +242,7 @@ mod double_option {
 }
 
 impl ContainerUpdate {
-    fn apply(&self, policy: &mut ContainerPolicy) {
+    pub(crate) fn apply(&self, policy: &mut ContainerPolicy) {
         if let Some(quota) = self.quota_bytes {
             policy.quota_bytes = quota;
         }
@@ -473,15 +473,15 @@ impl ContainerShared {
 }
 
 /// Container names share the volume alphabet.
-fn validate_container_name(name: &str) -> Result<()> {
-    crate::catalog::validate_name(name).map_err(|_| {
+pub(crate) fn validate_container_name(name: &str) -> Result<()> {
+    crate::names::validate_name(name).map_err(|_| {
         EngineError::InvalidArgument(format!(
             "invalid container name '{name}': use 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')"
         ))
     })
 }
 
-fn validate_policy(policy: &ContainerPolicy) -> Result<()> {
+pub(crate) fn validate_policy(policy: &ContainerPolicy) -> Result<()> {
     if policy.quota_bytes == Some(0) {
         return Err(EngineError::InvalidArgument(
             "a quota of zero bytes would refuse every write: remove the quota instead".into(),
@@ -510,7 +510,7 @@ pub(crate) fn load(
         let rec = ContainerRec {
             id: DEFAULT_CONTAINER_ID,
             name: DEFAULT_CONTAINER.to_string(),
-            created_unix_s: crate::catalog::now_unix_s(),
+            created_unix_s: crate::units::now_unix_s(),
             policy: ContainerPolicy::default(),
         };
         persist_at_open(db, &rec)?;
@@ -532,7 +532,7 @@ fn persist_at_open(db: &crate::meta::store::Kv, rec: &ContainerRec) -> Result<()
     db.commit(txn, ChangedMappings::NONE)
 }
 
-fn insert_rec(
+pub(crate) fn insert_rec(
     table: &mut redb::Table<&'static str, &'static [u8]>,
     rec: &ContainerRec,
 ) -> Result<()> {
@@ -541,241 +541,6 @@ fn insert_rec(
         .insert(rec.name.as_str(), &json[..])
         .map_err(kv_error)?;
     Ok(())
-}
-
-impl Engine {
-    /// Writes a container record; durable once this returns.
-    fn persist_container(&self, rec: &ContainerRec) -> Result<()> {
-        self.commit_container_change(|t| insert_rec(t.containers()?, rec))
-    }
-
-    /// Commits a change to the container table in order with every other
-    /// commit, then makes it durable as a FLUSH does (control-plane changes
-    /// are durable once acknowledged). A commit of its own with durability
-    /// set would make every earlier commit durable too, without the segment
-    /// sync and the writer's counters a durable commit must carry: after a
-    /// crash the array handed out block ids and seqs again.
-    fn commit_container_change(
-        &self,
-        change: impl FnOnce(&mut crate::write::transaction::Tables) -> Result<()>,
-    ) -> Result<()> {
-        {
-            let mut ws = self.writer.lock();
-            self.transact(&mut ws, true, |st, t, _| {
-                change(t)?;
-                st.records_written += 1;
-                Ok(())
-            })?;
-        }
-        self.flush()
-    }
-
-    pub(crate) fn container_named(&self, name: &str) -> Result<Arc<ContainerShared>> {
-        self.containers
-            .read()
-            .values()
-            .find(|c| c.name == name)
-            .cloned()
-            .ok_or_else(|| EngineError::ContainerNotFound(name.to_string()))
-    }
-
-    /// The container of a volume (live, destroyed or retained); the default
-    /// one when the volume is gone.
-    pub(crate) fn container_of_volume(&self, volume_id: u64) -> Arc<ContainerShared> {
-        let id = match self.volume_by_id(volume_id) {
-            Some(v) => v.container.id,
-            None => self
-                .retained
-                .lock()
-                .get(&volume_id)
-                .map(|r| r.container)
-                .unwrap_or(DEFAULT_CONTAINER_ID),
-        };
-        let containers = self.containers.read();
-        containers
-            .get(&id)
-            .or_else(|| containers.get(&DEFAULT_CONTAINER_ID))
-            .cloned()
-            .expect("the default container always exists")
-    }
-
-    /// Creates a container.
-    pub fn create_container(&self, name: &str, policy: ContainerPolicy) -> Result<ContainerInfo> {
-        validate_container_name(name)?;
-        validate_policy(&policy)?;
-        let _admin = self.container_admin.lock();
-        let id = {
-            let containers = self.containers.read();
-            if containers.values().any(|c| c.name == name) {
-                return Err(EngineError::ContainerExists(name.to_string()));
-            }
-            if containers.len() >= MAX_CONTAINERS {
-                return Err(EngineError::InvalidArgument(format!(
-                    "an array holds at most {MAX_CONTAINERS} containers"
-                )));
-            }
-            containers.keys().next_back().copied().unwrap_or(0) + 1
-        };
-        let rec = ContainerRec {
-            id,
-            name: name.to_string(),
-            created_unix_s: crate::catalog::now_unix_s(),
-            policy,
-        };
-        self.persist_container(&rec)?;
-        let shared = Arc::new(ContainerShared::new(&rec, self.clock.now()));
-        self.containers.write().insert(id, shared.clone());
-        Ok(self.container_info_of(&shared))
-    }
-
-    /// Changes a container's policies. A new reclaim policy applies at once
-    /// (tokens accrued so far are kept, up to the new burst).
-    pub fn set_container(&self, name: &str, update: &ContainerUpdate) -> Result<ContainerInfo> {
-        let _admin = self.container_admin.lock();
-        let shared = self.container_named(name)?;
-        let mut changed = *shared.policy.read();
-        update.apply(&mut changed);
-        validate_policy(&changed)?;
-        let mut rec = shared.rec();
-        rec.policy = changed;
-        self.persist_container(&rec)?;
-        *shared.policy.write() = changed;
-        shared.bucket.lock().set_policy(
-            changed.reclaim.rate(),
-            changed.reclaim_burst_bytes,
-            self.clock.now(),
-        );
-        self.wake_reclaimer();
-        Ok(self.container_info_of(&shared))
-    }
-
-    /// Deletes an empty container (not `default`).
-    pub fn delete_container(&self, name: &str) -> Result<()> {
-        let _admin = self.container_admin.lock();
-        let shared = self.container_named(name)?;
-        if shared.id == DEFAULT_CONTAINER_ID {
-            return Err(EngineError::InvalidArgument(
-                "the default container cannot be deleted".into(),
-            ));
-        }
-        // Flagged before members are counted, under the volume map's lock that
-        // a create holds from its flag check to its insert: a volume is either
-        // counted here or refused there, never created into a deleted
-        // container (where reclaim, which walks the containers, never finds it).
-        shared.deleting.store(true, Ordering::SeqCst);
-        let result = self.delete_empty_container(&shared);
-        if result.is_err() {
-            shared.deleting.store(false, Ordering::SeqCst);
-        }
-        result
-    }
-
-    fn delete_empty_container(&self, shared: &ContainerShared) -> Result<()> {
-        let name = shared.name.as_str();
-        let members = self.container_members(shared.id).len();
-        let doomed = self
-            .writer
-            .lock()
-            .doomed_containers
-            .values()
-            .filter(|&&c| c == shared.id)
-            .count();
-        if members + doomed > 0 {
-            return Err(EngineError::InvalidArgument(format!(
-                "container '{name}' still holds {members} volume(s) and {doomed} being reclaimed: delete and eradicate them first"
-            )));
-        }
-        self.commit_container_change(|t| {
-            t.containers()?.remove(name).map_err(kv_error)?;
-            Ok(())
-        })?;
-        self.containers.write().remove(&shared.id);
-        Ok(())
-    }
-
-    /// Works off the container's backlog now, whatever its policy, until empty.
-    pub fn reclaim_container_now(&self, name: &str) -> Result<ContainerInfo> {
-        let shared = self.container_named(name)?;
-        shared.draining.store(true, Ordering::SeqCst);
-        self.wake_reclaimer();
-        Ok(self.container_info_of(&shared))
-    }
-
-    pub fn list_containers(&self) -> Vec<ContainerInfo> {
-        let containers: Vec<_> = self.containers.read().values().cloned().collect();
-        containers
-            .iter()
-            .map(|c| self.container_info_of(c))
-            .collect()
-    }
-
-    pub fn container_info(&self, name: &str) -> Result<ContainerInfo> {
-        let shared = self.container_named(name)?;
-        Ok(self.container_info_of(&shared))
-    }
-
-    fn container_info_of(&self, shared: &ContainerShared) -> ContainerInfo {
-        let policy = *shared.policy.read();
-        let now = self.clock.now();
-        let members = self.container_members(shared.id);
-        let provisioned_bytes = members.iter().map(|v| v.view.read().size_bytes).sum();
-        let used_bytes = shared.used_bytes();
-        let backlog_bytes = self.container_backlog_grains(shared.id, &members) * crate::GRAIN_BYTES;
-        let current_bytes_per_s = shared.window.lock().bytes_per_s(now);
-        let draining = shared.draining.load(Ordering::SeqCst);
-        let eta_s = if backlog_bytes == 0 {
-            Some(0.0)
-        } else {
-            let rate = match (draining, policy.reclaim.bytes_per_s()) {
-                (false, Some(rate)) => Some(rate as f64),
-                (false, None) if policy.reclaim == ReclaimPolicy::Off => None,
-                _ => (current_bytes_per_s > 0.0).then_some(current_bytes_per_s),
-            };
-            rate.map(|r| backlog_bytes as f64 / r)
-        };
-        ContainerInfo {
-            name: shared.name.clone(),
-            id: shared.id,
-            created_unix_s: shared.created_unix_s,
-            policy,
-            volume_count: members.len() as u64,
-            provisioned_bytes,
-            used_bytes,
-            reclaim: ContainerReclaim {
-                policy: policy.reclaim,
-                rate_bytes_per_s: policy.reclaim.bytes_per_s(),
-                burst_bytes: policy.reclaim_burst_bytes,
-                stats: shared.counters.snapshot(backlog_bytes),
-                current_bytes_per_s,
-                eta_s,
-                draining,
-            },
-        }
-    }
-
-    /// The named volumes of a container.
-    pub(crate) fn container_members(&self, container: u64) -> Vec<Arc<crate::VolumeShared>> {
-        let mut members = self.named_volumes();
-        members.retain(|v| v.container.id == container);
-        members
-    }
-
-    /// Dead grains of a container (its `members` and its doomed volumes) not
-    /// yet reclaimed.
-    pub(crate) fn container_backlog_grains(
-        &self,
-        container: u64,
-        members: &[Arc<crate::VolumeShared>],
-    ) -> u64 {
-        let ws = self.writer.lock();
-        let doomed: u64 = ws
-            .doomed_containers
-            .iter()
-            .filter(|(_, &c)| c == container)
-            .map(|(id, _)| ws.mapping_count(*id))
-            .sum();
-        doomed + members.iter().map(|v| v.backlog_grains(&ws)).sum::<u64>()
-    }
 }
 
 #[cfg(test)]

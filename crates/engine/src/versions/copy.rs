@@ -11,11 +11,18 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{grains_of, Initial};
-use crate::data_path::check_range;
 use crate::meta::schema::RangeKind;
+use crate::units::check_range;
+use crate::units::grains_of;
 use crate::versions::snapshot::{split_full_name, SnapshotShared};
 use crate::{Engine, EngineError, Provisioning, Result, VolumeInfo, VolumeShared, GRAIN_BYTES};
+
+/// What a new volume starts as: empty, or covered by one range record (zeroes
+/// for eagerzeroedthick, a reference for a clone).
+pub(crate) struct Initial<'a> {
+    pub kind: RangeKind,
+    pub bits_from: Option<(&'a VolumeShared, u64)>,
+}
 
 /// Bytes moved per step when a copy has to move data.
 const DATA_COPY_CHUNK_BYTES: u64 = 1 << 20;
@@ -116,12 +123,12 @@ impl Engine {
                 depth = depth.max(self.snapshot_depth(id, &mut memo));
             }
         }
-        if depth + 1 >= crate::read::resolve::MAX_REF_DEPTH {
+        if depth + 1 >= crate::versions::resolve::MAX_REF_DEPTH {
             return Err(EngineError::InvalidArgument(format!(
                 "'{}' is already {depth} references deep (clones of clones or copies of copies); \
                  the limit is {}",
                 snapshot.display_name(),
-                crate::read::resolve::MAX_REF_DEPTH
+                crate::versions::resolve::MAX_REF_DEPTH
             )));
         }
         Ok(())
@@ -137,19 +144,19 @@ impl Engine {
         }
         // At the limit while in progress: a cycle (which versions cannot form)
         // would stop here instead of looping.
-        memo.insert(id, crate::read::resolve::MAX_REF_DEPTH);
+        memo.insert(id, crate::versions::resolve::MAX_REF_DEPTH);
         let mut deepest = 0;
         if let Some(target) = self.snapshot_by_id(id) {
             for (_, rec) in target.ranges.iter() {
                 if let Some(next) = rec.kind.pinned_snapshot() {
                     deepest = deepest.max(self.snapshot_depth(next, memo));
-                    if deepest >= crate::read::resolve::MAX_REF_DEPTH {
+                    if deepest >= crate::versions::resolve::MAX_REF_DEPTH {
                         break;
                     }
                 }
             }
         }
-        let depth = (deepest + 1).min(crate::read::resolve::MAX_REF_DEPTH);
+        let depth = (deepest + 1).min(crate::versions::resolve::MAX_REF_DEPTH);
         memo.insert(id, depth);
         depth
     }

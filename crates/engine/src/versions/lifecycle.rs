@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use redb::ReadableTable;
 
-use crate::catalog::{grains_of, now_unix_s};
 use crate::meta::schema::{self, kv_error, HistValue, RangeHistValue};
+use crate::units::{grains_of, now_unix_s};
 use crate::versions::snapshot::SnapshotShared;
 use crate::{Engine, EngineError, Result, VolumeShared};
 

@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::meta::schema::{self, kv_error, RangeKind};
-use crate::read::resolve::{Content, Reader, Source};
+use crate::versions::resolve::{Content, Reader, Source};
 use crate::{Engine, Result};
 
 /// Grains settled per step.

@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{now_unix_s, validate_name};
 use crate::meta::schema::kv_error;
+use crate::names::validate_name;
 use crate::space::report::Extent;
+use crate::units::now_unix_s;
 use crate::versions::range_map::RangeMap;
 use crate::{Engine, EngineError, Result, VolumeShared};
 

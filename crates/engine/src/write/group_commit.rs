@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::data_path::is_data;
+use crate::meta::schema::is_data;
 use crate::meta::schema::{MapValue, Target};
 use crate::write::classify::GrainContent;
 use crate::write::transaction::WriterState;

@@ -11,10 +11,10 @@ use std::hash::BuildHasherDefault;
 
 use redb::{Durability, ReadableTable, Table, WriteTransaction};
 
+use crate::meta::mapping_cache::ChangedMappings;
 use crate::meta::schema::{
     self, kv_error, BlockRec, HistValue, MapValue, RangeHistValue, RangeRec, Target,
 };
-use crate::read::mapping_cache::ChangedMappings;
 use crate::segment::log::{self, RecordHeader, SegmentId, SEGMENT_TARGET_BYTES};
 use crate::write::classify::{self, DataGrain};
 use crate::{EngineError, Result, GRAIN_BYTES};
@@ -985,7 +985,7 @@ impl TxState {
             cursor
                 .insert_before(*id, &rec.encode()[..])
                 .map_err(|error| {
-                    cursor_insert_error(error, || {
+                    crate::meta::schema::cursor_insert_error(error, || {
                         format!("block {id} is new, but the block table holds an id as large")
                     })
                 })?;
@@ -1400,18 +1400,6 @@ fn dense_prefix(counts: &[(u64, u32)]) -> &[(u64, u32)] {
         .position(|pair| pair[1].0 - pair[0].0 > MAX_CLUSTER_GAP)
         .map_or(counts.len(), |gap| gap + 1);
     &counts[..end]
-}
-
-/// A cursor insert refused: a key out of order means the table holds what the
-/// engine's own bookkeeping says it cannot (`unordered` says what).
-pub(crate) fn cursor_insert_error(
-    error: redb::CursorError,
-    unordered: impl FnOnce() -> String,
-) -> EngineError {
-    match error {
-        redb::CursorError::UnorderedKey => EngineError::Corruption(unordered()),
-        other => kv_error(other),
-    }
 }
 
 /// When removed mappings died, and which snapshots may still see them.

@@ -21,7 +21,7 @@ use crate::versions::snapshot::SnapshotShared;
 use crate::{Engine, EngineError, Result};
 
 /// Longest read (in grains) whose point mappings are looked up in the cache
-/// of them (see [`crate::read::mapping_cache`]) and added to it: a scan of the mapping
+/// of them (see [`crate::meta::mapping_cache`]) and added to it: a scan of the mapping
 /// table costs about one descent however many adjacent grains it returns, so
 /// larger reads gain little from it and would crowd small ones out.
 const MAX_CACHED_READ_GRAINS: u64 = 8;

@@ -1,0 +1,4 @@
+//! TODO(reclaim)
+
+pub(crate) mod cleaner;
+pub(crate) mod reclaimer;

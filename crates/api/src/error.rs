@@ -79,6 +79,7 @@ fn engine_status(e: &EngineError) -> StatusCode {
         EngineError::Corruption(_)
         | EngineError::Io { .. }
         | EngineError::Metadata(_)
+        | EngineError::UnsupportedFormat { .. }
         | EngineError::WouldBlock(_) => StatusCode::INTERNAL_SERVER_ERROR,
         EngineError::Fenced(_) => StatusCode::SERVICE_UNAVAILABLE,
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
-use crate::meta::schema::{self, kv_error, BlockRec, RangeKind, RangeRec, Target};
+use crate::meta::schema::{self, kv_error, BlockRec, GrainTarget, RangeKind, RangeRec};
 pub use crate::names::validate_name;
 use crate::space::data_bitmap::DataBitmap;
 use crate::space::provisioning::Provisioning;
@@ -376,7 +376,7 @@ impl Engine {
         let (mut unique, mut shared) = (0u64, 0f64);
         for item in crate::meta::point_rows::range(&maps, volume, 0, u64::MAX)? {
             let (_, _, value) = item?;
-            let Target::Block(id) = value.target else {
+            let GrainTarget::Block(id) = value.target else {
                 continue;
             };
             let Some(rec) = blocks.get(id).map_err(kv_error)? else {

@@ -40,7 +40,11 @@ pub enum EngineError {
     },
     #[error("metadata store: {0}")]
     Metadata(String),
-    /// A read asked not to wait for the disk ([`crate::Volume::read_cached`])
+    /// The data directory was written in a layout this build does not read
+    /// (docs/FORMAT.md); nothing in it was read or changed.
+    #[error("the data directory has format version {found}; this build reads version {supported}")]
+    UnsupportedFormat { found: u64, supported: u64 },
+    /// A read asked not to wait for the disk ([`crate::Volume::read_from_memory`])
     /// found data that is not in memory. Not a failure: the caller reads again
     /// where it may wait.
     #[error("{0}: not in memory")]

@@ -868,7 +868,7 @@ impl Volume {
     /// may block (a read from the page cache takes microseconds, one from a
     /// disk may take milliseconds, and meanwhile the task would read no
     /// further requests).
-    pub fn read_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool> {
+    pub fn read_from_memory(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool> {
         from_memory(|| self.read(offset_bytes, buf))
     }
 
@@ -987,7 +987,7 @@ impl Drop for Engine {
 
 /// Runs `read` with segment reads that refuse to wait for the disk: `true`
 /// when it read everything from memory, `false` when it gave up (see
-/// [`Volume::read_cached`]).
+/// [`Volume::read_from_memory`]).
 pub(crate) fn from_memory(read: impl FnOnce() -> Result<()>) -> Result<bool> {
     match crate::segment::log::without_waiting(read) {
         Ok(()) => Ok(true),

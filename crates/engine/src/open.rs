@@ -208,17 +208,42 @@ pub(crate) fn ensure_tables(db: &crate::meta::store::Kv) -> Result<()> {
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
     txn.set_quick_repair(true);
+    check_format_version(&txn)?;
     crate::write::transaction::create_tables(&txn)?;
     let converted = crate::meta::point_rows::convert_legacy(&txn)?;
+    txn.open_table(schema::COUNTERS)
+        .map_err(kv_error)?
+        .insert(schema::FORMAT_VERSION_KEY, schema::FORMAT_VERSION)
+        .map_err(kv_error)?;
     if converted == 0 {
         return db.commit(txn, ChangedMappings::NONE);
     }
     tracing::info!(
         mappings = converted,
         "point mappings converted to rows of {} grains",
-        crate::meta::point_rows::CHUNK_GRAINS
+        crate::meta::point_rows::ROW_GRAINS
     );
     db.commit(txn, ChangedMappings::Everything)
+}
+
+/// Refuses a data directory written in another format, before anything in it
+/// is read or changed. No version at all is a directory from before versions
+/// were written (or a new one): its tables are upgraded by the caller.
+fn check_format_version(txn: &redb::WriteTransaction) -> Result<()> {
+    let found = txn
+        .open_table(schema::COUNTERS)
+        .map_err(kv_error)?
+        .get(schema::FORMAT_VERSION_KEY)
+        .map_err(kv_error)?
+        .map(|v| v.value());
+    match found {
+        None => Ok(()),
+        Some(found) if found == schema::FORMAT_VERSION => Ok(()),
+        Some(found) => Err(EngineError::UnsupportedFormat {
+            found,
+            supported: schema::FORMAT_VERSION,
+        }),
+    }
 }
 
 /// The fresh open segment's id must never be handed out again, even if the next
@@ -397,4 +422,95 @@ fn rebuild_bitmap(
         bitmap.set(grain, crate::meta::schema::is_data(value.target));
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // bare databases, no engine: no read views to mark stale
+mod tests {
+    use std::path::Path;
+
+    use redb::ReadableDatabase;
+
+    use crate::meta::schema::{COUNTERS, FORMAT_VERSION, FORMAT_VERSION_KEY};
+    use crate::testing::test_data::{data_dir, quiet_engine};
+    use crate::{Engine, EngineConfig, EngineError, GRAIN_BYTES};
+
+    fn stored_version(dir: &Path) -> Option<u64> {
+        let db = redb::Database::open(dir.join("metadata.redb")).unwrap();
+        let txn = db.begin_read().unwrap();
+        let counters = txn.open_table(COUNTERS).unwrap();
+        let found = counters.get(FORMAT_VERSION_KEY).unwrap().map(|v| v.value());
+        found
+    }
+
+    fn store_version(dir: &Path, version: Option<u64>) {
+        let db = redb::Database::open(dir.join("metadata.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut counters = txn.open_table(COUNTERS).unwrap();
+            match version {
+                Some(v) => counters.insert(FORMAT_VERSION_KEY, v).unwrap(),
+                None => counters.remove(FORMAT_VERSION_KEY).unwrap(),
+            };
+        }
+        txn.commit().unwrap();
+    }
+
+    /// A data directory with one volume whose first grain holds `0x5a`s.
+    fn written_data_dir(tag: &str) -> tempfile::TempDir {
+        let dir = data_dir(tag);
+        let engine = quiet_engine(dir.path(), 64 << 20);
+        let volume = {
+            engine.create_volume("v", 1 << 20).unwrap();
+            engine.open_volume("v").unwrap()
+        };
+        volume.write(0, &[0x5a; GRAIN_BYTES as usize]).unwrap();
+        volume.flush().unwrap();
+        drop(volume);
+        drop(engine);
+        dir
+    }
+
+    #[test]
+    fn a_data_directory_is_written_at_this_format_version() {
+        let dir = written_data_dir("format-new");
+        assert_eq!(stored_version(dir.path()), Some(FORMAT_VERSION));
+    }
+
+    #[test]
+    fn a_data_directory_of_another_format_version_is_refused_and_left_unchanged() {
+        let dir = written_data_dir("format-other");
+        store_version(dir.path(), Some(FORMAT_VERSION + 6));
+        let refused = Engine::open(EngineConfig::new(dir.path(), 64 << 20));
+        let Err(error) = refused else {
+            panic!("a data directory of another format version was opened");
+        };
+        assert!(
+            matches!(
+                error,
+                EngineError::UnsupportedFormat { found, supported }
+                    if found == FORMAT_VERSION + 6 && supported == FORMAT_VERSION
+            ),
+            "{error}"
+        );
+        let line = error.to_string();
+        assert!(!line.contains('\n') && line.contains(&(FORMAT_VERSION + 6).to_string()));
+        assert_eq!(stored_version(dir.path()), Some(FORMAT_VERSION + 6));
+    }
+
+    #[test]
+    fn a_data_directory_from_before_versions_gets_the_version_and_reads_as_before() {
+        let dir = written_data_dir("format-none");
+        store_version(dir.path(), None);
+        let engine = quiet_engine(dir.path(), 64 << 20);
+        let mut grain = vec![0; GRAIN_BYTES as usize];
+        engine
+            .open_volume("v")
+            .unwrap()
+            .read(0, &mut grain)
+            .unwrap();
+        assert!(grain.iter().all(|&b| b == 0x5a));
+        drop(engine);
+        assert_eq!(stored_version(dir.path()), Some(FORMAT_VERSION));
+    }
 }

@@ -244,8 +244,10 @@ impl BlockExport for VolumeExport {
         self.volume.write_shared(offset, data).map_err(export_error)
     }
 
-    fn read_cached(&self, offset: u64, buf: &mut [u8]) -> Result<bool, ExportError> {
-        self.volume.read_cached(offset, buf).map_err(export_error)
+    fn read_from_memory(&self, offset: u64, buf: &mut [u8]) -> Result<bool, ExportError> {
+        self.volume
+            .read_from_memory(offset, buf)
+            .map_err(export_error)
     }
 
     fn write_is_quick(&self, length: u64) -> bool {

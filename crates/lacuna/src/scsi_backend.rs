@@ -267,9 +267,9 @@ impl LogicalUnit for VolumeUnit {
         self.volume.read(offset_bytes, buf).map_err(backend_error)
     }
 
-    fn read_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
+    fn read_from_memory(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
         self.volume
-            .read_cached(offset_bytes, buf)
+            .read_from_memory(offset_bytes, buf)
             .map_err(backend_error)
     }
 
@@ -440,9 +440,9 @@ impl LogicalUnit for SnapshotUnit {
         self.snapshot.read(offset_bytes, buf).map_err(backend_error)
     }
 
-    fn read_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
+    fn read_from_memory(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
         self.snapshot
-            .read_cached(offset_bytes, buf)
+            .read_from_memory(offset_bytes, buf)
             .map_err(backend_error)
     }
 

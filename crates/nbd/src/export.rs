@@ -137,7 +137,7 @@ pub trait BlockExport: Send + Sync + 'static {
     /// (from memory): `Ok(false)` otherwise, with `buf` holding nothing in
     /// particular. The server runs small reads on the connection's own task
     /// this way, and the rest on the blocking pool. The default says no.
-    fn read_cached(&self, _offset: u64, _buf: &mut [u8]) -> Result<bool, ExportError> {
+    fn read_from_memory(&self, _offset: u64, _buf: &mut [u8]) -> Result<bool, ExportError> {
         Ok(false)
     }
     /// Whether a write of `length` bytes returns in about the time of a read

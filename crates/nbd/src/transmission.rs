@@ -706,7 +706,7 @@ impl Fetch {
     ) -> Result<bool, ExportError> {
         match self {
             Fetch::Wait => export.read(offset, buf).map(|()| true),
-            Fetch::Cached => export.read_cached(offset, buf),
+            Fetch::Cached => export.read_from_memory(offset, buf),
         }
     }
 }

@@ -137,7 +137,7 @@ pub trait LogicalUnit: Send + Sync {
     /// `false`, with `buf` holding nothing in particular, when the read would
     /// wait for a disk: a transport runs small reads on its own task and
     /// hands the others to threads that may wait. `false` is always safe.
-    fn read_cached(&self, _offset_bytes: u64, _buf: &mut [u8]) -> Result<bool, BackendError> {
+    fn read_from_memory(&self, _offset_bytes: u64, _buf: &mut [u8]) -> Result<bool, BackendError> {
         Ok(false)
     }
     /// `fua`: durable before returning (Force Unit Access).

@@ -69,7 +69,7 @@ pub struct MemoryUnit {
     provisioning: Provisioning,
     removable: bool,
     read_only: AtomicBool,
-    /// Whether `read_cached` finds the data in memory (tests set it false to
+    /// Whether `read_from_memory` finds the data in memory (tests set it false to
     /// stand for data that would have to come from a disk).
     cached: AtomicBool,
     capacity_generation: AtomicU64,
@@ -115,7 +115,7 @@ impl MemoryUnit {
         self.read_only.store(read_only, Ordering::SeqCst);
     }
 
-    /// `false`: `read_cached` refuses, as if the data were on a disk
+    /// `false`: `read_from_memory` refuses, as if the data were on a disk
     /// (`read` still reads it).
     pub fn set_cached(&self, cached: bool) {
         self.cached.store(cached, Ordering::SeqCst);
@@ -233,7 +233,7 @@ impl LogicalUnit for MemoryUnit {
         Ok(())
     }
 
-    fn read_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
+    fn read_from_memory(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
         if !self.cached.load(Ordering::SeqCst) {
             return Ok(false);
         }

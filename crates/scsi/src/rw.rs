@@ -88,7 +88,7 @@ pub(crate) fn read(request: &Request<'_>) -> CommandResult {
     }
     let offset_bytes = geometry.offset_bytes(fields.lba);
     if request.from_memory {
-        let read = request.unit.read_cached(offset_bytes, &mut data);
+        let read = request.unit.read_from_memory(offset_bytes, &mut data);
         if !read.map_err(|e| storage_failure(e, false))? {
             request.core.data_in.give_back(data);
             return Err(Failure::WouldWait);

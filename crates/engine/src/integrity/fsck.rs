@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use redb::ReadableTable;
 
-use crate::meta::schema::{self, kv_error, BlockRec, HistValue, Target};
+use crate::meta::schema::{self, kv_error, BlockRec, GrainTarget, HistValue};
 use crate::{Engine, EngineError, Result};
 
 /// A volume with its range map and size as they were when the check began.
@@ -51,7 +51,7 @@ impl Engine {
             let (volume, _, value) = item?;
             *mapping_counts.entry(volume).or_default() += 1;
             highest.seq = highest.seq.max(value.seq);
-            if let Target::Block(id) = value.target {
+            if let GrainTarget::Block(id) = value.target {
                 *refs.entry(id).or_default() += 1;
             }
         }
@@ -60,7 +60,7 @@ impl Engine {
             let (key, value) = item.map_err(kv_error)?;
             let value = HistValue::decode(value.value())?;
             highest.seq = highest.seq.max(key.value().2).max(value.died_seq);
-            if let Target::Block(id) = value.target {
+            if let GrainTarget::Block(id) = value.target {
                 *refs.entry(id).or_default() += 1;
                 *history_refs.entry(id).or_default() += 1;
             }

@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
-use crate::meta::schema::{self, kv_error, BlockRec, HistValue, Target};
+use crate::meta::schema::{self, kv_error, BlockRec, GrainTarget, HistValue};
 use crate::segment::log::{self, RecordHeader};
 use crate::space::rate::{Clock, Rate, SystemClock, TokenBucket};
 use crate::units::now_unix_s;
@@ -432,14 +432,14 @@ impl Engine {
         let mut hits: Vec<(u64, u64, u64, Option<u64>)> = Vec::new();
         for item in crate::meta::point_rows::all(&maps)? {
             let (volume, grain, value) = item?;
-            if matches!(value.target, Target::Block(id) if bad.contains(&id)) {
+            if matches!(value.target, GrainTarget::Block(id) if bad.contains(&id)) {
                 hits.push((volume, grain, value.seq, None));
             }
         }
         for item in history.iter().map_err(kv_error)? {
             let (key, value) = item.map_err(kv_error)?;
             let value = HistValue::decode(value.value())?;
-            if matches!(value.target, Target::Block(id) if bad.contains(&id)) {
+            if matches!(value.target, GrainTarget::Block(id) if bad.contains(&id)) {
                 let (volume, grain, seq) = key.value();
                 hits.push((volume, grain, seq, Some(value.died_seq)));
             }

@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::meta::schema::{MapValue, Target};
+use crate::meta::schema::{GrainTarget, MapValue};
 
 /// Most keys a transaction lists before it counts as having changed everything.
 const MAX_LISTED_CHANGES: usize = 1 << 19;
@@ -158,8 +158,8 @@ fn slot_of(value: Option<MapValue>) -> Slot {
                 "seq {seq} fits beside the pattern bit"
             );
             match target {
-                Target::Block(id) => (seq, id),
-                Target::Pattern(p) => (seq | PATTERN_BIT, p),
+                GrainTarget::Block(id) => (seq, id),
+                GrainTarget::Pattern(p) => (seq | PATTERN_BIT, p),
             }
         }
     }
@@ -170,9 +170,9 @@ fn value_of((seq, arg): Slot) -> Option<MapValue> {
         return None;
     }
     let target = if seq & PATTERN_BIT != 0 {
-        Target::Pattern(arg)
+        GrainTarget::Pattern(arg)
     } else {
-        Target::Block(arg)
+        GrainTarget::Block(arg)
     };
     Some(MapValue {
         seq: seq & !PATTERN_BIT,
@@ -376,7 +376,7 @@ mod tests {
     fn block(seq: u64, id: u64) -> MapValue {
         MapValue {
             seq,
-            target: Target::Block(id),
+            target: GrainTarget::Block(id),
         }
     }
 
@@ -385,7 +385,7 @@ mod tests {
         let cache = MapCache::new(100);
         let pattern = MapValue {
             seq: 9,
-            target: Target::Pattern(u64::MAX),
+            target: GrainTarget::Pattern(u64::MAX),
         };
         cache.insert(0, 3, (10, 14), &[(10, block(5, 77)), (13, pattern)]);
         assert_eq!(

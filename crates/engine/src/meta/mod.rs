@@ -1,4 +1,13 @@
-//! TODO(meta)
+//! The metadata in redb: the tables and their value encodings (`schema`),
+//! opening the file (`file`), the store every commit goes through and the read
+//! view readers share (`store`), the live point mappings kept a chunk of grains
+//! to a row (`point_rows`), and the cache of committed mappings each commit
+//! keeps in step (`mapping_cache`).
+//!
+//! Does not decide what to write: the write path, versions and reclaim do.
+//!
+//! May use: `segment` (a commit writes segment tails back before it commits),
+//! `testing`.
 
 pub(crate) mod file;
 pub(crate) mod mapping_cache;

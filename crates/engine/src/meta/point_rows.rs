@@ -1,4 +1,4 @@
-//! The live point mappings, stored a chunk of [`CHUNK_GRAINS`] adjacent grains
+//! The live point mappings, stored a chunk of [`ROW_GRAINS`] adjacent grains
 //! to a row: (volume id, chunk) → which grains of the chunk are mapped and
 //! their [`MapValue`]s, in grain order.
 //!
@@ -26,8 +26,8 @@ use crate::{EngineError, Result};
 const LEGACY_MAPPINGS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("mappings");
 
 /// Adjacent grains a row holds (the presence bitmap is a `u16`).
-pub const CHUNK_GRAINS: u64 = 16;
-const CHUNK: usize = CHUNK_GRAINS as usize;
+pub const ROW_GRAINS: u64 = 16;
+const CHUNK: usize = ROW_GRAINS as usize;
 /// The presence bitmap before the values.
 const HEADER_BYTES: usize = 2;
 
@@ -79,10 +79,7 @@ impl Row {
 
 /// The row key of (volume, grain) and the grain's place in the row.
 fn row_of(volume: u64, grain: u64) -> ((u64, u64), usize) {
-    (
-        (volume, grain / CHUNK_GRAINS),
-        (grain % CHUNK_GRAINS) as usize,
-    )
+    ((volume, grain / ROW_GRAINS), (grain % ROW_GRAINS) as usize)
 }
 
 /// Point mappings in grain order, as (volume, grain, mapping), from the rows of
@@ -120,7 +117,7 @@ impl Iterator for Points<'_> {
             };
             let (volume, chunk) = key.value();
             match Row::decode(value.value()) {
-                Ok(row) => self.row = Some((volume, chunk * CHUNK_GRAINS, row, 0)),
+                Ok(row) => self.row = Some((volume, chunk * ROW_GRAINS, row, 0)),
                 Err(error) => return Some(Err(error)),
             }
         }
@@ -210,13 +207,13 @@ pub(crate) fn insert_run(
     let mut rows: Vec<((u64, u64), Row)> =
         Vec::with_capacity((last_key.1 - first_key.1 + 1) as usize);
     for chunk in first_key.1..=last_key.1 {
-        let base = chunk * CHUNK_GRAINS;
-        let whole = first <= base && base + CHUNK_GRAINS <= end;
+        let base = chunk * ROW_GRAINS;
+        let whole = first <= base && base + ROW_GRAINS <= end;
         let mut row = match whole {
             true => Row::default(),
             false => take_row(table, (volume, chunk))?.unwrap_or_default(),
         };
-        for grain in first.max(base)..end.min(base + CHUNK_GRAINS) {
+        for grain in first.max(base)..end.min(base + ROW_GRAINS) {
             let slot = &mut row.values[(grain - base) as usize];
             if slot.is_some() {
                 return Err(EngineError::Corruption(survived(grain)));
@@ -232,7 +229,7 @@ pub(crate) fn insert_run(
     for (key, row) in &rows {
         row.encode(&mut buf);
         cursor.insert_before(*key, &buf[..]).map_err(|error| {
-            crate::meta::schema::cursor_insert_error(error, || survived(key.1 * CHUNK_GRAINS))
+            crate::meta::schema::cursor_insert_error(error, || survived(key.1 * ROW_GRAINS))
         })?;
     }
     cursor.close().map_err(kv_error)
@@ -263,7 +260,7 @@ pub(crate) fn extract_in(
         let extract = table
             .extract_from_if(from..=to, |key, value| {
                 Row::decode(value).map_or(true, |row| {
-                    let base = key.1 * CHUNK_GRAINS;
+                    let base = key.1 * ROW_GRAINS;
                     row.values
                         .iter()
                         .enumerate()
@@ -274,7 +271,7 @@ pub(crate) fn extract_in(
         for item in extract {
             let (key, value) = item.map_err(kv_error)?;
             let key = key.value();
-            let base = key.1 * CHUNK_GRAINS;
+            let base = key.1 * ROW_GRAINS;
             let mut row = Row::decode(value.value())?;
             for (i, slot) in row.values.iter_mut().enumerate() {
                 if !in_range(base, i) || removed.len() >= limit {
@@ -372,13 +369,13 @@ pub(crate) fn convert_legacy(txn: &redb::WriteTransaction) -> Result<u64> {
 #[allow(clippy::disallowed_methods)] // bare databases, no engine: no read views to mark stale
 mod tests {
     use super::*;
-    use crate::meta::schema::Target;
+    use crate::meta::schema::GrainTarget;
     use redb::ReadableTableMetadata;
 
     fn value(seq: u64, id: u64) -> MapValue {
         MapValue {
             seq,
-            target: Target::Block(id),
+            target: GrainTarget::Block(id),
         }
     }
 
@@ -415,7 +412,7 @@ mod tests {
         row.values[0] = Some(value(1, 2));
         row.values[15] = Some(MapValue {
             seq: 3,
-            target: Target::Pattern(u64::MAX),
+            target: GrainTarget::Pattern(u64::MAX),
         });
         let mut bytes = Vec::new();
         row.encode(&mut bytes);

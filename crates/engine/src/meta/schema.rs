@@ -40,8 +40,15 @@ pub const RANGE_HISTORY: TableDefinition<(u64, u64, u64), &[u8]> =
 pub const RETAINED: TableDefinition<u64, &[u8]> = TableDefinition::new("retained");
 /// snapshot id → JSON [`crate::versions::snapshot::SnapshotRec`].
 pub const SNAPSHOTS: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshots");
-/// Named counters (next ids).
+/// Named counters (next ids), and the data directory's format version.
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+
+/// The layout of every table and of the segment records (docs/FORMAT.md). A
+/// change to any of them raises it; opening a data directory of another
+/// version is refused, never misread.
+pub const FORMAT_VERSION: u64 = 1;
+/// The `COUNTERS` key that holds the format version.
+pub const FORMAT_VERSION_KEY: &str = "format_version";
 
 pub fn kv_error(error: impl Into<redb::Error>) -> EngineError {
     EngineError::Metadata(error.into().to_string())
@@ -49,7 +56,7 @@ pub fn kv_error(error: impl Into<redb::Error>) -> EngineError {
 
 /// What a grain maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
+pub enum GrainTarget {
     Block(u64),
     Pattern(u64),
 }
@@ -59,7 +66,7 @@ pub enum Target {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MapValue {
     pub seq: u64,
-    pub target: Target,
+    pub target: GrainTarget,
 }
 
 impl MapValue {
@@ -69,8 +76,8 @@ impl MapValue {
         let mut out = [0u8; Self::BYTES];
         out[0..8].copy_from_slice(&self.seq.to_le_bytes());
         let (kind, arg) = match self.target {
-            Target::Block(id) => (0u8, id),
-            Target::Pattern(p) => (1u8, p),
+            GrainTarget::Block(id) => (0u8, id),
+            GrainTarget::Pattern(p) => (1u8, p),
         };
         out[8] = kind;
         out[9..17].copy_from_slice(&arg.to_le_bytes());
@@ -87,8 +94,8 @@ impl MapValue {
         let seq = u64::from_le_bytes(bytes[0..8].try_into().expect("8"));
         let arg = u64::from_le_bytes(bytes[9..17].try_into().expect("8"));
         let target = match bytes[8] {
-            0 => Target::Block(arg),
-            1 => Target::Pattern(arg),
+            0 => GrainTarget::Block(arg),
+            1 => GrainTarget::Pattern(arg),
             kind => return Err(EngineError::Corruption(format!("mapping kind {kind}"))),
         };
         Ok(MapValue { seq, target })
@@ -263,7 +270,7 @@ impl RangeRec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistValue {
     pub died_seq: u64,
-    pub target: Target,
+    pub target: GrainTarget,
 }
 
 impl HistValue {
@@ -337,8 +344,8 @@ pub fn read_counter(
 }
 
 /// Whether a mapping target counts as data (for `written_bytes`).
-pub(crate) fn is_data(target: Target) -> bool {
-    !matches!(target, Target::Pattern(0))
+pub(crate) fn is_data(target: GrainTarget) -> bool {
+    !matches!(target, GrainTarget::Pattern(0))
 }
 
 /// A cursor insert refused: a key out of order means the table holds what the
@@ -359,7 +366,7 @@ mod tests {
 
     #[test]
     fn encodings_round_trip() {
-        for target in [Target::Block(7), Target::Pattern(u64::MAX)] {
+        for target in [GrainTarget::Block(7), GrainTarget::Pattern(u64::MAX)] {
             let v = MapValue { seq: 99, target };
             assert_eq!(MapValue::decode(&v.encode()).unwrap(), v);
         }

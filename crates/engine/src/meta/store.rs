@@ -178,7 +178,7 @@ mod tests {
         {
             let mut maps = txn.open_table(schema::MAPPINGS).unwrap();
             let value = MapValue {
-                target: crate::meta::schema::Target::Pattern(seq),
+                target: crate::meta::schema::GrainTarget::Pattern(seq),
                 seq,
             };
             crate::meta::point_rows::set(&mut maps, 1, grain, value).unwrap();
@@ -201,7 +201,7 @@ mod tests {
     /// "block … is mapped but missing".)
     #[test]
     fn a_read_as_a_commit_lands_never_finds_a_freed_block_through_the_cache() {
-        use crate::meta::schema::Target;
+        use crate::meta::schema::GrainTarget;
         use crate::testing::sync_points::{self, Point};
         use crate::testing::test_data::{
             block_rows, data_dir, quiet_engine_reading_segments, unique_bytes,
@@ -236,7 +236,7 @@ mod tests {
             .transact(&mut ws, true, |st, t, _| {
                 let value = MapValue {
                     seq: st.take_seq(),
-                    target: Target::Pattern(7),
+                    target: GrainTarget::Pattern(7),
                 };
                 st.set_mapping(t, id, 0, value, &[])
             })

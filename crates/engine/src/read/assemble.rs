@@ -382,7 +382,7 @@ mod tests {
         }
     }
 
-    /// Whether `read_cached` refuses once the segments' pages are evicted,
+    /// Whether `read_from_memory` refuses once the segments' pages are evicted,
     /// in one of a few tries. Why tries: a `RWF_NOWAIT` read of a page that is
     /// not cached starts its readahead before it gives up (Linux ≥ 5.9), and on a fast disk
     /// under load that read can finish before the kernel's second look, which
@@ -390,12 +390,12 @@ mod tests {
     /// other test binaries). A read that always waited would never refuse.
     fn refuses_once_evicted(
         dir: &std::path::Path,
-        mut read_cached: impl FnMut() -> crate::Result<bool>,
+        mut read_from_memory: impl FnMut() -> crate::Result<bool>,
     ) -> bool {
         const TRIES: usize = 8;
         (0..TRIES).any(|_| {
             evict_segments(dir);
-            !read_cached().unwrap()
+            !read_from_memory().unwrap()
         })
     }
 
@@ -409,12 +409,12 @@ mod tests {
         volume.flush().unwrap();
         let mut buf = vec![0u8; data.len()];
         assert!(
-            volume.read_cached(0, &mut buf).unwrap(),
+            volume.read_from_memory(0, &mut buf).unwrap(),
             "just written: in memory"
         );
         assert_eq!(buf, data);
         assert!(
-            refuses_once_evicted(dir.path(), || volume.read_cached(0, &mut buf)),
+            refuses_once_evicted(dir.path(), || volume.read_from_memory(0, &mut buf)),
             "evicted pages were read without waiting (is the temp dir on tmpfs?)"
         );
         assert_eq!(engine.stats.read_errors.load(Ordering::Relaxed), 0);
@@ -422,16 +422,16 @@ mod tests {
         // A read that may wait brings the data back, and then it is in memory.
         assert_eq!(read(&volume, 0, GRAINS * GRAIN_BYTES), data);
         buf.fill(0);
-        assert!(volume.read_cached(0, &mut buf).unwrap());
+        assert!(volume.read_from_memory(0, &mut buf).unwrap());
         assert_eq!(buf, data);
         // A snapshot reads through the same path.
         engine.create_snapshots(&["v"], Some("s"), None).unwrap();
         let snapshot = engine.open_snapshot("v@s").unwrap();
-        assert!(refuses_once_evicted(dir.path(), || snapshot.read_cached(0, &mut buf)));
+        assert!(refuses_once_evicted(dir.path(), || snapshot.read_from_memory(0, &mut buf)));
         snapshot.read(0, &mut buf).unwrap();
         assert_eq!(buf, data);
         buf.fill(0);
-        assert!(snapshot.read_cached(0, &mut buf).unwrap());
+        assert!(snapshot.read_from_memory(0, &mut buf).unwrap());
         assert_eq!(buf, data);
         assert_eq!(engine.stats.read_errors.load(Ordering::Relaxed), 0);
     }

@@ -3,8 +3,8 @@
 //! in chunks so that a range operation over a terabyte costs one step per
 //! 32 MiB chunk, and an empty or full chunk costs no memory.
 
-const CHUNK_GRAINS: u64 = 8192;
-const WORDS: usize = (CHUNK_GRAINS / 64) as usize;
+const BITMAP_CHUNK_GRAINS: u64 = 8192;
+const WORDS: usize = (BITMAP_CHUNK_GRAINS / 64) as usize;
 
 #[derive(Debug, Clone)]
 enum Chunk {
@@ -17,7 +17,7 @@ impl Chunk {
     fn count(&self) -> u64 {
         match self {
             Chunk::Empty => 0,
-            Chunk::Full => CHUNK_GRAINS,
+            Chunk::Full => BITMAP_CHUNK_GRAINS,
             Chunk::Bits(_, n) => u64::from(*n),
         }
     }
@@ -47,7 +47,7 @@ impl DataBitmap {
             self.set_range(grains, self.grains, false);
         }
         self.grains = grains;
-        let chunks = grains.div_ceil(CHUNK_GRAINS) as usize;
+        let chunks = grains.div_ceil(BITMAP_CHUNK_GRAINS) as usize;
         self.chunks.resize(chunks, Chunk::Empty);
         debug_assert_eq!(
             self.set_count,
@@ -57,11 +57,11 @@ impl DataBitmap {
 
     pub fn get(&self, grain: u64) -> bool {
         assert!(grain < self.grains);
-        match &self.chunks[(grain / CHUNK_GRAINS) as usize] {
+        match &self.chunks[(grain / BITMAP_CHUNK_GRAINS) as usize] {
             Chunk::Empty => false,
             Chunk::Full => true,
             Chunk::Bits(words, _) => {
-                let bit = grain % CHUNK_GRAINS;
+                let bit = grain % BITMAP_CHUNK_GRAINS;
                 words[(bit / 64) as usize] & (1 << (bit % 64)) != 0
             }
         }
@@ -76,11 +76,11 @@ impl DataBitmap {
         assert!(start <= end && end <= self.grains);
         let mut grain = start;
         while grain < end {
-            let index = (grain / CHUNK_GRAINS) as usize;
-            let chunk_start = index as u64 * CHUNK_GRAINS;
-            let chunk_end = (chunk_start + CHUNK_GRAINS).min(end);
+            let index = (grain / BITMAP_CHUNK_GRAINS) as usize;
+            let chunk_start = index as u64 * BITMAP_CHUNK_GRAINS;
+            let chunk_end = (chunk_start + BITMAP_CHUNK_GRAINS).min(end);
             let before = self.chunks[index].count();
-            if grain == chunk_start && chunk_end == chunk_start + CHUNK_GRAINS {
+            if grain == chunk_start && chunk_end == chunk_start + BITMAP_CHUNK_GRAINS {
                 self.chunks[index] = if value { Chunk::Full } else { Chunk::Empty };
             } else {
                 self.set_bits(index, grain - chunk_start, chunk_end - chunk_start, value);
@@ -102,27 +102,27 @@ impl DataBitmap {
         let mut run_bits = Vec::with_capacity(WORDS + 1);
         while done < len {
             let (from, to) = (source_start + done, start + done);
-            let whole_chunk = from % CHUNK_GRAINS == 0
-                && to % CHUNK_GRAINS == 0
-                && len - done >= CHUNK_GRAINS
-                && to + CHUNK_GRAINS <= self.grains;
+            let whole_chunk = from % BITMAP_CHUNK_GRAINS == 0
+                && to % BITMAP_CHUNK_GRAINS == 0
+                && len - done >= BITMAP_CHUNK_GRAINS
+                && to + BITMAP_CHUNK_GRAINS <= self.grains;
             if whole_chunk {
-                let index = (to / CHUNK_GRAINS) as usize;
+                let index = (to / BITMAP_CHUNK_GRAINS) as usize;
                 let before = self.chunks[index].count();
-                self.chunks[index] = source.chunks[(from / CHUNK_GRAINS) as usize].clone();
+                self.chunks[index] = source.chunks[(from / BITMAP_CHUNK_GRAINS) as usize].clone();
                 self.set_count = self.set_count - before + self.chunks[index].count();
-                done += CHUNK_GRAINS;
+                done += BITMAP_CHUNK_GRAINS;
                 continue;
             }
             let run = (len - done)
-                .min(CHUNK_GRAINS - from % CHUNK_GRAINS)
-                .min(CHUNK_GRAINS - to % CHUNK_GRAINS);
-            match &source.chunks[(from / CHUNK_GRAINS) as usize] {
+                .min(BITMAP_CHUNK_GRAINS - from % BITMAP_CHUNK_GRAINS)
+                .min(BITMAP_CHUNK_GRAINS - to % BITMAP_CHUNK_GRAINS);
+            match &source.chunks[(from / BITMAP_CHUNK_GRAINS) as usize] {
                 Chunk::Empty => self.set_range(to, to + run, false),
                 Chunk::Full => self.set_range(to, to + run, true),
                 Chunk::Bits(words, _) => {
                     run_bits.clear();
-                    extract_bits(words, from % CHUNK_GRAINS, run, &mut run_bits);
+                    extract_bits(words, from % BITMAP_CHUNK_GRAINS, run, &mut run_bits);
                     self.deposit_bits(to, run, &run_bits);
                 }
             }
@@ -133,9 +133,9 @@ impl DataBitmap {
     /// Sets bits [start, start + len) — within one chunk — to `bits` (bit i of
     /// the run is bit i % 64 of word i / 64).
     fn deposit_bits(&mut self, start: u64, len: u64, bits: &[u64]) {
-        let index = (start / CHUNK_GRAINS) as usize;
-        let offset = start % CHUNK_GRAINS;
-        assert!(len > 0 && offset + len <= CHUNK_GRAINS);
+        let index = (start / BITMAP_CHUNK_GRAINS) as usize;
+        let offset = start % BITMAP_CHUNK_GRAINS;
+        assert!(len > 0 && offset + len <= BITMAP_CHUNK_GRAINS);
         assert_eq!(bits.len() as u64, len.div_ceil(64));
         let before = self.chunks[index].count();
         let mut words = self.take_words(index);
@@ -161,7 +161,7 @@ impl DataBitmap {
         let count: u32 = words.iter().map(|w| w.count_ones()).sum();
         self.chunks[index] = match u64::from(count) {
             0 => Chunk::Empty,
-            CHUNK_GRAINS => Chunk::Full,
+            BITMAP_CHUNK_GRAINS => Chunk::Full,
             _ => Chunk::Bits(words, count),
         };
     }
@@ -185,7 +185,7 @@ impl DataBitmap {
 
 /// Appends bits [from, from + len) of `words` to `out`, packed from bit 0.
 fn extract_bits(words: &[u64; WORDS], from: u64, len: u64, out: &mut Vec<u64>) {
-    assert!(from + len <= CHUNK_GRAINS);
+    assert!(from + len <= BITMAP_CHUNK_GRAINS);
     let mut taken = 0;
     while taken < len {
         let bit = from + taken;
@@ -202,7 +202,7 @@ fn extract_bits(words: &[u64; WORDS], from: u64, len: u64, out: &mut Vec<u64>) {
 
 /// Writes the low `width` bits of `value` at bit `at` (may straddle two words).
 fn write_word(words: &mut [u64; WORDS], at: u64, width: u64, value: u64) {
-    assert!(width > 0 && width <= 64 && at + width <= CHUNK_GRAINS);
+    assert!(width > 0 && width <= 64 && at + width <= BITMAP_CHUNK_GRAINS);
     let value = value & low_mask(width);
     let (word, shift) = ((at / 64) as usize, at % 64);
     let mask = low_mask(width) << shift;
@@ -229,32 +229,32 @@ mod tests {
 
     #[test]
     fn counts_follow_sets_and_ranges() {
-        let mut b = DataBitmap::new(3 * CHUNK_GRAINS + 5);
+        let mut b = DataBitmap::new(3 * BITMAP_CHUNK_GRAINS + 5);
         b.set(1, true);
         b.set(1, true);
-        b.set(CHUNK_GRAINS * 3 + 4, true);
+        b.set(BITMAP_CHUNK_GRAINS * 3 + 4, true);
         assert_eq!(b.count(), 2);
-        b.set_range(10, CHUNK_GRAINS * 2 + 3, true);
-        assert_eq!(b.count(), 1 + (CHUNK_GRAINS * 2 + 3 - 10) + 1);
-        assert!(b.get(CHUNK_GRAINS + 7));
-        b.set_range(0, 3 * CHUNK_GRAINS + 5, false);
+        b.set_range(10, BITMAP_CHUNK_GRAINS * 2 + 3, true);
+        assert_eq!(b.count(), 1 + (BITMAP_CHUNK_GRAINS * 2 + 3 - 10) + 1);
+        assert!(b.get(BITMAP_CHUNK_GRAINS + 7));
+        b.set_range(0, 3 * BITMAP_CHUNK_GRAINS + 5, false);
         assert_eq!(b.count(), 0);
-        b.set_range(0, 3 * CHUNK_GRAINS, true);
-        b.resize(CHUNK_GRAINS + 1);
-        assert_eq!(b.count(), CHUNK_GRAINS + 1);
+        b.set_range(0, 3 * BITMAP_CHUNK_GRAINS, true);
+        b.resize(BITMAP_CHUNK_GRAINS + 1);
+        assert_eq!(b.count(), BITMAP_CHUNK_GRAINS + 1);
     }
 
     #[test]
     fn copies_ranges_aligned_and_not() {
-        let mut source = DataBitmap::new(4 * CHUNK_GRAINS);
-        source.set_range(0, CHUNK_GRAINS, true);
-        source.set(CHUNK_GRAINS + 3, true);
-        let mut copy = DataBitmap::new(4 * CHUNK_GRAINS);
-        copy.copy_from(&source, 0, 0, 4 * CHUNK_GRAINS);
+        let mut source = DataBitmap::new(4 * BITMAP_CHUNK_GRAINS);
+        source.set_range(0, BITMAP_CHUNK_GRAINS, true);
+        source.set(BITMAP_CHUNK_GRAINS + 3, true);
+        let mut copy = DataBitmap::new(4 * BITMAP_CHUNK_GRAINS);
+        copy.copy_from(&source, 0, 0, 4 * BITMAP_CHUNK_GRAINS);
         assert_eq!(copy.count(), source.count());
-        assert!(copy.get(CHUNK_GRAINS + 3) && !copy.get(CHUNK_GRAINS + 4));
-        let mut shifted = DataBitmap::new(4 * CHUNK_GRAINS);
-        shifted.copy_from(&source, CHUNK_GRAINS, 7, 10);
+        assert!(copy.get(BITMAP_CHUNK_GRAINS + 3) && !copy.get(BITMAP_CHUNK_GRAINS + 4));
+        let mut shifted = DataBitmap::new(4 * BITMAP_CHUNK_GRAINS);
+        shifted.copy_from(&source, BITMAP_CHUNK_GRAINS, 7, 10);
         assert_eq!(shifted.count(), 1);
         assert!(shifted.get(10));
     }
@@ -268,7 +268,7 @@ mod tests {
 
     #[test]
     fn word_copies_match_a_bit_by_bit_copy_at_any_alignment() {
-        let grains = 5 * CHUNK_GRAINS + 77;
+        let grains = 5 * BITMAP_CHUNK_GRAINS + 77;
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move || {
             state ^= state << 13;
@@ -279,7 +279,7 @@ mod tests {
         for case in 0..200 {
             // Sources with empty, full and mixed chunks.
             let mut source = DataBitmap::new(grains);
-            source.set_range(CHUNK_GRAINS, 2 * CHUNK_GRAINS, true);
+            source.set_range(BITMAP_CHUNK_GRAINS, 2 * BITMAP_CHUNK_GRAINS, true);
             for _ in 0..(next() % 3000) {
                 let g = next() % grains;
                 source.set(g, next() % 2 == 0);
@@ -313,13 +313,13 @@ mod tests {
 
     #[test]
     fn ranges_within_a_chunk_set_exactly_their_bits() {
-        let mut b = DataBitmap::new(CHUNK_GRAINS);
+        let mut b = DataBitmap::new(BITMAP_CHUNK_GRAINS);
         b.set_range(3, 200, true);
         b.set_range(64, 128, false);
         assert_eq!(b.count(), 197 - 64);
         assert!(b.get(3) && b.get(63) && !b.get(64) && !b.get(127) && b.get(128) && b.get(199));
         assert!(!b.get(2) && !b.get(200));
-        b.set_range(0, CHUNK_GRAINS, true);
+        b.set_range(0, BITMAP_CHUNK_GRAINS, true);
         assert!(matches!(b.chunks[0], Chunk::Full));
         b.set_range(5, 6, false);
         b.set_range(5, 6, true);

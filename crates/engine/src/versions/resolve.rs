@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use redb::{ReadOnlyTable, ReadTransaction};
 
-use crate::meta::schema::{self, kv_error, HistValue, MapValue, RangeKind, RangeRec, Target};
+use crate::meta::schema::{self, kv_error, GrainTarget, HistValue, MapValue, RangeKind, RangeRec};
 use crate::meta::store::{MapsTable, ReadView};
 use crate::versions::range_map::RangeMap;
 use crate::versions::snapshot::SnapshotShared;
@@ -79,8 +79,8 @@ enum Effective {
 /// The newer of a point mapping and the range record covering the grain.
 fn effective(point: Option<MapValue>, range: Option<RangeRec>) -> Effective {
     let from_point = |v: MapValue| match v.target {
-        Target::Block(id) => Effective::Block(id),
-        Target::Pattern(p) => Effective::Pattern(p),
+        GrainTarget::Block(id) => Effective::Block(id),
+        GrainTarget::Pattern(p) => Effective::Pattern(p),
     };
     let from_range = |r: RangeRec| match r.kind {
         RangeKind::Hole => Effective::Hole,

@@ -183,8 +183,8 @@ impl Snapshot {
     }
 
     /// [`Snapshot::read`], unless it would have to wait for the disk (see
-    /// [`crate::Volume::read_cached`]).
-    pub fn read_cached(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool> {
+    /// [`crate::Volume::read_from_memory`]).
+    pub fn read_from_memory(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool> {
         crate::from_memory(|| self.read(offset_bytes, buf))
     }
 

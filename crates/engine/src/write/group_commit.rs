@@ -17,7 +17,7 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 
 use crate::meta::schema::is_data;
-use crate::meta::schema::{MapValue, Target};
+use crate::meta::schema::{GrainTarget, MapValue};
 use crate::write::classify::GrainContent;
 use crate::write::transaction::WriterState;
 use crate::write::uncommitted::PendingGrain;
@@ -445,11 +445,11 @@ fn transact_job(
     for (i, content) in job.contents.iter().enumerate() {
         let grain = job.first_grain + i as u64;
         let (target, held) = match content {
-            GrainContent::Pattern(p) => (Target::Pattern(*p), PendingGrain::Pattern(*p)),
+            GrainContent::Pattern(p) => (GrainTarget::Pattern(*p), PendingGrain::Pattern(*p)),
             GrainContent::Data(data) => {
                 let (id, rec) = st.store_block(ws, t, store, data)?;
                 effects.stored.push((id, rec));
-                (Target::Block(id), PendingGrain::Block { id, rec })
+                (GrainTarget::Block(id), PendingGrain::Block { id, rec })
             }
         };
         bits.push(is_data(target));

@@ -13,7 +13,7 @@ use redb::{Durability, ReadableTable, Table, WriteTransaction};
 
 use crate::meta::mapping_cache::ChangedMappings;
 use crate::meta::schema::{
-    self, kv_error, BlockRec, HistValue, MapValue, RangeHistValue, RangeRec, Target,
+    self, kv_error, BlockRec, GrainTarget, HistValue, MapValue, RangeHistValue, RangeRec,
 };
 use crate::segment::log::{self, RecordHeader, SegmentId, SEGMENT_TARGET_BYTES};
 use crate::write::classify::{self, DataGrain};
@@ -1053,17 +1053,22 @@ impl TxState {
 
     /// Drops one reference held by a mapping; a block with none left is deleted
     /// and its record becomes stale space in its segment.
-    pub fn release(&mut self, t: &mut Tables, target: Target) -> Result<()> {
+    pub fn release(&mut self, t: &mut Tables, target: GrainTarget) -> Result<()> {
         self.release_ref(t, target, false)
     }
 
     /// Drops one reference held by a history version.
-    pub fn release_history(&mut self, t: &mut Tables, target: Target) -> Result<()> {
+    pub fn release_history(&mut self, t: &mut Tables, target: GrainTarget) -> Result<()> {
         self.release_ref(t, target, true)
     }
 
-    fn release_ref(&mut self, t: &mut Tables, target: Target, from_history: bool) -> Result<()> {
-        let Target::Block(id) = target else {
+    fn release_ref(
+        &mut self,
+        t: &mut Tables,
+        target: GrainTarget,
+        from_history: bool,
+    ) -> Result<()> {
+        let GrainTarget::Block(id) = target else {
             return Ok(());
         };
         self.assert_rows_in_table();
@@ -1137,13 +1142,13 @@ impl TxState {
     /// write replacing one — are taken out of the table in one pass over their
     /// id range; ids on their own (a block shared through dedup, say) one by
     /// one.
-    fn release_many(&mut self, t: &mut Tables, targets: &[Target]) -> Result<()> {
+    fn release_many(&mut self, t: &mut Tables, targets: &[GrainTarget]) -> Result<()> {
         // (block id, references dropped), sorted by id.
         let mut ids: Vec<u64> = targets
             .iter()
             .filter_map(|target| match target {
-                Target::Block(id) => Some(*id),
-                Target::Pattern(_) => None,
+                GrainTarget::Block(id) => Some(*id),
+                GrainTarget::Pattern(_) => None,
             })
             .collect();
         if ids.is_empty() {
@@ -1346,7 +1351,7 @@ impl TxState {
         if !schema::visible_to_any(snapshot_seqs, old.seq, died_seq) {
             return self.release(t, old.target);
         }
-        if let Target::Block(id) = old.target {
+        if let GrainTarget::Block(id) = old.target {
             let before = self.block(t, id)?;
             let after = BlockRec {
                 history_refs: before.history_refs + 1,

@@ -37,7 +37,7 @@ pub struct MemoryExport {
     pub flushes: AtomicU64,
     /// Calls of `extents` (block status, and the hole search of large reads).
     pub extents_calls: AtomicU64,
-    /// When set, `read_cached` finds nothing in memory.
+    /// When set, `read_from_memory` finds nothing in memory.
     pub uncached: std::sync::atomic::AtomicBool,
 }
 
@@ -132,7 +132,7 @@ impl BlockExport for MemoryExport {
         Ok(())
     }
 
-    fn read_cached(&self, offset: u64, buf: &mut [u8]) -> Result<bool, ExportError> {
+    fn read_from_memory(&self, offset: u64, buf: &mut [u8]) -> Result<bool, ExportError> {
         if self.uncached.load(std::sync::atomic::Ordering::SeqCst) {
             return Ok(false);
         }

@@ -29,6 +29,7 @@ mod containers;
 mod data_path;
 pub mod dedup;
 pub mod error;
+pub mod ids;
 pub mod integrity;
 pub mod meta;
 pub mod names;
@@ -530,7 +531,7 @@ impl Engine {
             let sealed = ws.open_segment;
             ws.pending_free.insert(sealed);
             ws.open_segment = ws.next_segment_id;
-            ws.next_segment_id += 1;
+            ws.next_segment_id = ws.next_segment_id.next();
         }
         if ws.clean_segment_dead() {
             let sealed = ws.clean_segment.take().expect("dead clean segment");
@@ -636,7 +637,7 @@ impl Engine {
                         .fetch_add(length, Ordering::Relaxed);
                 }
                 Err(e) => {
-                    tracing::warn!(segment, offset, length, "punching freed space failed: {e}")
+                    tracing::warn!(%segment, offset, length, "punching freed space failed: {e}")
                 }
             }
         }

@@ -4,7 +4,7 @@
 use crate::catalog::*;
 use crate::meta::mapping_cache::ChangedMappings;
 use crate::meta::schema::{self, kv_error, BlockRec, RangeKind, RangeRec};
-use crate::segment::log::{FileSegmentStore, SegmentStore};
+use crate::segment::log::{FileSegmentStore, SegmentId, SegmentStore};
 use crate::units::*;
 use crate::versions::range_map::RangeMap;
 use crate::versions::snapshot::{SnapshotRec, SnapshotShared};
@@ -40,9 +40,11 @@ pub(crate) fn recover(
         next_block_id: schema::read_counter(&counters, "next_block_id")?,
         next_seq: schema::read_counter(&counters, "next_seq")?,
         next_volume_id: schema::read_counter(&counters, "next_volume_id")?,
-        next_segment_id: schema::read_counter(&counters, "next_segment_id")?
-            .try_into()
-            .map_err(|_| EngineError::Corruption("segment counter".into()))?,
+        next_segment_id: SegmentId::new(
+            schema::read_counter(&counters, "next_segment_id")?
+                .try_into()
+                .map_err(|_| EngineError::Corruption("segment counter".into()))?,
+        ),
         capacity_bytes,
         ..WriterState::default()
     };
@@ -55,7 +57,7 @@ pub(crate) fn recover(
         let (id, value) = item.map_err(kv_error)?;
         let (written_bytes, live_bytes) = value.value();
         ws.load_segment(
-            id.value(),
+            SegmentId::new(id.value()),
             SegState {
                 written_bytes,
                 live_bytes,
@@ -106,7 +108,7 @@ pub(crate) fn recover(
     // New writes always go to a fresh segment: nothing is ever appended after a
     // tail that a crash may have torn.
     ws.open_segment = ws.next_segment_id;
-    ws.next_segment_id += 1;
+    ws.next_segment_id = ws.next_segment_id.next();
     persist_segment_counter(db, ws.next_segment_id)?;
     for (&id, state) in &ws.segments {
         if state.live_bytes == 0 {
@@ -248,14 +250,14 @@ fn check_format_version(txn: &redb::WriteTransaction) -> Result<()> {
 
 /// The fresh open segment's id must never be handed out again, even if the next
 /// crash comes before any other durable commit.
-fn persist_segment_counter(db: &crate::meta::store::Kv, next_segment_id: u32) -> Result<()> {
+fn persist_segment_counter(db: &crate::meta::store::Kv, next_segment_id: SegmentId) -> Result<()> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate)
         .map_err(kv_error)?;
     txn.set_quick_repair(true);
     txn.open_table(schema::COUNTERS)
         .map_err(kv_error)?
-        .insert("next_segment_id", u64::from(next_segment_id))
+        .insert("next_segment_id", u64::from(next_segment_id.get()))
         .map_err(kv_error)?;
     db.commit(txn, ChangedMappings::NONE)
 }
@@ -268,7 +270,7 @@ fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<
         match ws.segments.get(&id) {
             None => {
                 tracing::info!(
-                    segment = id,
+                    segment = %id,
                     "removing a segment the metadata never committed"
                 );
                 store
@@ -277,7 +279,7 @@ fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<
             }
             Some(state) if length_bytes > state.written_bytes => {
                 tracing::info!(
-                    segment = id,
+                    segment = %id,
                     length_bytes,
                     kept = state.written_bytes,
                     "trimming a segment tail"

@@ -158,7 +158,9 @@ mod tests {
     fn check(ahead: &mut ReadAhead, store: &Counting, at: u64, len: usize) {
         let mut buf = [0u8; 4096];
         let limit = store.bytes.len() as u64;
-        let got = ahead.payload(store, 1, (at, len), limit, &mut buf).unwrap();
+        let got = ahead
+            .payload(store, SegmentId::new(1), (at, len), limit, &mut buf)
+            .unwrap();
         assert!(
             got == &store.bytes[at as usize..at as usize + len],
             "{len} bytes at {at}"
@@ -195,10 +197,10 @@ mod tests {
         // file yet), and a read past the segment fails as None.
         let limit = 40_000u64;
         ahead
-            .payload(&store, 2, (30_000, 1000), limit, &mut buf)
+            .payload(&store, SegmentId::new(2), (30_000, 1000), limit, &mut buf)
             .unwrap();
         let got = ahead
-            .payload(&store, 2, (31_000, 1000), limit, &mut buf)
+            .payload(&store, SegmentId::new(2), (31_000, 1000), limit, &mut buf)
             .unwrap();
         assert_eq!(got, &store.bytes[31_000..32_000]);
         assert_eq!(
@@ -207,7 +209,13 @@ mod tests {
         );
         let near_end = store.bytes.len() as u64 - 100;
         assert!(ahead
-            .payload(&store, 3, (near_end, 1000), u64::MAX, &mut buf)
+            .payload(
+                &store,
+                SegmentId::new(3),
+                (near_end, 1000),
+                u64::MAX,
+                &mut buf
+            )
             .is_none());
     }
 }

@@ -66,7 +66,7 @@ impl Engine {
             }
         }
         let mut class_bytes = [0u64; 3];
-        let mut live: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut live: BTreeMap<crate::ids::SegmentId, u64> = BTreeMap::new();
         let mut indexed_blocks = 0u64;
         for item in blocks.iter().map_err(kv_error)? {
             let (id, value) = item.map_err(kv_error)?;

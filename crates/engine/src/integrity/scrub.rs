@@ -325,7 +325,7 @@ impl Engine {
                     if self.still_stored_at(id, &rec)? {
                         tracing::error!(
                             block = id,
-                            segment = rec.segment,
+                            segment = %rec.segment,
                             offset_bytes = rec.offset_bytes,
                             "scrub: bad record: {reason}"
                         );
@@ -333,7 +333,7 @@ impl Engine {
                             id,
                             BadRecord {
                                 block_id: id,
-                                segment: rec.segment,
+                                segment: rec.segment.get(),
                                 offset_bytes: u64::from(rec.offset_bytes),
                                 reason,
                             },

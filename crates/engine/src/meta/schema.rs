@@ -149,7 +149,7 @@ impl BlockRec {
 
     pub fn encode(&self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
-        out[0..4].copy_from_slice(&self.segment.to_le_bytes());
+        out[0..4].copy_from_slice(&self.segment.get().to_le_bytes());
         out[4..8].copy_from_slice(&self.offset_bytes.to_le_bytes());
         out[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
         out[12..14].copy_from_slice(&self.flags.to_le_bytes());
@@ -169,7 +169,7 @@ impl BlockRec {
         }
         let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4"));
         Ok(BlockRec {
-            segment: u32_at(0),
+            segment: SegmentId::new(u32_at(0)),
             offset_bytes: u32_at(4),
             payload_len: u32_at(8),
             flags: u16::from_le_bytes(bytes[12..14].try_into().expect("2")),
@@ -371,7 +371,7 @@ mod tests {
             assert_eq!(MapValue::decode(&v.encode()).unwrap(), v);
         }
         let b = BlockRec {
-            segment: 3,
+            segment: SegmentId::new(3),
             offset_bytes: 1 << 20,
             payload_len: 4096,
             flags: 1,

@@ -17,6 +17,7 @@
 
 use parking_lot::Mutex;
 
+use crate::ids::SegmentId;
 use crate::meta::schema::BlockRec;
 
 /// Shards, so concurrent readers seldom take the same lock (consecutive ids
@@ -71,7 +72,7 @@ impl BlockLocations {
             return None;
         }
         Some(BlockRec {
-            segment: words[1] as u32,
+            segment: SegmentId::new(words[1] as u32),
             offset_bytes: (words[1] >> 32) as u32,
             payload_len: u32::from(words[2] as u16),
             flags: (words[2] >> 16) as u16,
@@ -95,7 +96,7 @@ impl BlockLocations {
         };
         let words = [
             id,
-            u64::from(rec.segment) | u64::from(rec.offset_bytes) << 32,
+            u64::from(rec.segment.get()) | u64::from(rec.offset_bytes) << 32,
             u64::from(payload_len) | u64::from(rec.flags) << 16 | u64::from(rec.crc) << 32,
         ];
         shard.lock()[at..at + SLOT_WORDS].copy_from_slice(&words);
@@ -118,7 +119,7 @@ mod tests {
 
     fn rec(segment: u32, offset_bytes: u32) -> BlockRec {
         BlockRec {
-            segment,
+            segment: SegmentId::new(segment),
             offset_bytes,
             payload_len: 4096,
             flags: 0x8001,
@@ -135,14 +136,17 @@ mod tests {
         assert!(cache.get(5).is_none());
         cache.insert(5, &rec(u32::MAX, u32::MAX - 1));
         let got = cache.get(5).expect("cached");
-        assert_eq!((got.segment, got.offset_bytes), (u32::MAX, u32::MAX - 1));
+        assert_eq!(
+            (got.segment, got.offset_bytes),
+            (SegmentId::new(u32::MAX), u32::MAX - 1)
+        );
         assert_eq!(
             (got.payload_len, got.flags, got.crc),
             (4096, 0x8001, 0xdead_beef)
         );
         assert_eq!(got.record_bytes(), rec(0, 0).record_bytes());
         cache.insert(5, &rec(3, 0));
-        assert_eq!(cache.get(5).expect("cached").segment, 3);
+        assert_eq!(cache.get(5).expect("cached").segment, SegmentId::new(3));
         cache.forget(5);
         assert!(cache.get(5).is_none());
     }

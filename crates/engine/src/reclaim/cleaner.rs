@@ -65,7 +65,7 @@ impl Engine {
             })
             .map(|(&id, s)| {
                 let u = s.live_bytes as f64 / s.written_bytes as f64;
-                let age = f64::from(newest.saturating_sub(id).max(1));
+                let age = f64::from(newest.get().saturating_sub(id.get()).max(1));
                 (id, u, (1.0 - u) / (1.0 + u) * age)
             })
             .filter(|&(_, u, _)| u <= max_utilization)
@@ -198,7 +198,7 @@ impl Engine {
             let open = ws.open_segment;
             if ws.segments.get(&open).is_some_and(|s| s.written_bytes > 0) {
                 ws.open_segment = ws.next_segment_id;
-                ws.next_segment_id += 1;
+                ws.next_segment_id = ws.next_segment_id.next();
                 if ws.segments.get(&open).is_some_and(|s| s.live_bytes == 0) {
                     ws.pending_free.insert(open);
                 }
@@ -353,7 +353,7 @@ impl Engine {
             let rec = BlockRec::decode(value.value())?;
             if rec.segment == victim && u64::from(rec.offset_bytes) == offset_bytes {
                 tracing::error!(
-                    segment = victim,
+                    segment = %victim,
                     offset = offset_bytes,
                     block = block_id,
                     "corrupt record not relocated"

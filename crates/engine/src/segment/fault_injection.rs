@@ -27,7 +27,7 @@ pub(crate) fn wrap(store: Arc<FileSegmentStore>) -> Arc<dyn SegmentStore> {
                 panic!("{READ_EIO_ENV}={value:?}: expected a segment id (test fault injection)")
             });
             tracing::warn!(
-                segment,
+                %segment,
                 "fault injection on: every read of this segment fails with EIO ({READ_EIO_ENV})"
             );
             Arc::new(ReadEio {
@@ -97,16 +97,16 @@ mod tests {
             .tempdir()
             .unwrap();
         let inner = FileSegmentStore::open(dir.path()).unwrap();
-        inner.write_at(1, 0, b"one").unwrap();
-        inner.write_at(2, 0, b"two").unwrap();
+        inner.write_at(SegmentId::new(1), 0, b"one").unwrap();
+        inner.write_at(SegmentId::new(2), 0, b"two").unwrap();
         let store = ReadEio {
             inner: Arc::new(inner),
-            segment: 2,
+            segment: SegmentId::new(2),
         };
         let mut buf = [0u8; 3];
-        store.read_at(1, 0, &mut buf).unwrap();
+        store.read_at(SegmentId::new(1), 0, &mut buf).unwrap();
         assert_eq!(&buf, b"one");
-        let error = store.read_at(2, 0, &mut buf).unwrap_err();
+        let error = store.read_at(SegmentId::new(2), 0, &mut buf).unwrap_err();
         assert_eq!(error.raw_os_error(), Some(libc::EIO));
     }
 }

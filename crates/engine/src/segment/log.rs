@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-pub type SegmentId = u32;
+pub use crate::ids::SegmentId;
 
 /// Segments are sealed once they reach this size; a host request never splits
 /// a record across segments.
@@ -613,26 +613,31 @@ mod tests {
     fn a_read_racing_a_removal_keeps_no_handle_to_the_removed_file() {
         let dir = crate::testing::test_data::data_dir("segment-remove");
         let store = Arc::new(FileSegmentStore::open(dir.path()).unwrap());
-        store.write_at(7, 0, &[1u8; 4096]).unwrap();
+        store.write_at(SegmentId::new(7), 0, &[1u8; 4096]).unwrap();
         store.write_back().unwrap();
         let reading = Arc::new(parking_lot::Mutex::new(None));
         let (hook_store, hook_reading) = (store.clone(), reading.clone());
         crate::testing::sync_points::set(
             crate::testing::sync_points::Point::SegmentRemoveBeforeUnlink,
             move || {
-                let reader = std::thread::spawn(move || hook_store.read_at(7, 0, &mut [0u8; 512]));
+                let reader = std::thread::spawn(move || {
+                    hook_store.read_at(SegmentId::new(7), 0, &mut [0u8; 512])
+                });
                 std::thread::sleep(std::time::Duration::from_millis(200));
                 *hook_reading.lock() = Some(reader);
             },
         );
 
-        store.remove(7).unwrap();
+        store.remove(SegmentId::new(7)).unwrap();
 
         let reader = reading.lock().take().expect("the hook ran");
         let read = reader.join().unwrap();
-        assert!(!store.files.read().contains_key(&7), "no handle kept");
+        assert!(
+            !store.files.read().contains_key(&SegmentId::new(7)),
+            "no handle kept"
+        );
         assert_eq!(read.unwrap_err().kind(), io::ErrorKind::NotFound);
-        assert!(!store.path(7).exists());
+        assert!(!store.path(SegmentId::new(7)).exists());
     }
 
     proptest! {
@@ -736,18 +741,25 @@ mod tests {
         let pieces: Vec<&[u8]> = owned.iter().map(|piece| &piece[..]).collect();
         let joined = pieces.concat();
         assert!(joined.len() > crate::segment::write_buffer::TAIL_WRITE_BYTES);
-        store.write_vectored_at(5, 100, &pieces).unwrap();
+        store
+            .write_vectored_at(SegmentId::new(5), 100, &pieces)
+            .unwrap();
         let small: [&[u8]; 3] = [b"ab", b"", b"cde"];
         let small_at = 100 + joined.len() as u64;
-        store.write_vectored_at(5, small_at, &small).unwrap();
+        store
+            .write_vectored_at(SegmentId::new(5), small_at, &small)
+            .unwrap();
         let mut back = vec![0u8; joined.len() + 5];
-        store.read_at(5, 100, &mut back).unwrap();
+        store.read_at(SegmentId::new(5), 100, &mut back).unwrap();
         assert_eq!(&back[..joined.len()], &joined[..]);
         assert_eq!(&back[joined.len()..], b"abcde");
         store.write_back().unwrap();
-        assert_eq!(store.list().unwrap(), vec![(5, small_at + 5)]);
+        assert_eq!(
+            store.list().unwrap(),
+            vec![(SegmentId::new(5), small_at + 5)]
+        );
         let mut again = vec![0u8; back.len()];
-        store.read_at(5, 100, &mut again).unwrap();
+        store.read_at(SegmentId::new(5), 100, &mut again).unwrap();
         assert_eq!(again, back);
     }
 
@@ -758,13 +770,13 @@ mod tests {
             .tempdir()
             .unwrap();
         let store = FileSegmentStore::open(dir.path()).unwrap();
-        store.write_at(3, 0, b"abcdef").unwrap();
+        store.write_at(SegmentId::new(3), 0, b"abcdef").unwrap();
         let mut buf = [0u8; 3];
-        store.read_at(3, 2, &mut buf).unwrap();
+        store.read_at(SegmentId::new(3), 2, &mut buf).unwrap();
         assert_eq!(&buf, b"cde");
-        store.truncate(3, 4).unwrap();
-        assert_eq!(store.list().unwrap(), vec![(3, 4)]);
-        store.remove(3).unwrap();
+        store.truncate(SegmentId::new(3), 4).unwrap();
+        assert_eq!(store.list().unwrap(), vec![(SegmentId::new(3), 4)]);
+        store.remove(SegmentId::new(3)).unwrap();
         assert!(store.list().unwrap().is_empty());
     }
 }

@@ -67,7 +67,7 @@ pub struct TailMask(AtomicU64);
 
 impl TailMask {
     fn bit(segment: SegmentId) -> u64 {
-        1 << (segment % 64)
+        1 << (segment.get() % 64)
     }
 
     pub fn may_have_tail(&self, segment: SegmentId) -> bool {
@@ -245,9 +245,9 @@ mod tests {
         let mut at = 0u64;
         let mut written_out_at = None;
         for (i, bytes) in records.iter().enumerate() {
-            store.write_at(1, at, bytes).unwrap();
+            store.write_at(SegmentId::new(1), at, bytes).unwrap();
             at += bytes.len() as u64;
-            let on_disk = file_len(&dir, 1);
+            let on_disk = file_len(&dir, SegmentId::new(1));
             if on_disk > 0 && written_out_at.is_none() {
                 written_out_at = Some(i);
                 assert!(on_disk >= TAIL_WRITE_BYTES as u64, "whole tails go out");
@@ -259,39 +259,64 @@ mod tests {
             "about 64 KiB gathered first, not {first_out} records"
         );
         assert!(
-            file_len(&dir, 1) < at,
+            file_len(&dir, SegmentId::new(1)) < at,
             "the last records are still in the tail"
         );
         // Every record reads back, and so does a range across file and tail.
         let mut start = 0u64;
         for bytes in &records {
             let mut back = vec![0u8; bytes.len()];
-            store.read_at(1, start, &mut back).unwrap();
+            store.read_at(SegmentId::new(1), start, &mut back).unwrap();
             assert_eq!(&back, bytes);
             start += bytes.len() as u64;
         }
         let mut all = vec![0u8; at as usize];
-        store.read_at(1, 0, &mut all).unwrap();
+        store.read_at(SegmentId::new(1), 0, &mut all).unwrap();
         assert_eq!(all, records.concat());
         // Reading past what was appended fails as a file read would.
         let mut past = vec![0u8; 10];
-        assert!(store.read_at(1, at - 5, &mut past).is_err());
-        store.sync(1).unwrap();
-        assert_eq!(file_len(&dir, 1), at, "sync writes the tail");
+        assert!(store.read_at(SegmentId::new(1), at - 5, &mut past).is_err());
+        store.sync(SegmentId::new(1)).unwrap();
+        assert_eq!(
+            file_len(&dir, SegmentId::new(1)),
+            at,
+            "sync writes the tail"
+        );
     }
 
     #[test]
     fn write_back_writes_every_tail_and_a_removed_segment_forgets_its_own() {
         let (dir, store) = store();
-        store.write_at(1, 0, &record(1, 100)).unwrap();
-        store.write_at(2, 0, &record(2, 200)).unwrap();
-        store.write_at(3, 0, &record(3, 300)).unwrap();
-        store.remove(3).unwrap();
-        assert_eq!((file_len(&dir, 1), file_len(&dir, 2)), (0, 0));
+        store
+            .write_at(SegmentId::new(1), 0, &record(1, 100))
+            .unwrap();
+        store
+            .write_at(SegmentId::new(2), 0, &record(2, 200))
+            .unwrap();
+        store
+            .write_at(SegmentId::new(3), 0, &record(3, 300))
+            .unwrap();
+        store.remove(SegmentId::new(3)).unwrap();
+        assert_eq!(
+            (
+                file_len(&dir, SegmentId::new(1)),
+                file_len(&dir, SegmentId::new(2))
+            ),
+            (0, 0)
+        );
         store.write_back().unwrap();
-        assert_eq!((file_len(&dir, 1), file_len(&dir, 2)), (100, 200));
+        assert_eq!(
+            (
+                file_len(&dir, SegmentId::new(1)),
+                file_len(&dir, SegmentId::new(2))
+            ),
+            (100, 200)
+        );
         assert!(!dir.path().join(format!("{:08}.seg", 3)).exists());
-        assert_eq!(store.list().unwrap(), vec![(1, 100), (2, 200)]);
+        assert_eq!(
+            store.list().unwrap(),
+            vec![(SegmentId::new(1), 100), (SegmentId::new(2), 200)]
+        );
     }
 
     #[test]
@@ -299,42 +324,57 @@ mod tests {
         let dir = crate::testing::test_data::data_dir("tail-held");
         let file = File::create(dir.path().join("f")).unwrap();
         let (mut tails, mask) = (Tails::default(), TailMask::default());
-        tails.append(&mask, 1, &file, 0, &[1u8; 100]).unwrap();
-        tails.append(&mask, 65, &file, 0, &[2u8; 200]).unwrap();
-        tails.append(&mask, 1, &file, 100, &[1u8; 50]).unwrap();
+        tails
+            .append(&mask, SegmentId::new(1), &file, 0, &[1u8; 100])
+            .unwrap();
+        tails
+            .append(&mask, SegmentId::new(65), &file, 0, &[2u8; 200])
+            .unwrap();
+        tails
+            .append(&mask, SegmentId::new(1), &file, 100, &[1u8; 50])
+            .unwrap();
         assert_eq!(tails.held_bytes(), 350);
-        assert!(mask.may_have_tail(1) && mask.may_have_tail(65) && !mask.may_have_tail(2));
-        tails.write_out(&mask, 1, &file).unwrap();
+        assert!(
+            mask.may_have_tail(SegmentId::new(1))
+                && mask.may_have_tail(SegmentId::new(65))
+                && !mask.may_have_tail(SegmentId::new(2))
+        );
+        tails.write_out(&mask, SegmentId::new(1), &file).unwrap();
         assert_eq!(tails.held_bytes(), 200);
-        assert!(mask.may_have_tail(1), "segment 65 shares the bit");
-        tails.discard(&mask, 65);
+        assert!(
+            mask.may_have_tail(SegmentId::new(1)),
+            "segment 65 shares the bit"
+        );
+        tails.discard(&mask, SegmentId::new(65));
         assert_eq!(tails.held_bytes(), 0);
-        assert!(!mask.may_have_tail(1) && !mask.may_have_tail(65));
+        assert!(!mask.may_have_tail(SegmentId::new(1)) && !mask.may_have_tail(SegmentId::new(65)));
     }
 
     #[test]
     fn an_append_elsewhere_or_a_large_one_keeps_the_order_of_writes() {
         let (dir, store) = store();
-        store.write_at(1, 0, &[1u8; 1000]).unwrap();
+        store.write_at(SegmentId::new(1), 0, &[1u8; 1000]).unwrap();
         // Not continuing the tail: the tail goes out first, then this one
         // (which overwrites part of it) starts a new tail.
-        store.write_at(1, 500, &[2u8; 1000]).unwrap();
-        assert_eq!(file_len(&dir, 1), 1000);
+        store
+            .write_at(SegmentId::new(1), 500, &[2u8; 1000])
+            .unwrap();
+        assert_eq!(file_len(&dir, SegmentId::new(1)), 1000);
         // A large append writes the tail out first, then goes straight to the file.
         store
-            .write_at(1, 1500, &vec![3u8; TAIL_WRITE_BYTES])
+            .write_at(SegmentId::new(1), 1500, &vec![3u8; TAIL_WRITE_BYTES])
             .unwrap();
         let end = 1500 + TAIL_WRITE_BYTES as u64;
-        assert_eq!(file_len(&dir, 1), end);
+        assert_eq!(file_len(&dir, SegmentId::new(1)), end);
         let mut all = vec![0u8; end as usize];
-        store.read_at(1, 0, &mut all).unwrap();
+        store.read_at(SegmentId::new(1), 0, &mut all).unwrap();
         assert!(all[..500].iter().all(|&b| b == 1));
         assert!(all[500..1500].iter().all(|&b| b == 2));
         assert!(all[1500..].iter().all(|&b| b == 3));
         // Truncation writes the tail first, so it cuts what was appended.
-        store.write_at(1, end, &[4u8; 100]).unwrap();
-        store.truncate(1, end + 50).unwrap();
-        assert_eq!(store.list().unwrap(), vec![(1, end + 50)]);
+        store.write_at(SegmentId::new(1), end, &[4u8; 100]).unwrap();
+        store.truncate(SegmentId::new(1), end + 50).unwrap();
+        assert_eq!(store.list().unwrap(), vec![(SegmentId::new(1), end + 50)]);
     }
 
     #[test]
@@ -344,7 +384,9 @@ mod tests {
             std::sync::Arc::new(FileSegmentStore::open(&dir.path().join("segments")).unwrap());
         let db = redb::Database::create(dir.path().join("meta.redb")).unwrap();
         let kv = crate::meta::store::Kv::new(db, store.clone(), 0);
-        store.write_at(7, 0, &record(7, 3000)).unwrap();
+        store
+            .write_at(SegmentId::new(7), 0, &record(7, 3000))
+            .unwrap();
         let segment = dir.path().join("segments").join(format!("{:08}.seg", 7));
         assert_eq!(std::fs::metadata(&segment).unwrap().len(), 0);
         let txn = kv.begin_write().unwrap();

@@ -400,7 +400,7 @@ pub fn persist_writer_state(txn: &WriteTransaction, ws: &mut WriterState) -> Res
         ("next_block_id", ws.next_block_id),
         ("next_seq", ws.next_seq),
         ("next_volume_id", ws.next_volume_id),
-        ("next_segment_id", u64::from(ws.next_segment_id)),
+        ("next_segment_id", u64::from(ws.next_segment_id.get())),
     ] {
         counters.insert(name, value).map_err(kv_error)?;
     }
@@ -408,9 +408,9 @@ pub fn persist_writer_state(txn: &WriteTransaction, ws: &mut WriterState) -> Res
     for id in std::mem::take(&mut ws.changed_segments) {
         match ws.segments.get(&id) {
             Some(s) => segments
-                .insert(id, (s.written_bytes, s.live_bytes))
+                .insert(id.get(), (s.written_bytes, s.live_bytes))
                 .map_err(kv_error)?,
-            None => segments.remove(id).map_err(kv_error)?,
+            None => segments.remove(id.get()).map_err(kv_error)?,
         };
     }
     Ok(())
@@ -636,7 +636,7 @@ impl TxState {
         if offset + record_bytes > SEGMENT_TARGET_BYTES {
             self.maybe_dead.insert(self.open_segment);
             self.open_segment = self.next_segment_id;
-            self.next_segment_id += 1;
+            self.next_segment_id = self.next_segment_id.next();
             offset = 0;
         }
         let delta = self.seg_delta.entry(self.open_segment).or_default();
@@ -677,7 +677,7 @@ impl TxState {
                     self.maybe_dead.insert(full);
                 }
                 let fresh = self.next_segment_id;
-                self.next_segment_id += 1;
+                self.next_segment_id = self.next_segment_id.next();
                 self.clean_segment = Some(fresh);
                 fresh
             }

@@ -1,0 +1,73 @@
+//! Typed ids: what a number names is part of its type, so a block id cannot be
+//! passed where a volume id is meant. Each is a plain integer inside (the
+//! width it has in the tables, docs/FORMAT.md); `.get()` gives it back at the
+//! edges where it is encoded or printed.
+
+use std::fmt;
+use std::num::ParseIntError;
+use std::str::FromStr;
+
+/// Defines an id type over an integer: ordered, hashable, printed and parsed
+/// as the integer.
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident($int:ty)) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        pub struct $name($int);
+
+        impl $name {
+            pub const fn new(value: $int) -> Self {
+                $name(value)
+            }
+
+            pub const fn get(self) -> $int {
+                self.0
+            }
+
+            /// The id handed out after this one.
+            pub fn next(self) -> Self {
+                $name(self.0.checked_add(1).expect(concat!(stringify!($name), " overflow")))
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ParseIntError;
+
+            fn from_str(text: &str) -> Result<Self, Self::Err> {
+                text.parse().map($name)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A segment file of the log (`segments/<id>.seg`), never reused.
+    SegmentId(u32)
+);
+
+#[cfg(test)]
+mod tests {
+    use super::SegmentId;
+
+    #[test]
+    fn an_id_prints_parses_and_orders_as_its_integer() {
+        let id = SegmentId::new(41);
+        assert_eq!(id.to_string(), "41");
+        assert_eq!("41".parse::<SegmentId>(), Ok(id));
+        assert!("x".parse::<SegmentId>().is_err());
+        assert_eq!(id.next().get(), 42);
+        assert!(id < id.next());
+    }
+
+    #[test]
+    #[should_panic(expected = "SegmentId overflow")]
+    fn the_last_id_has_no_next() {
+        let _ = SegmentId::new(u32::MAX).next();
+    }
+}

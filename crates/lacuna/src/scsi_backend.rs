@@ -19,27 +19,15 @@ const ARRAY_ID_FILE: &str = "array-id";
 /// Loads the array id, creating it on first start.
 pub fn array_id(data_dir: &Path) -> anyhow::Result<[u8; 16]> {
     let path = data_dir.join(ARRAY_ID_FILE);
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let bytes = decode_hex(text.trim())
-            .ok_or_else(|| anyhow::anyhow!("{} is not 32 hex digits", path.display()))?;
-        return Ok(bytes);
-    }
     let mut id = [0u8; 16];
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        hex::decode_to_slice(text.trim(), &mut id)
+            .map_err(|_| anyhow::anyhow!("{} is not 32 hex digits", path.display()))?;
+        return Ok(id);
+    }
     getrandom::fill(&mut id).map_err(|e| anyhow::anyhow!("no randomness for the array id: {e}"))?;
-    let text: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    std::fs::write(&path, text + "\n")?;
+    std::fs::write(&path, hex::encode(id) + "\n")?;
     Ok(id)
-}
-
-fn decode_hex(text: &str) -> Option<[u8; 16]> {
-    if text.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
 }
 
 /// The engine as the SCSI layer's backend, with LUN masking by host.
@@ -543,5 +531,35 @@ impl AccessPolicy for HostAccess {
 
     fn initiator_known(&self, initiator_name: &str) -> bool {
         self.hosts.open_access || self.hosts.host_of(initiator_name).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn array_id_is_kept_as_32_hex_digits() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = array_id(dir.path()).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(ARRAY_ID_FILE)).unwrap();
+        assert_eq!(text.len(), 33, "{text:?}");
+        assert!(
+            text.ends_with('\n') && text[..32].bytes().all(|b| b"0123456789abcdef".contains(&b))
+        );
+        assert_eq!(array_id(dir.path()).unwrap(), id);
+
+        let file = dir.path().join(ARRAY_ID_FILE);
+        std::fs::write(&file, " 00112233445566778899AABBCCDDEEFF\n").unwrap();
+        let expected: Vec<u8> = (0..16).map(|i| i * 0x11).collect();
+        assert_eq!(array_id(dir.path()).unwrap().to_vec(), expected);
+        for bad in [
+            "0011223344556677889aabbccddeeff",
+            "zz112233445566778899aabbccddeeff",
+            "",
+        ] {
+            std::fs::write(&file, bad).unwrap();
+            assert!(array_id(dir.path()).is_err(), "{bad:?}");
+        }
     }
 }

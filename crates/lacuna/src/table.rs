@@ -1,6 +1,8 @@
 //! Human renderings of API answers: aligned tables and `key: value` blocks, with
 //! sizes in binary units.
 
+use std::time::{Duration, UNIX_EPOCH};
+
 use lacuna_api::HostInfo;
 use lacuna_engine::{ContainerInfo, ReclaimPolicy, SnapshotInfo, SpaceReport, VolumeInfo};
 
@@ -69,27 +71,23 @@ pub fn format_percent(percent: f64) -> String {
     format!("{percent:.1}%")
 }
 
-/// Seconds since the Unix epoch as `2024-03-05 17:04:09 UTC`.
+/// Seconds since the Unix epoch as `2024-03-05 17:04:09 UTC`; past the year 9999, which
+/// RFC 3339 cannot write, `after 9999-12-31 23:59:59 UTC`.
 pub fn format_unix_utc(unix_s: u64) -> String {
-    let days = (unix_s / 86_400) as i64;
-    let seconds_of_day = unix_s % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        seconds_of_day / 3600,
-        seconds_of_day / 60 % 60,
-        seconds_of_day % 60
-    )
+    /// 9999-12-31 23:59:59 UTC.
+    const LAST_WRITABLE_S: u64 = 253_402_300_799;
+    let at = UNIX_EPOCH + Duration::from_secs(unix_s.min(LAST_WRITABLE_S));
+    // `2024-03-05T17:04:09Z`
+    let rfc3339 = humantime::format_rfc3339_seconds(at).to_string();
+    let date = format!(
+        "{} UTC",
+        rfc3339.replacen('T', " ", 1).trim_end_matches('Z')
+    );
+    if unix_s > LAST_WRITABLE_S {
+        format!("after {date}")
+    } else {
+        date
+    }
 }
 
 fn optional_time(unix_s: Option<u64>) -> String {
@@ -673,6 +671,16 @@ mod tests {
         assert_eq!(format_unix_utc(4_102_444_799), "2099-12-31 23:59:59 UTC");
         // No panic at the far end.
         assert!(format_unix_utc(u64::MAX).ends_with(" UTC"));
+    }
+
+    #[test]
+    fn unix_times_past_9999_say_so() {
+        assert_eq!(format_unix_utc(253_402_300_799), "9999-12-31 23:59:59 UTC");
+        assert_eq!(
+            format_unix_utc(253_402_300_800),
+            "after 9999-12-31 23:59:59 UTC"
+        );
+        assert_eq!(format_unix_utc(u64::MAX), "after 9999-12-31 23:59:59 UTC");
     }
 
     #[test]

@@ -379,7 +379,7 @@ impl Engine {
             let GrainTarget::Block(id) = value.target else {
                 continue;
             };
-            let Some(rec) = blocks.get(id).map_err(kv_error)? else {
+            let Some(rec) = blocks.get(id.get()).map_err(kv_error)? else {
                 continue;
             };
             let rec = BlockRec::decode(rec.value())?;

@@ -115,7 +115,11 @@ impl Engine {
     }
 
     /// Where a committed block is stored, from the block table; remembered.
-    pub(crate) fn look_up_block(&self, reader: &mut Reader, id: u64) -> Result<BlockRec> {
+    pub(crate) fn look_up_block(
+        &self,
+        reader: &mut Reader,
+        id: crate::ids::BlockId,
+    ) -> Result<BlockRec> {
         reader.count_block_lookup();
         let rec = Self::block_rec(reader.blocks()?, id)?;
         self.locations.insert(id, &rec);
@@ -123,9 +127,12 @@ impl Engine {
     }
 
     /// Where a committed block is stored.
-    fn block_rec(blocks: &ReadOnlyTable<u64, &'static [u8]>, id: u64) -> Result<BlockRec> {
+    fn block_rec(
+        blocks: &ReadOnlyTable<u64, &'static [u8]>,
+        id: crate::ids::BlockId,
+    ) -> Result<BlockRec> {
         let rec = blocks
-            .get(id)
+            .get(id.get())
             .map_err(kv_error)?
             .ok_or_else(|| EngineError::Corruption(format!("block {id} is mapped but missing")))?;
         BlockRec::decode(rec.value())
@@ -148,7 +155,7 @@ impl Engine {
     /// been stale.
     pub(crate) fn read_record(
         &self,
-        id: u64,
+        id: crate::ids::BlockId,
         rec: BlockRec,
         record: &mut Vec<u8>,
         out: &mut [u8],
@@ -176,7 +183,7 @@ impl Engine {
     /// its payload into `out` (a whole grain).
     pub(crate) fn decode_record(
         &self,
-        id: u64,
+        id: crate::ids::BlockId,
         rec: BlockRec,
         record: &[u8],
         out: &mut [u8],

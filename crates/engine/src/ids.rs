@@ -51,6 +51,12 @@ id_type!(
     SegmentId(u32)
 );
 
+id_type!(
+    /// A stored block: one record's payload, shared by every mapping that
+    /// names it. Never reused, so a block's content never changes under its id.
+    BlockId(u64)
+);
+
 #[cfg(test)]
 mod tests {
     use super::SegmentId;

@@ -37,7 +37,7 @@ pub(crate) fn recover(
     let txn = db.begin_read()?;
     let counters = txn.open_table(schema::COUNTERS).map_err(kv_error)?;
     let mut ws = WriterState {
-        next_block_id: schema::read_counter(&counters, "next_block_id")?,
+        next_block_id: crate::ids::BlockId::new(schema::read_counter(&counters, "next_block_id")?),
         next_seq: schema::read_counter(&counters, "next_seq")?,
         next_volume_id: schema::read_counter(&counters, "next_volume_id")?,
         next_segment_id: SegmentId::new(
@@ -99,7 +99,7 @@ pub(crate) fn recover(
         let rec = BlockRec::decode(value.value())?;
         if rec.flags & crate::segment::log::FLAG_UNINDEXED == 0 {
             let key = crate::write::transaction::dedup_key(&rec.fingerprint);
-            ws.dedup.insert(key, id.value());
+            ws.dedup.insert(key, crate::ids::BlockId::new(id.value()));
             ws.hints.insert(key);
         }
         ws.class_bytes[rec.class() as usize] += rec.record_bytes();

@@ -11,6 +11,7 @@
 //! unchanged), and a freed block is no longer in the dedup index, so its entry
 //! is never asked for. Only transactions that committed add entries.
 
+use crate::ids::BlockId;
 use std::collections::{HashMap, VecDeque};
 
 /// How many payloads are kept: at most 4 KiB each, so at most 4 MiB.
@@ -19,18 +20,18 @@ pub const PROVEN_PAYLOADS_MAX: usize = 1024;
 /// Block id → stored payload, the oldest entry evicted first.
 #[derive(Debug, Default)]
 pub struct ProvenPayloads {
-    payloads: HashMap<u64, Box<[u8]>>,
+    payloads: HashMap<BlockId, Box<[u8]>>,
     /// Ids in the order they were added.
-    order: VecDeque<u64>,
+    order: VecDeque<BlockId>,
 }
 
 impl ProvenPayloads {
-    pub fn get(&self, id: u64) -> Option<&[u8]> {
+    pub fn get(&self, id: BlockId) -> Option<&[u8]> {
         self.payloads.get(&id).map(|payload| &payload[..])
     }
 
     /// Keeps `payload` as block `id`'s, evicting the oldest entry when full.
-    pub fn insert(&mut self, id: u64, payload: Box<[u8]>) {
+    pub fn insert(&mut self, id: BlockId, payload: Box<[u8]>) {
         assert!(payload.len() <= crate::GRAIN_BYTES as usize);
         if self.payloads.insert(id, payload).is_some() {
             return;
@@ -57,14 +58,23 @@ mod tests {
     fn holds_at_most_the_limit_and_evicts_the_oldest() {
         let mut proven = ProvenPayloads::default();
         for id in 0..(PROVEN_PAYLOADS_MAX as u64 + 10) {
-            proven.insert(id, vec![id as u8; 8].into_boxed_slice());
+            proven.insert(
+                crate::ids::BlockId::new(id),
+                vec![id as u8; 8].into_boxed_slice(),
+            );
         }
         assert_eq!(proven.len(), PROVEN_PAYLOADS_MAX);
-        assert!(proven.get(9).is_none());
-        assert_eq!(proven.get(10), Some(&[10u8; 8][..]));
+        assert!(proven.get(crate::ids::BlockId::new(9)).is_none());
+        assert_eq!(
+            proven.get(crate::ids::BlockId::new(10)),
+            Some(&[10u8; 8][..])
+        );
         // Adding a kept id again neither duplicates nor evicts.
-        proven.insert(10, vec![10u8; 8].into_boxed_slice());
+        proven.insert(
+            crate::ids::BlockId::new(10),
+            vec![10u8; 8].into_boxed_slice(),
+        );
         assert_eq!(proven.len(), PROVEN_PAYLOADS_MAX);
-        assert!(proven.get(11).is_some());
+        assert!(proven.get(crate::ids::BlockId::new(11)).is_some());
     }
 }

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use redb::ReadableTable;
 
+use crate::ids::BlockId;
 use crate::meta::schema::{self, kv_error, BlockRec, GrainTarget, HistValue};
 use crate::{Engine, EngineError, Result};
 
@@ -43,8 +44,8 @@ impl Engine {
         let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
         let blocks = txn.open_table(schema::BLOCKS).map_err(kv_error)?;
         let history = txn.open_table(schema::HISTORY).map_err(kv_error)?;
-        let mut refs: HashMap<u64, u64> = HashMap::new();
-        let mut history_refs: HashMap<u64, u64> = HashMap::new();
+        let mut refs: HashMap<BlockId, u64> = HashMap::new();
+        let mut history_refs: HashMap<BlockId, u64> = HashMap::new();
         let mut mapping_counts: HashMap<u64, u64> = HashMap::new();
         let mut highest = Highest::default();
         for item in crate::meta::point_rows::all(&maps)? {
@@ -70,8 +71,8 @@ impl Engine {
         let mut indexed_blocks = 0u64;
         for item in blocks.iter().map_err(kv_error)? {
             let (id, value) = item.map_err(kv_error)?;
-            let (id, rec) = (id.value(), BlockRec::decode(value.value())?);
-            highest.block_id = highest.block_id.max(id);
+            let (id, rec) = (BlockId::new(id.value()), BlockRec::decode(value.value())?);
+            highest.block_id = highest.block_id.max(id.get());
             highest.segment = highest.segment.max(Some(rec.segment));
             let held = refs.remove(&id).unwrap_or(0);
             if u64::from(rec.refcount) != held {
@@ -234,7 +235,7 @@ impl Highest {
     fn past_counters(&self, ws: &crate::write::transaction::WriterState) -> Vec<String> {
         let mut problems = Vec::new();
         for (what, highest, counter) in [
-            ("block id", self.block_id, ws.next_block_id),
+            ("block id", self.block_id, ws.next_block_id.get()),
             ("seq", self.seq, ws.next_seq),
             ("volume or snapshot id", self.volume_id, ws.next_volume_id),
         ] {

@@ -396,7 +396,7 @@ impl Engine {
         let expected = RecordHeader {
             flags: rec.flags,
             payload_len: rec.payload_len,
-            block_id: id,
+            block_id: crate::ids::BlockId::new(id),
         };
         let payload = log::verify_record(&record, expected, rec.crc)?;
         let mut grain_bytes = vec![0u8; GRAIN_BYTES as usize];
@@ -432,14 +432,14 @@ impl Engine {
         let mut hits: Vec<(u64, u64, u64, Option<u64>)> = Vec::new();
         for item in crate::meta::point_rows::all(&maps)? {
             let (volume, grain, value) = item?;
-            if matches!(value.target, GrainTarget::Block(id) if bad.contains(&id)) {
+            if matches!(value.target, GrainTarget::Block(id) if bad.contains(&id.get())) {
                 hits.push((volume, grain, value.seq, None));
             }
         }
         for item in history.iter().map_err(kv_error)? {
             let (key, value) = item.map_err(kv_error)?;
             let value = HistValue::decode(value.value())?;
-            if matches!(value.target, GrainTarget::Block(id) if bad.contains(&id)) {
+            if matches!(value.target, GrainTarget::Block(id) if bad.contains(&id.get())) {
                 let (volume, grain, seq) = key.value();
                 hits.push((volume, grain, seq, Some(value.died_seq)));
             }

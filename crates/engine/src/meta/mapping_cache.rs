@@ -158,7 +158,7 @@ fn slot_of(value: Option<MapValue>) -> Slot {
                 "seq {seq} fits beside the pattern bit"
             );
             match target {
-                GrainTarget::Block(id) => (seq, id),
+                GrainTarget::Block(id) => (seq, id.get()),
                 GrainTarget::Pattern(p) => (seq | PATTERN_BIT, p),
             }
         }
@@ -172,7 +172,7 @@ fn value_of((seq, arg): Slot) -> Option<MapValue> {
     let target = if seq & PATTERN_BIT != 0 {
         GrainTarget::Pattern(arg)
     } else {
-        GrainTarget::Block(arg)
+        GrainTarget::Block(crate::ids::BlockId::new(arg))
     };
     Some(MapValue {
         seq: seq & !PATTERN_BIT,
@@ -376,7 +376,7 @@ mod tests {
     fn block(seq: u64, id: u64) -> MapValue {
         MapValue {
             seq,
-            target: GrainTarget::Block(id),
+            target: GrainTarget::Block(crate::ids::BlockId::new(id)),
         }
     }
 

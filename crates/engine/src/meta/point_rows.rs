@@ -375,7 +375,7 @@ mod tests {
     fn value(seq: u64, id: u64) -> MapValue {
         MapValue {
             seq,
-            target: GrainTarget::Block(id),
+            target: GrainTarget::Block(crate::ids::BlockId::new(id)),
         }
     }
 

@@ -7,6 +7,7 @@
 
 use redb::{ReadableTable, TableDefinition};
 
+use crate::ids::BlockId;
 use crate::segment::log::SegmentId;
 use crate::EngineError;
 
@@ -57,7 +58,7 @@ pub fn kv_error(error: impl Into<redb::Error>) -> EngineError {
 /// What a grain maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GrainTarget {
-    Block(u64),
+    Block(BlockId),
     Pattern(u64),
 }
 
@@ -76,7 +77,7 @@ impl MapValue {
         let mut out = [0u8; Self::BYTES];
         out[0..8].copy_from_slice(&self.seq.to_le_bytes());
         let (kind, arg) = match self.target {
-            GrainTarget::Block(id) => (0u8, id),
+            GrainTarget::Block(id) => (0u8, id.get()),
             GrainTarget::Pattern(p) => (1u8, p),
         };
         out[8] = kind;
@@ -94,7 +95,7 @@ impl MapValue {
         let seq = u64::from_le_bytes(bytes[0..8].try_into().expect("8"));
         let arg = u64::from_le_bytes(bytes[9..17].try_into().expect("8"));
         let target = match bytes[8] {
-            0 => GrainTarget::Block(arg),
+            0 => GrainTarget::Block(BlockId::new(arg)),
             1 => GrainTarget::Pattern(arg),
             kind => return Err(EngineError::Corruption(format!("mapping kind {kind}"))),
         };
@@ -366,7 +367,10 @@ mod tests {
 
     #[test]
     fn encodings_round_trip() {
-        for target in [GrainTarget::Block(7), GrainTarget::Pattern(u64::MAX)] {
+        for target in [
+            GrainTarget::Block(crate::ids::BlockId::new(7)),
+            GrainTarget::Pattern(u64::MAX),
+        ] {
             let v = MapValue { seq: 99, target };
             assert_eq!(MapValue::decode(&v.encode()).unwrap(), v);
         }

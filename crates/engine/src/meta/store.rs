@@ -223,7 +223,7 @@ mod tests {
             .write(5 * GRAIN_BYTES, &unique_bytes(grain, 2))
             .unwrap();
         engine.flush().unwrap();
-        engine.locations.forget(old_block);
+        engine.locations.forget(crate::ids::BlockId::new(old_block));
         let reader = volume.clone();
         sync_points::set(Point::KvCommitted, move || {
             let mut read = vec![0u8; grain];

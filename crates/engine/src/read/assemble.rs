@@ -26,7 +26,7 @@ pub(crate) enum Fill {
     Hole,
     Pattern(u64),
     /// A block, and where it is stored when it is not committed yet.
-    Block(u64, Option<BlockRec>),
+    Block(crate::ids::BlockId, Option<BlockRec>),
 }
 
 impl From<Content> for Fill {
@@ -78,7 +78,7 @@ fn span_len(blocks: &[SpanBlock]) -> usize {
 struct SpanBlock {
     /// Where the grain goes in the caller's buffer.
     out_at: usize,
-    id: u64,
+    id: crate::ids::BlockId,
     rec: BlockRec,
     /// The location came from the block location cache (and may be stale).
     cached: bool,
@@ -290,7 +290,7 @@ impl<'a> Filler<'a> {
     fn read_block(
         &mut self,
         reader: &mut Reader,
-        id: u64,
+        id: crate::ids::BlockId,
         rec: BlockRec,
         cached: bool,
         at_bytes: u64,
@@ -525,7 +525,9 @@ mod tests {
         let (id, right) = rows[10];
         let mut wrong = right;
         wrong.crc ^= 1;
-        engine.locations.insert(id, &wrong);
+        engine
+            .locations
+            .insert(crate::ids::BlockId::new(id), &wrong);
         let errors = engine.stats.checksum_errors.load(Ordering::Relaxed);
         assert_eq!(read(&volume, 0, GRAINS * GRAIN_BYTES), data);
         assert_eq!(
@@ -533,7 +535,10 @@ mod tests {
             errors,
             "a stale location is not an error"
         );
-        let cached = engine.locations.get(id).expect("looked up again");
+        let cached = engine
+            .locations
+            .get(crate::ids::BlockId::new(id))
+            .expect("looked up again");
         assert_eq!(
             cached.crc, right.crc,
             "the block table's location is cached"

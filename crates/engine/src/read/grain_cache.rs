@@ -24,6 +24,7 @@
 //! algorithm (a grain read since the hand last passed gets another turn), so
 //! the grains reads keep using stay while one-off repeats pass through.
 
+use crate::ids::BlockId;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -84,7 +85,8 @@ impl HotGrains {
 
     /// Copies bytes [`in_grain`, `in_grain + out.len()`) of block `id`'s grain
     /// into `out` if it is kept; returns whether it was.
-    pub(crate) fn copy_out(&self, id: u64, in_grain: usize, out: &mut [u8]) -> bool {
+    pub(crate) fn copy_out(&self, id: BlockId, in_grain: usize, out: &mut [u8]) -> bool {
+        let id = id.get();
         assert!(in_grain + out.len() <= GRAIN_BYTES as usize);
         if self.slots_per_shard == 0 {
             return false;
@@ -102,7 +104,8 @@ impl HotGrains {
 
     /// Block `id`'s whole grain, just read from its segment and verified:
     /// noted, or kept if it was noted already.
-    pub(crate) fn offer(&self, id: u64, grain: &[u8]) {
+    pub(crate) fn offer(&self, id: BlockId, grain: &[u8]) {
+        let id = id.get();
         assert!(id != 0, "block ids start at 1");
         assert_eq!(grain.len() as u64, GRAIN_BYTES);
         if self.slots_per_shard == 0 {
@@ -178,18 +181,20 @@ mod tests {
 
     fn kept(cache: &HotGrains, id: u64) -> Option<Vec<u8>> {
         let mut out = vec![0u8; GRAIN_BYTES as usize];
-        cache.copy_out(id, 0, &mut out).then_some(out)
+        cache
+            .copy_out(crate::ids::BlockId::new(id), 0, &mut out)
+            .then_some(out)
     }
 
     #[test]
     fn a_grain_is_kept_when_read_a_second_time_and_copies_out_any_part() {
         let cache = HotGrains::new(64);
-        cache.offer(7, &grain(3));
+        cache.offer(crate::ids::BlockId::new(7), &grain(3));
         assert_eq!(kept(&cache, 7), None, "read once: only noted");
-        cache.offer(7, &grain(3));
+        cache.offer(crate::ids::BlockId::new(7), &grain(3));
         assert_eq!(kept(&cache, 7), Some(grain(3)));
         let mut part = vec![0u8; 100];
-        assert!(cache.copy_out(7, 3990, &mut part));
+        assert!(cache.copy_out(crate::ids::BlockId::new(7), 3990, &mut part));
         assert_eq!(part, grain(3)[3990..4090]);
         assert_eq!(kept(&cache, 8), None);
     }
@@ -201,20 +206,20 @@ mod tests {
         let cache = HotGrains::new(2 * SHARDS);
         let id = |n: u64| n * SHARDS as u64;
         for n in 1..=2 {
-            cache.offer(id(n), &grain(n as u8));
-            cache.offer(id(n), &grain(n as u8));
+            cache.offer(crate::ids::BlockId::new(id(n)), &grain(n as u8));
+            cache.offer(crate::ids::BlockId::new(id(n)), &grain(n as u8));
         }
         assert!(kept(&cache, id(1)).is_some());
         // Block 1 was just read (referenced), block 2 was not: 3 replaces 2.
-        cache.offer(id(3), &grain(3));
-        cache.offer(id(3), &grain(3));
+        cache.offer(crate::ids::BlockId::new(id(3)), &grain(3));
+        cache.offer(crate::ids::BlockId::new(id(3)), &grain(3));
         assert_eq!(kept(&cache, id(2)), None);
         assert_eq!(kept(&cache, id(1)), Some(grain(1)));
         assert_eq!(kept(&cache, id(3)), Some(grain(3)));
         assert_eq!(cache.len(), 2);
         // Every kept grain referenced: the hand clears them all and takes one.
-        cache.offer(id(4), &grain(4));
-        cache.offer(id(4), &grain(4));
+        cache.offer(crate::ids::BlockId::new(id(4)), &grain(4));
+        cache.offer(crate::ids::BlockId::new(id(4)), &grain(4));
         assert_eq!(kept(&cache, id(4)), Some(grain(4)));
         assert_eq!(cache.len(), 2);
     }
@@ -222,8 +227,8 @@ mod tests {
     #[test]
     fn a_cache_of_size_zero_keeps_nothing() {
         let cache = HotGrains::new(0);
-        cache.offer(5, &grain(1));
-        cache.offer(5, &grain(1));
+        cache.offer(crate::ids::BlockId::new(5), &grain(1));
+        cache.offer(crate::ids::BlockId::new(5), &grain(1));
         assert_eq!(kept(&cache, 5), None);
         assert_eq!(cache.len(), 0);
     }

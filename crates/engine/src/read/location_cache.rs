@@ -15,6 +15,7 @@
 //! sees them, are cached; the engine also forgets a block wherever it moves or
 //! frees it, so stale entries are rare, not relied on.
 
+use crate::ids::BlockId;
 use parking_lot::Mutex;
 
 use crate::ids::SegmentId;
@@ -63,7 +64,8 @@ impl BlockLocations {
 
     /// Where block `id` was stored when last looked up, as a block row fit for
     /// reading (its reference counts and fingerprint are not kept: zero).
-    pub(crate) fn get(&self, id: u64) -> Option<BlockRec> {
+    pub(crate) fn get(&self, id: BlockId) -> Option<BlockRec> {
+        let id = id.get();
         let (shard, at) = self.slot(id)?;
         let words: [u64; SLOT_WORDS] = shard.lock()[at..at + SLOT_WORDS]
             .try_into()
@@ -85,7 +87,8 @@ impl BlockLocations {
 
     /// Remembers a committed block's location (replacing whichever block had
     /// its slot).
-    pub(crate) fn insert(&self, id: u64, rec: &BlockRec) {
+    pub(crate) fn insert(&self, id: BlockId, rec: &BlockRec) {
+        let id = id.get();
         assert!(id != 0, "block ids start at 1");
         let Some((shard, at)) = self.slot(id) else {
             return;
@@ -103,7 +106,8 @@ impl BlockLocations {
     }
 
     /// Forgets block `id` (moved, freed, or found stale).
-    pub(crate) fn forget(&self, id: u64) {
+    pub(crate) fn forget(&self, id: BlockId) {
+        let id = id.get();
         if let Some((shard, at)) = self.slot(id) {
             let mut slots = shard.lock();
             if slots[at] == id {
@@ -133,9 +137,9 @@ mod tests {
     #[test]
     fn a_location_reads_back_until_forgotten() {
         let cache = BlockLocations::new(1024);
-        assert!(cache.get(5).is_none());
-        cache.insert(5, &rec(u32::MAX, u32::MAX - 1));
-        let got = cache.get(5).expect("cached");
+        assert!(cache.get(crate::ids::BlockId::new(5)).is_none());
+        cache.insert(crate::ids::BlockId::new(5), &rec(u32::MAX, u32::MAX - 1));
+        let got = cache.get(crate::ids::BlockId::new(5)).expect("cached");
         assert_eq!(
             (got.segment, got.offset_bytes),
             (SegmentId::new(u32::MAX), u32::MAX - 1)
@@ -145,10 +149,16 @@ mod tests {
             (4096, 0x8001, 0xdead_beef)
         );
         assert_eq!(got.record_bytes(), rec(0, 0).record_bytes());
-        cache.insert(5, &rec(3, 0));
-        assert_eq!(cache.get(5).expect("cached").segment, SegmentId::new(3));
-        cache.forget(5);
-        assert!(cache.get(5).is_none());
+        cache.insert(crate::ids::BlockId::new(5), &rec(3, 0));
+        assert_eq!(
+            cache
+                .get(crate::ids::BlockId::new(5))
+                .expect("cached")
+                .segment,
+            SegmentId::new(3)
+        );
+        cache.forget(crate::ids::BlockId::new(5));
+        assert!(cache.get(crate::ids::BlockId::new(5)).is_none());
     }
 
     #[test]
@@ -156,24 +166,26 @@ mod tests {
         let limit = SHARDS as u64 * 16;
         let cache = BlockLocations::new(limit as usize);
         for id in 1..=10 * limit {
-            cache.insert(id, &rec(1, id as u32));
+            cache.insert(crate::ids::BlockId::new(id), &rec(1, id as u32));
         }
         for id in 1..=10 * limit {
-            let kept = cache.get(id).map(|r| r.offset_bytes);
+            let kept = cache
+                .get(crate::ids::BlockId::new(id))
+                .map(|r| r.offset_bytes);
             let recent = id > 9 * limit;
             assert_eq!(kept, recent.then_some(id as u32), "id {id}");
         }
         // Forgetting an id whose slot a newer one took leaves the newer one.
-        cache.forget(1);
-        assert!(cache.get(1 + 9 * limit).is_some());
+        cache.forget(crate::ids::BlockId::new(1));
+        assert!(cache.get(crate::ids::BlockId::new(1 + 9 * limit)).is_some());
     }
 
     #[test]
     fn a_zero_limit_turns_the_cache_off() {
         let cache = BlockLocations::new(0);
-        cache.insert(1, &rec(1, 0));
-        assert!(cache.get(1).is_none());
-        cache.forget(1);
+        cache.insert(crate::ids::BlockId::new(1), &rec(1, 0));
+        assert!(cache.get(crate::ids::BlockId::new(1)).is_none());
+        cache.forget(crate::ids::BlockId::new(1));
     }
 }
 
@@ -230,7 +242,7 @@ mod engine_tests {
         let cached_ops = kv_ops() - before;
         let rows = crate::testing::test_data::block_rows(&engine);
         for (id, _) in &rows {
-            engine.locations.forget(*id);
+            engine.locations.forget(crate::ids::BlockId::new(*id));
         }
         let before = kv_ops();
         assert_eq!(read_all(&volume), written);
@@ -258,7 +270,7 @@ mod engine_tests {
         for (id, rec) in &rows {
             let cached = engine
                 .locations
-                .get(*id)
+                .get(crate::ids::BlockId::new(*id))
                 .expect("cached by the write or the read");
             assert_eq!(
                 (cached.segment, cached.offset_bytes),
@@ -275,12 +287,17 @@ mod engine_tests {
                 let other = &rows[(i + 1) % rows.len()].1;
                 wrong.offset_bytes = other.offset_bytes;
             }
-            engine.locations.insert(*id, &wrong);
+            engine
+                .locations
+                .insert(crate::ids::BlockId::new(*id), &wrong);
         }
         assert_eq!(read_all(&volume), written);
         assert_eq!(errors(&engine), before, "a stale entry is not an error");
         for (id, rec) in &rows {
-            let cached = engine.locations.get(*id).expect("looked up again");
+            let cached = engine
+                .locations
+                .get(crate::ids::BlockId::new(*id))
+                .expect("looked up again");
             assert_eq!(cached.offset_bytes, rec.offset_bytes);
         }
         engine.close().unwrap();
@@ -316,7 +333,10 @@ mod engine_tests {
         assert_eq!(moved.len() as u64, GRAINS / 2, "the surviving blocks moved");
         for (id, _) in &moved {
             assert!(
-                engine.locations.get(*id).is_none(),
+                engine
+                    .locations
+                    .get(crate::ids::BlockId::new(*id))
+                    .is_none(),
                 "the cleaner forgets what it moves"
             );
         }
@@ -325,7 +345,7 @@ mod engine_tests {
         // An old location put back: its segment is gone.
         for (id, _) in &moved {
             let (_, was) = old_rows.iter().find(|(old, _)| old == id).unwrap();
-            engine.locations.insert(*id, was);
+            engine.locations.insert(crate::ids::BlockId::new(*id), was);
         }
         assert_eq!(read_all(&volume), expected);
         assert_eq!(errors(&engine), before);

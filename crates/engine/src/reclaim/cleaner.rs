@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 
 use redb::ReadableTable;
 
+use crate::ids::BlockId;
 use crate::meta::schema::{kv_error, BlockRec};
 use crate::segment::log::{self, SegmentId, RECORD_HEADER_BYTES};
 use crate::{Engine, Result};
@@ -42,7 +43,7 @@ type Turn<'e> = parking_lot::MutexGuard<'e, ()>;
 
 /// One record found while walking a victim segment.
 struct Found {
-    block_id: u64,
+    block_id: BlockId,
     offset_bytes: u64,
     /// A slice of the segment as read: records are not copied out of it, so
     /// that cleaning a segment holds its bytes once (32 MiB), not twice.
@@ -235,7 +236,8 @@ impl Engine {
                  t: &mut crate::write::transaction::Tables,
                  ws: &crate::write::transaction::WriterState| {
                     for record in batch {
-                        let Some(value) = t.blocks.get(record.block_id).map_err(kv_error)? else {
+                        let Some(value) = t.blocks.get(record.block_id.get()).map_err(kv_error)?
+                        else {
                             continue; // freed since the walk
                         };
                         let rec = BlockRec::decode(value.value())?;
@@ -337,7 +339,7 @@ impl Engine {
     /// Logs and counts the records among `suspects` (block id, offset) that the
     /// block table still places there: those are damage. The others are dead
     /// records cut short by punching, which is expected.
-    fn report_damaged(&self, victim: SegmentId, suspects: &[(u64, u64)]) -> Result<()> {
+    fn report_damaged(&self, victim: SegmentId, suspects: &[(BlockId, u64)]) -> Result<()> {
         if suspects.is_empty() {
             return Ok(());
         }
@@ -347,7 +349,7 @@ impl Engine {
             .open_table(crate::meta::schema::BLOCKS)
             .map_err(kv_error)?;
         for &(block_id, offset_bytes) in suspects {
-            let Some(value) = blocks.get(block_id).map_err(kv_error)? else {
+            let Some(value) = blocks.get(block_id.get()).map_err(kv_error)? else {
                 continue;
             };
             let rec = BlockRec::decode(value.value())?;
@@ -355,7 +357,7 @@ impl Engine {
                 tracing::error!(
                     segment = %victim,
                     offset = offset_bytes,
-                    block = block_id,
+                    block = %block_id,
                     "corrupt record not relocated"
                 );
                 self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
@@ -369,7 +371,7 @@ impl Engine {
 /// holds: its block id and where it ends. Anything else — zeroes of a
 /// punched hole, a torn or corrupt record — is not a record (a corrupt live
 /// record is never relocated; its block keeps failing reads as it should).
-fn record_at(data: &[u8], at: usize) -> Option<(u64, usize)> {
+fn record_at(data: &[u8], at: usize) -> Option<(BlockId, usize)> {
     let (header, crc) = log::read_header(data.get(at..)?)?;
     let end = at + RECORD_HEADER_BYTES + header.payload_len as usize;
     let bytes = data.get(at..end)?;

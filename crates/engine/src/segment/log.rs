@@ -401,7 +401,7 @@ pub fn punchable(mut freed: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 pub struct RecordHeader {
     pub flags: u16,
     pub payload_len: u32,
-    pub block_id: u64,
+    pub block_id: crate::ids::BlockId,
 }
 
 /// The header's bytes, with the crc field zeroed.
@@ -410,7 +410,7 @@ fn header_bytes(header: RecordHeader) -> [u8; RECORD_HEADER_BYTES] {
     bytes[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
     bytes[4..6].copy_from_slice(&header.flags.to_le_bytes());
     bytes[8..12].copy_from_slice(&header.payload_len.to_le_bytes());
-    bytes[16..24].copy_from_slice(&header.block_id.to_le_bytes());
+    bytes[16..24].copy_from_slice(&header.block_id.get().to_le_bytes());
     bytes
 }
 
@@ -504,7 +504,9 @@ pub fn read_header(record: &[u8]) -> Option<(RecordHeader, u32)> {
     let found = RecordHeader {
         flags: u16::from_le_bytes(header[4..6].try_into().expect("2")),
         payload_len: u32::from_le_bytes(header[8..12].try_into().expect("4")),
-        block_id: u64::from_le_bytes(header[16..24].try_into().expect("8")),
+        block_id: crate::ids::BlockId::new(u64::from_le_bytes(
+            header[16..24].try_into().expect("8"),
+        )),
     };
     Some((
         found,
@@ -687,7 +689,7 @@ mod tests {
             let header = RecordHeader {
                 flags,
                 payload_len: 5,
-                block_id: 42,
+                block_id: crate::ids::BlockId::new(42),
             };
             let mut out = Vec::new();
             let crc = encode_record(header, b"hello", known_crc, &mut out);
@@ -708,7 +710,7 @@ mod tests {
         let header = RecordHeader {
             flags: 0,
             payload_len: 3,
-            block_id: 7,
+            block_id: crate::ids::BlockId::new(7),
         };
         let crc = encode_record(header, b"abc", None, &mut zeroed);
         zeroed[12..16].fill(0);

@@ -34,7 +34,7 @@ pub(crate) const MAX_REF_DEPTH: u32 = 64;
 pub(crate) enum Content {
     Hole,
     Pattern(u64),
-    Block(u64),
+    Block(crate::ids::BlockId),
 }
 
 /// A run of grains with one content. `Block` runs are always one grain long.
@@ -72,7 +72,7 @@ impl Source<'_> {
 enum Effective {
     Hole,
     Pattern(u64),
-    Block(u64),
+    Block(crate::ids::BlockId),
     Ref { snapshot: u64, delta: u64 },
 }
 

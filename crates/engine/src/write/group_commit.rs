@@ -399,7 +399,7 @@ struct BatchEffects {
     /// for readers until that transaction commits.
     pending: Option<Vec<(u64, u64, PendingGrain)>>,
     /// The blocks its grains were stored in (new or shared).
-    stored: Vec<(u64, crate::meta::schema::BlockRec)>,
+    stored: Vec<(crate::ids::BlockId, crate::meta::schema::BlockRec)>,
 }
 
 /// One write's part of a batch's transaction: its blocks stored (a dedup hit
@@ -1004,7 +1004,12 @@ mod tests {
         };
         // The first hit reads the block's payload back and keeps it.
         volume.write(GRAIN_BYTES, &grain_bytes(1)).unwrap();
-        assert!(engine.writer.lock().proven.get(id).is_some());
+        assert!(engine
+            .writer
+            .lock()
+            .proven
+            .get(crate::ids::BlockId::new(id))
+            .is_some());
         // Damage the stored payload: a later hit is decided in memory, so it
         // still shares (read from the file, the bytes would differ).
         let segment = dir

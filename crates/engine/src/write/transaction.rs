@@ -11,6 +11,7 @@ use std::hash::BuildHasherDefault;
 
 use redb::{Durability, ReadableTable, Table, WriteTransaction};
 
+use crate::ids::BlockId;
 use crate::meta::mapping_cache::ChangedMappings;
 use crate::meta::schema::{
     self, kv_error, BlockRec, GrainTarget, HistValue, MapValue, RangeHistValue, RangeRec,
@@ -43,7 +44,7 @@ pub struct WriterState {
     /// The open segment of the cleaner's own stream: relocated (long-lived) data
     /// collects apart from fresh host writes.
     pub clean_segment: Option<SegmentId>,
-    pub next_block_id: u64,
+    pub next_block_id: BlockId,
     pub next_seq: u64,
     pub next_volume_id: u64,
     pub next_segment_id: SegmentId,
@@ -397,7 +398,7 @@ pub fn create_tables(txn: &WriteTransaction) -> Result<()> {
 pub fn persist_writer_state(txn: &WriteTransaction, ws: &mut WriterState) -> Result<()> {
     let mut counters = txn.open_table(schema::COUNTERS).map_err(kv_error)?;
     for (name, value) in [
-        ("next_block_id", ws.next_block_id),
+        ("next_block_id", ws.next_block_id.get()),
         ("next_seq", ws.next_seq),
         ("next_volume_id", ws.next_volume_id),
         ("next_segment_id", u64::from(ws.next_segment_id.get())),
@@ -418,7 +419,7 @@ pub fn persist_writer_state(txn: &WriteTransaction, ws: &mut WriterState) -> Res
 
 /// Local copies of what a transaction changes outside redb.
 pub struct TxState {
-    pub next_block_id: u64,
+    pub next_block_id: BlockId,
     pub next_seq: u64,
     pub next_volume_id: u64,
     pub next_segment_id: SegmentId,
@@ -453,15 +454,15 @@ pub struct TxState {
     /// Change of live bytes per block class.
     class_delta: [i64; 3],
     /// Blocks deleted in this transaction, and their index keys.
-    freed_blocks: std::collections::HashSet<u64>,
+    freed_blocks: std::collections::HashSet<BlockId>,
     /// Their records: (segment, offset, length).
     freed_records: Vec<(SegmentId, u64, u64)>,
-    freed_keys: Vec<(u64, u64)>,
+    freed_keys: Vec<(u64, BlockId)>,
     /// Between [`TxState::begin_new_rows`] and [`TxState::flush_new_rows`]: the
     /// rows of blocks created meanwhile, in id order, not yet in the block
     /// table. A write of many grains adds them in one ordered pass at the
     /// table's end (new ids are the largest), not a descent each.
-    new_rows: Option<Vec<(u64, BlockRec)>>,
+    new_rows: Option<Vec<(BlockId, BlockRec)>>,
     /// Between [`TxState::begin_held_rows`] and [`TxState::flush_held_rows`]:
     /// rows of blocks that existed before, as changed meanwhile, not yet
     /// written back (the table's row is stale, or absent when a release took
@@ -471,18 +472,18 @@ pub struct TxState {
     /// row and one to write it. A row without references is a block the run
     /// let go and may take up again (a rewrite of the same data); it is freed
     /// when the run ends unless a grain does.
-    held_rows: Option<BTreeMap<u64, BlockRec>>,
+    held_rows: Option<BTreeMap<BlockId, BlockRec>>,
     /// Records the write path expects to append (see [`TxState::expect_appends`]).
     expected_append_records: usize,
     /// Payloads read back from segments that proved a dedup hit: kept in
     /// [`WriterState::proven`] once this transaction is applied.
-    proven: Vec<(u64, Box<[u8]>)>,
+    proven: Vec<(BlockId, Box<[u8]>)>,
     /// Segment bytes read ahead to prove dedup hits on data stored in order.
     read_ahead: crate::dedup::proof_readahead::ReadAhead,
 }
 
 /// The dedup index: fingerprint prefix → block id.
-pub type DedupIndex = std::collections::HashMap<u64, u64, BuildHasherDefault<KeyIsHash>>;
+pub type DedupIndex = std::collections::HashMap<u64, BlockId, BuildHasherDefault<KeyIsHash>>;
 
 /// Hashes a dedup key to itself: the key is 64 bits of a grain fingerprint,
 /// already uniform, and hashing it again (SipHash) was a measurable part of
@@ -654,7 +655,7 @@ impl TxState {
         &mut self,
         ws: &WriterState,
         t: &mut Tables,
-        id: u64,
+        id: BlockId,
         rec: BlockRec,
         record: &[u8],
     ) -> Result<()> {
@@ -713,7 +714,7 @@ impl TxState {
         t: &mut Tables,
         store: &dyn log::SegmentStore,
         data: &DataGrain,
-    ) -> Result<(u64, BlockRec)> {
+    ) -> Result<(BlockId, BlockRec)> {
         if !self.dedup {
             return self.store_new_block(ws, t, data, false);
         }
@@ -760,7 +761,7 @@ impl TxState {
         &mut self,
         ws: &WriterState,
         store: &dyn log::SegmentStore,
-        id: u64,
+        id: BlockId,
         rec: &BlockRec,
         data: &DataGrain,
     ) -> bool {
@@ -826,7 +827,7 @@ impl TxState {
         Some((stored, true))
     }
 
-    fn dedup_lookup(&self, ws: &WriterState, key: u64) -> Option<u64> {
+    fn dedup_lookup(&self, ws: &WriterState, key: u64) -> Option<BlockId> {
         self.dedup_added
             .get(&key)
             .or_else(|| ws.dedup.get(&key))
@@ -842,7 +843,7 @@ impl TxState {
         t: &mut Tables,
         data: &DataGrain,
         indexed: bool,
-    ) -> Result<(u64, BlockRec)> {
+    ) -> Result<(BlockId, BlockRec)> {
         let reduced;
         let data = match data.reduced() {
             Some(grain) => {
@@ -852,7 +853,7 @@ impl TxState {
             None => data,
         };
         assert!(data.deferred.is_none(), "a stored grain is reduced");
-        self.next_block_id += 1;
+        self.next_block_id = self.next_block_id.next();
         let id = self.next_block_id;
         let header = RecordHeader {
             flags: data.codec.flags()
@@ -886,7 +887,7 @@ impl TxState {
         match &mut self.new_rows {
             Some(rows) => {
                 if let Some(&(last, _)) = rows.last() {
-                    assert_eq!(last + 1, id, "new rows are buffered in id order");
+                    assert_eq!(last.next(), id, "new rows are buffered in id order");
                 }
                 rows.push((id, rec));
                 self.account_block_change(None, Some(&rec));
@@ -910,7 +911,7 @@ impl TxState {
     fn put_block(
         &mut self,
         t: &mut Tables,
-        id: u64,
+        id: BlockId,
         before: Option<&BlockRec>,
         after: &BlockRec,
     ) -> Result<()> {
@@ -935,7 +936,9 @@ impl TxState {
             held.insert(id, *after);
             return Ok(());
         }
-        t.blocks.insert(id, &after.encode()[..]).map_err(kv_error)?;
+        t.blocks
+            .insert(id.get(), &after.encode()[..])
+            .map_err(kv_error)?;
         self.records_written += 1;
         Ok(())
     }
@@ -953,10 +956,10 @@ impl TxState {
     }
 
     /// Where block `id`'s row is in `new_rows`, if it is buffered there.
-    fn new_row_index(&self, id: u64) -> Option<usize> {
+    fn new_row_index(&self, id: BlockId) -> Option<usize> {
         let rows = self.new_rows.as_ref()?;
         let &(first, _) = rows.first()?;
-        let index = usize::try_from(id.checked_sub(first)?).ok()?;
+        let index = usize::try_from(id.get().checked_sub(first.get())?).ok()?;
         let &(found, _) = rows.get(index)?;
         assert_eq!(found, id, "buffered ids are consecutive");
         Some(index)
@@ -983,7 +986,7 @@ impl TxState {
             .map_err(kv_error)?;
         for (id, rec) in &rows {
             cursor
-                .insert_before(*id, &rec.encode()[..])
+                .insert_before(id.get(), &rec.encode()[..])
                 .map_err(|error| {
                     crate::meta::schema::cursor_insert_error(error, || {
                         format!("block {id} is new, but the block table holds an id as large")
@@ -1015,7 +1018,9 @@ impl TxState {
                 // Its row came out when its last reference was dropped.
                 self.block_forgotten(*id, rec);
             } else {
-                t.blocks.insert(*id, &rec.encode()[..]).map_err(kv_error)?;
+                t.blocks
+                    .insert(id.get(), &rec.encode()[..])
+                    .map_err(kv_error)?;
                 self.records_written += 1;
             }
         }
@@ -1037,14 +1042,14 @@ impl TxState {
         );
     }
 
-    pub fn block(&self, t: &Tables, id: u64) -> Result<BlockRec> {
+    pub fn block(&self, t: &Tables, id: BlockId) -> Result<BlockRec> {
         if let (Some(index), Some(rows)) = (self.new_row_index(id), &self.new_rows) {
             return Ok(rows[index].1);
         }
         if let Some(rec) = self.held_rows.as_ref().and_then(|held| held.get(&id)) {
             return Ok(*rec);
         }
-        let value = t.blocks.get(id).map_err(kv_error)?;
+        let value = t.blocks.get(id.get()).map_err(kv_error)?;
         let value = value.ok_or_else(|| {
             EngineError::Corruption(format!("block {id} is referenced but missing"))
         })?;
@@ -1080,10 +1085,10 @@ impl TxState {
 
     /// Removes a block's row, which a reference says exists (the held row,
     /// if there is one, being the current one).
-    fn take_block(&mut self, t: &mut Tables, id: u64) -> Result<BlockRec> {
+    fn take_block(&mut self, t: &mut Tables, id: BlockId) -> Result<BlockRec> {
         let in_table = t
             .blocks
-            .remove(id)
+            .remove(id.get())
             .map_err(kv_error)?
             .map(|value| BlockRec::decode(value.value()))
             .transpose()?;
@@ -1098,7 +1103,7 @@ impl TxState {
     fn drop_references(
         &mut self,
         t: &mut Tables,
-        id: u64,
+        id: BlockId,
         before: BlockRec,
         count: u32,
         from_history: bool,
@@ -1144,7 +1149,7 @@ impl TxState {
     /// one.
     fn release_many(&mut self, t: &mut Tables, targets: &[GrainTarget]) -> Result<()> {
         // (block id, references dropped), sorted by id.
-        let mut ids: Vec<u64> = targets
+        let mut ids: Vec<BlockId> = targets
             .iter()
             .filter_map(|target| match target {
                 GrainTarget::Block(id) => Some(*id),
@@ -1156,7 +1161,7 @@ impl TxState {
         }
         self.assert_rows_in_table();
         ids.sort_unstable();
-        let mut counts: Vec<(u64, u32)> = Vec::with_capacity(ids.len());
+        let mut counts: Vec<(BlockId, u32)> = Vec::with_capacity(ids.len());
         for id in ids {
             match counts.last_mut() {
                 Some((last, count)) if *last == id => *count += 1,
@@ -1194,7 +1199,7 @@ impl TxState {
 
     /// Drops the references `counts` (sorted by id, close together) in one
     /// extraction over their id range.
-    fn release_dense(&mut self, t: &mut Tables, counts: &[(u64, u32)]) -> Result<()> {
+    fn release_dense(&mut self, t: &mut Tables, counts: &[(BlockId, u32)]) -> Result<()> {
         let (Some(&(first, _)), Some(&(last, _))) = (counts.first(), counts.last()) else {
             return Ok(());
         };
@@ -1204,7 +1209,8 @@ impl TxState {
         let mut taken = Vec::with_capacity(counts.len());
         for item in t
             .blocks
-            .extract_from_if(first..=last, |id, _| {
+            .extract_from_if(first.get()..=last.get(), |id, _| {
+                let id = BlockId::new(id);
                 while cursor < counts.len() && counts[cursor].0 < id {
                     cursor += 1;
                 }
@@ -1213,7 +1219,7 @@ impl TxState {
             .map_err(kv_error)?
         {
             let (key, value) = item.map_err(kv_error)?;
-            taken.push((key.value(), BlockRec::decode(value.value())?));
+            taken.push((BlockId::new(key.value()), BlockRec::decode(value.value())?));
         }
         if taken.len() != counts.len() {
             let missing = counts
@@ -1249,7 +1255,7 @@ impl TxState {
 
     /// Frees a block no longer live, whose row is out of the table: its
     /// record becomes stale space, its dedup entry goes.
-    fn block_forgotten(&mut self, id: u64, rec: &BlockRec) {
+    fn block_forgotten(&mut self, id: BlockId, rec: &BlockRec) {
         self.records_written += 1;
         self.freed_blocks.insert(id);
         self.freed_keys.push((dedup_key(&rec.fingerprint), id));
@@ -1398,11 +1404,11 @@ const MAX_CLUSTER_GAP: u64 = 4;
 
 /// The longest prefix of `counts` (sorted by id) whose neighbours lie at most
 /// [`MAX_CLUSTER_GAP`] ids apart: at least one entry.
-fn dense_prefix(counts: &[(u64, u32)]) -> &[(u64, u32)] {
+fn dense_prefix(counts: &[(BlockId, u32)]) -> &[(BlockId, u32)] {
     assert!(!counts.is_empty());
     let end = counts
         .windows(2)
-        .position(|pair| pair[1].0 - pair[0].0 > MAX_CLUSTER_GAP)
+        .position(|pair| pair[1].0.get() - pair[0].0.get() > MAX_CLUSTER_GAP)
         .map_or(counts.len(), |gap| gap + 1);
     &counts[..end]
 }

@@ -48,7 +48,7 @@ pub enum PendingGrain {
     Pattern(u64),
     /// The block and where it is stored.
     Block {
-        id: u64,
+        id: crate::ids::BlockId,
         rec: BlockRec,
     },
 }

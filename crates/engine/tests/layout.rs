@@ -3,7 +3,9 @@
 //! modules its production code may reach through `crate::`, and the modules
 //! of the crate (folders and root files, `lib.rs` aside) import each other
 //! without a cycle. `lib.rs` is the hub every module may use (the `Engine` and
-//! the crate's public types); test modules may use anything.
+//! the crate's public types); so are the leaves, root modules that use no
+//! other module (ids, units, errors: the crate's vocabulary, which cannot
+//! close a cycle); test modules may use anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

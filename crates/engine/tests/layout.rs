@@ -186,9 +186,18 @@ fn each_folder_uses_only_what_its_docs_allow() {
         folders.len() >= 8,
         "the engine is organised in folders: {folders:?}"
     );
+    let leaves: BTreeSet<Node> = edges
+        .iter()
+        .filter(|(node, uses)| uses.is_empty() && !source_dir().join(node).is_dir())
+        .map(|(node, _)| node.clone())
+        .collect();
+    assert!(leaves.contains("ids"), "ids.rs is a leaf: {leaves:?}");
     for folder in folders {
         let declared = declared_uses(folder);
-        let undeclared: Vec<&Node> = edges[folder].difference(&declared).collect();
+        let undeclared: Vec<&Node> = edges[folder]
+            .difference(&declared)
+            .filter(|node| !leaves.contains(*node))
+            .collect();
         assert!(
             undeclared.is_empty(),
             "{folder}/ uses {undeclared:?}, which its mod.rs's `May use:` line does not name"

@@ -1,5 +1,6 @@
 //! The volume catalog: create, delete, resize and report volumes.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -106,14 +107,14 @@ impl Engine {
             (None, false) => 0,
         };
         container.check_quota(counted_bytes)?;
-        let mut volumes = self.volumes.write();
-        if volumes.contains_key(name) || self.destroyed.read().contains_key(name) {
+        let mut volumes = self.catalog.volumes.write();
+        if volumes.contains_key(name) || self.catalog.destroyed.read().contains_key(name) {
             return Err(EngineError::VolumeExists(name.to_string()));
         }
         if container.deleting.load(Ordering::SeqCst) {
             return Err(EngineError::ContainerNotFound(container.name.clone()));
         }
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         let grains = grains_of(size_bytes);
         if provisioning.is_thick() {
             self.check_reservation(&ws, grains)?;
@@ -210,7 +211,7 @@ impl Engine {
         if shrinks {
             self.cut_end(&shared, &mut view, size_bytes)?;
         }
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         let (old_grains, new_grains) = (grains_of(view.size_bytes), grains_of(size_bytes));
         if shared.provisioning.is_thick() && new_grains > old_grains {
             self.check_reservation(&ws, new_grains - old_grains)?;
@@ -272,16 +273,16 @@ impl Engine {
     pub fn volume_info(&self, name: &str) -> Result<VolumeInfo> {
         let shared = self
             .shared_volume(name)
-            .or_else(|e| self.destroyed.read().get(name).cloned().ok_or(e))?;
+            .or_else(|e| self.catalog.destroyed.read().get(name).cloned().ok_or(e))?;
         Ok(self.info_of(&shared))
     }
 
     /// Live volumes, or destroyed ones.
     pub fn list_volumes_in(&self, destroyed: bool) -> Vec<VolumeInfo> {
         let mut all: Vec<_> = if destroyed {
-            self.destroyed.read().values().cloned().collect()
+            self.catalog.destroyed.read().values().cloned().collect()
         } else {
-            self.volumes.read().values().cloned().collect()
+            self.catalog.volumes.read().values().cloned().collect()
         };
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all.iter().map(|v| self.info_of(v)).collect()
@@ -289,7 +290,8 @@ impl Engine {
 
     /// (id, name) of every live volume: cheap, for protocol layers that map LUNs.
     pub fn list_volume_names(&self) -> Vec<(u64, String)> {
-        self.volumes
+        self.catalog
+            .volumes
             .read()
             .values()
             .map(|v| (v.id, v.name.clone()))
@@ -303,6 +305,7 @@ impl Engine {
     fn info_of(&self, shared: &VolumeShared) -> VolumeInfo {
         let destroyed_unix_s = *shared.destroyed_unix_s.lock();
         let snapshot_count = self
+            .catalog
             .snapshots
             .read()
             .values()
@@ -350,16 +353,17 @@ impl Engine {
 
     /// Dead grains of a volume the reclaimer has not released yet.
     pub(crate) fn volume_backlog_grains(&self, shared: &VolumeShared) -> u64 {
-        shared.backlog_grains(&self.writer.lock())
+        shared.backlog_grains(&self.committer.writer.lock())
     }
 
     /// Live and destroyed (recoverable) volumes: every volume that still has a
     /// name, a view and data bits.
     pub(crate) fn named_volumes(&self) -> Vec<Arc<VolumeShared>> {
-        self.volumes
+        self.catalog
+            .volumes
             .read()
             .values()
-            .chain(self.destroyed.read().values())
+            .chain(self.catalog.destroyed.read().values())
             .cloned()
             .collect()
     }
@@ -395,7 +399,7 @@ impl Engine {
     pub fn space(&self) -> SpaceReport {
         let (used, live, segment_count, classes, reserved, thin_limit) = {
             // Thin availability is about live data: stale space is the cleaner's.
-            let ws = self.writer.lock();
+            let ws = self.committer.writer.lock();
             (
                 ws.used_bytes(),
                 ws.live_bytes(),
@@ -406,6 +410,7 @@ impl Engine {
             )
         };
         let snapshot_count = self
+            .catalog
             .snapshots
             .read()
             .values()
@@ -413,7 +418,7 @@ impl Engine {
             .count() as u64;
         let host_written = self.stats.host_written_bytes.load(Ordering::Relaxed);
         let media_written = self.stats.media_written_bytes.load(Ordering::Relaxed);
-        let volumes: Vec<_> = self.volumes.read().values().cloned().collect();
+        let volumes: Vec<_> = self.catalog.volumes.read().values().cloned().collect();
         let mut provisioned = 0;
         let mut logical = 0;
         // Asked before the counts, as in info_of.
@@ -421,7 +426,7 @@ impl Engine {
         let mut settling = 0;
         let backlog_grains: u64 = {
             let named = self.named_volumes();
-            let ws = self.writer.lock();
+            let ws = self.committer.writer.lock();
             let doomed: u64 = ws.doomed.keys().map(|id| ws.mapping_count(*id)).sum();
             doomed + named.iter().map(|v| v.backlog_grains(&ws)).sum::<u64>()
         };
@@ -446,7 +451,7 @@ impl Engine {
             soft_threshold_exceeded: used >= self.soft_threshold_bytes(),
             soft_threshold_events: self.stats.soft_threshold_events.load(Ordering::SeqCst),
             snapshot_count,
-            destroyed_volume_count: self.destroyed.read().len() as u64,
+            destroyed_volume_count: self.catalog.destroyed.read().len() as u64,
             host_written_bytes: host_written,
             media_written_bytes: media_written,
             write_amplification: if host_written == 0 {
@@ -457,6 +462,7 @@ impl Engine {
             unmap_commands: self.stats.unmap_commands.load(Ordering::Relaxed),
             unmapped_bytes: self.stats.unmapped_bytes.load(Ordering::Relaxed),
             reclaimed_bytes: self
+                .catalog
                 .containers
                 .read()
                 .values()
@@ -590,6 +596,25 @@ impl VolumeShared {
         let before = self.counted_grains.swap(0, Ordering::SeqCst);
         self.container.add_used_grains(0, before);
     }
+}
+
+/// The objects the array holds: volumes (live and destroyed), the data eradicated
+/// volumes leave for snapshots, snapshots and storage containers.
+pub(crate) struct Catalog {
+    pub volumes: RwLock<HashMap<String, Arc<VolumeShared>>>,
+    /// Storage containers by id (lock before `volumes`).
+    pub containers: RwLock<BTreeMap<u64, Arc<crate::space::container::ContainerShared>>>,
+    /// Serialises container create/set/delete. Their durable writes take the
+    /// writer mutex (the write batches' open transaction is committed first:
+    /// redb has one writer at a time); lock this one first.
+    pub container_admin: Mutex<()>,
+    /// Destroyed volumes, recoverable until eradicated.
+    pub destroyed: RwLock<HashMap<String, Arc<VolumeShared>>>,
+    /// Eradicated volumes whose data snapshots (pins) still need: id → record.
+    pub retained: Mutex<BTreeMap<u64, VolumeRec>>,
+    pub snapshots: RwLock<BTreeMap<u64, Arc<crate::versions::snapshot::SnapshotShared>>>,
+    /// Serialises taking pins with dropping unreferenced ones.
+    pub pin_lock: Mutex<()>,
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ impl Engine {
         change: impl FnOnce(&mut crate::write::transaction::Tables) -> Result<()>,
     ) -> Result<()> {
         {
-            let mut ws = self.writer.lock();
+            let mut ws = self.committer.writer.lock();
             self.transact(&mut ws, true, |st, t, _| {
                 change(t)?;
                 st.records_written += 1;
@@ -35,7 +35,8 @@ impl Engine {
     }
 
     pub(crate) fn container_named(&self, name: &str) -> Result<Arc<ContainerShared>> {
-        self.containers
+        self.catalog
+            .containers
             .read()
             .values()
             .find(|c| c.name == name)
@@ -49,13 +50,14 @@ impl Engine {
         let id = match self.volume_by_id(volume_id) {
             Some(v) => v.container.id,
             None => self
+                .catalog
                 .retained
                 .lock()
                 .get(&volume_id)
                 .map(|r| r.container)
                 .unwrap_or(DEFAULT_CONTAINER_ID),
         };
-        let containers = self.containers.read();
+        let containers = self.catalog.containers.read();
         containers
             .get(&id)
             .or_else(|| containers.get(&DEFAULT_CONTAINER_ID))
@@ -67,9 +69,9 @@ impl Engine {
     pub fn create_container(&self, name: &str, policy: ContainerPolicy) -> Result<ContainerInfo> {
         validate_container_name(name)?;
         validate_policy(&policy)?;
-        let _admin = self.container_admin.lock();
+        let _admin = self.catalog.container_admin.lock();
         let id = {
-            let containers = self.containers.read();
+            let containers = self.catalog.containers.read();
             if containers.values().any(|c| c.name == name) {
                 return Err(EngineError::ContainerExists(name.to_string()));
             }
@@ -88,14 +90,14 @@ impl Engine {
         };
         self.persist_container(&rec)?;
         let shared = Arc::new(ContainerShared::new(&rec, self.clock.now()));
-        self.containers.write().insert(id, shared.clone());
+        self.catalog.containers.write().insert(id, shared.clone());
         Ok(self.container_info_of(&shared))
     }
 
     /// Changes a container's policies. A new reclaim policy applies at once
     /// (tokens accrued so far are kept, up to the new burst).
     pub fn set_container(&self, name: &str, update: &ContainerUpdate) -> Result<ContainerInfo> {
-        let _admin = self.container_admin.lock();
+        let _admin = self.catalog.container_admin.lock();
         let shared = self.container_named(name)?;
         let mut changed = *shared.policy.read();
         update.apply(&mut changed);
@@ -115,7 +117,7 @@ impl Engine {
 
     /// Deletes an empty container (not `default`).
     pub fn delete_container(&self, name: &str) -> Result<()> {
-        let _admin = self.container_admin.lock();
+        let _admin = self.catalog.container_admin.lock();
         let shared = self.container_named(name)?;
         if shared.id == DEFAULT_CONTAINER_ID {
             return Err(EngineError::InvalidArgument(
@@ -138,6 +140,7 @@ impl Engine {
         let name = shared.name.as_str();
         let members = self.container_members(shared.id).len();
         let doomed = self
+            .committer
             .writer
             .lock()
             .doomed_containers
@@ -153,7 +156,7 @@ impl Engine {
             t.containers()?.remove(name).map_err(kv_error)?;
             Ok(())
         })?;
-        self.containers.write().remove(&shared.id);
+        self.catalog.containers.write().remove(&shared.id);
         Ok(())
     }
 
@@ -166,7 +169,7 @@ impl Engine {
     }
 
     pub fn list_containers(&self) -> Vec<ContainerInfo> {
-        let containers: Vec<_> = self.containers.read().values().cloned().collect();
+        let containers: Vec<_> = self.catalog.containers.read().values().cloned().collect();
         containers
             .iter()
             .map(|c| self.container_info_of(c))
@@ -231,7 +234,7 @@ impl Engine {
         container: u64,
         members: &[Arc<crate::VolumeShared>],
     ) -> u64 {
-        let ws = self.writer.lock();
+        let ws = self.committer.writer.lock();
         let doomed: u64 = ws
             .doomed_containers
             .iter()

@@ -83,7 +83,7 @@ impl Engine {
         // after (see `pending`). Snapshots never see them: every snapshot is
         // older than the open transaction.
         let pending = match source {
-            Source::Live { volume, .. } => self.pending.range(*volume, first, end),
+            Source::Live { volume, .. } => self.committer.pending.range(*volume, first, end),
             Source::Snapshot(_) => Vec::new(),
         };
         let mut reader = Reader::shared(self)?;
@@ -122,7 +122,7 @@ impl Engine {
     ) -> Result<BlockRec> {
         reader.count_block_lookup();
         let rec = Self::block_rec(reader.blocks()?, id)?;
-        self.locations.insert(id, &rec);
+        self.caches.locations.insert(id, &rec);
         Ok(rec)
     }
 
@@ -227,7 +227,7 @@ impl Engine {
             let policy = vol.container.policy.read();
             (policy.compression, policy.dedup)
         };
-        let hints = &self.dedup_hints;
+        let hints = &self.committer.dedup_hints;
         // The whole grain at `at` bytes into `data`.
         let classify = |at: usize| {
             let grain = &data[at..at + GRAIN_BYTES as usize];
@@ -267,7 +267,7 @@ impl Engine {
                 })
             })
             .collect();
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         // Partial grains: read-modify-write under the writer mutex, so no other
         // write to the grain can slip between the read and the write.
         for (i, content) in contents.iter_mut().enumerate() {
@@ -334,7 +334,7 @@ impl Engine {
         vol.ensure_live()?;
         let grain = from_bytes / GRAIN_BYTES;
         let start = grain * GRAIN_BYTES;
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         let content = self.edited_grain(vol, view, grain, |merged| {
             merged[(from_bytes - start) as usize..].fill(0)
         })?;
@@ -429,7 +429,7 @@ impl Engine {
                 size_bytes: view.size_bytes,
             });
         }
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         let snapshot_seqs = vol.snapshot_seqs.lock().clone();
         let mut planned = view.ranges.clone_overlapping(start, end);
         let displaced = planned.overlapping(start, end);

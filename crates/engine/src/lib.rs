@@ -5,20 +5,29 @@
 //! The engine knows nothing of NBD, SCSI or sockets. Protocol layers call the
 //! synchronous API of [`Engine`] and [`Volume`] from a blocking thread pool.
 //!
-//! How a host write flows: each 4 KiB grain is classified ([`grain`]) — a repeated
-//! 8-byte pattern becomes metadata only, anything else is fingerprinted (XXH3-128) and
-//! compressed (LZ4), unless its fingerprint is probably in the dedup index
-//! ([`hints`]): a duplicate is stored as a reference and needs no compression.
-//! Under the writer mutex the dedup index is consulted (a hit
-//! counts only once the stored payload compares equal), new
-//! records are appended to the open segment ([`segment`]) and one redb transaction
-//! ([`tx`]) updates mappings, blocks and reference counts. FLUSH syncs the segments
-//! and then commits durably, so metadata never outlives the data it names.
+//! How a host write flows: each 4 KiB grain is classified
+//! ([`write::classify`]) — a repeated 8-byte pattern becomes metadata only,
+//! anything else is fingerprinted (XXH3-128) and compressed (LZ4), unless its
+//! fingerprint is probably in the dedup index ([`dedup`]): a duplicate is
+//! stored as a reference and needs no compression. Under the writer mutex the
+//! dedup index is consulted (a hit counts only once the stored payload compares
+//! equal), new records are appended to the open segment ([`segment`]) and one
+//! redb transaction ([`write`]) updates mappings, blocks and reference counts.
+//! FLUSH syncs the segments and then commits durably, so metadata never
+//! outlives the data it names.
 //!
-//! Range operations (unmap, write zeroes) write one range record ([`ranges`]); a
-//! read takes the newer of the point mapping and the covering range record, and a
-//! background reclaimer ([`reclaim`]) later drops the point mappings the range
-//! shadows and frees segments that become entirely dead.
+//! Range operations (unmap, write zeroes, copies) write one range record
+//! ([`versions`]); a read takes the newer of the point mapping and the
+//! covering range record, and the background reclaimer ([`reclaim`]) later
+//! drops the point mappings the range shadows and frees segments that become
+//! entirely dead.
+//!
+//! The code is in folders by concern; each folder's `mod.rs` says what it
+//! owns and which others it may use, and `tests/layout.rs` holds them to it
+//! (no import cycle between them). The [`Engine`]'s state is grouped the same
+//! way: the `catalog` of objects, the `committer` of the write path, the read
+//! `caches`, the background `scheduler` and the `hosts` it yields to, the
+//! `version_jobs` it works off, and the `space_watch` figures.
 //!
 //! Lock order (outer to inner): a volume's view lock, the writer mutex, the I/O
 //! lock. Readers hold the I/O lock shared while they read segment data; freeing a
@@ -48,11 +57,10 @@ pub use integrity::scrub;
 pub use space::{container, rate};
 pub use versions::snapshot;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use redb::Durability;
@@ -255,78 +263,19 @@ pub struct Engine {
     config: EngineConfig,
     db: crate::meta::store::Kv,
     store: Arc<dyn SegmentStore>,
-    volumes: RwLock<HashMap<String, Arc<VolumeShared>>>,
-    /// Storage containers by id (lock before `volumes`).
-    containers: RwLock<BTreeMap<u64, Arc<crate::space::container::ContainerShared>>>,
-    /// Serialises container create/set/delete. Their durable writes take the
-    /// writer mutex (the write batches' open transaction is committed first:
-    /// redb has one writer at a time); lock this one first.
-    container_admin: Mutex<()>,
+    catalog: crate::catalog::Catalog,
     clock: Arc<dyn crate::space::rate::Clock>,
-    /// Host I/O requests in progress: background work yields while there are any.
-    foreground_inflight: AtomicU64,
-    /// Host I/O requests begun since start: background work backs off while it
-    /// moves.
-    foreground_ops: AtomicU64,
-    /// Physical bytes free as of the last commit: lets writers skip the writer
-    /// mutex when there is plenty of room (see `make_room`).
-    free_bytes_hint: AtomicU64,
-    /// Round-robin start of the reclaim scheduler over containers.
-    reclaim_cursor: AtomicU64,
-    /// How long until some container with a backlog has tokens again.
-    reclaim_token_wait: Mutex<Option<std::time::Duration>>,
-    /// Host ops count when background work last saw it change, and when: big
-    /// background steps wait until hosts have been quiet for a while.
-    foreground_seen: Mutex<(u64, std::time::Instant)>,
-    /// Destroyed volumes, recoverable until eradicated.
-    destroyed: RwLock<HashMap<String, Arc<VolumeShared>>>,
-    /// Eradicated volumes whose data snapshots (pins) still need: id → record.
-    retained: Mutex<BTreeMap<u64, VolumeRec>>,
-    snapshots: RwLock<BTreeMap<u64, Arc<crate::versions::snapshot::SnapshotShared>>>,
-    /// Volumes whose snapshot history may hold versions no snapshot needs any more.
-    sweep_pending: Mutex<BTreeMap<u64, crate::versions::lifecycle::SweepCursor>>,
-    /// Reference ranges whose data bits the background job still has to settle.
-    bits_pending: Mutex<std::collections::VecDeque<crate::versions::reference_bits::PendingBits>>,
-    /// The volume whose job `bits_step` holds out of the queue (lock after
-    /// `bits_pending`).
-    bits_in_progress: Mutex<Option<u64>>,
-    /// Serialises taking pins with dropping unreferenced ones.
-    pin_lock: Mutex<()>,
-    /// One cleaner at a time, background or a writer short of room: the
-    /// cleaner's reserve holds one victim's live records (see `clean`).
-    cleaner: Mutex<()>,
-    /// Whether physical use is above the soft threshold (for edge detection).
-    above_soft_threshold: AtomicBool,
-    writer: Mutex<WriterState>,
-    /// The writer state's dedup hints: writes look here before compressing.
-    dedup_hints: Arc<crate::dedup::index_hints::DedupHints>,
-    write_queue: crate::write::group_commit::WriteQueue,
-    /// Grains of the write batches' open transaction, for readers.
-    pending: crate::write::uncommitted::PendingWrites,
-    /// Where committed blocks are stored, for reads.
-    locations: crate::read::location_cache::BlockLocations,
-    /// Grains of blocks read again and again, for reads.
-    hot: crate::read::grain_cache::HotGrains,
-    /// Why the array stopped taking I/O, if it did: a write batch's shared
-    /// transaction failed after some of its writes were acknowledged, and only
-    /// a restart (back to the last durable commit) makes the state whole.
-    fenced: Mutex<Option<String>>,
+    hosts: crate::reclaim::scheduler::HostActivity,
+    space_watch: crate::space::watch::SpaceWatch,
+    scheduler: crate::reclaim::scheduler::Scheduler,
+    version_jobs: crate::versions::jobs::VersionJobs,
+    committer: crate::write::committer::Committer,
+    caches: crate::read::caches::ReadCaches,
     /// Held for reading from looking up a record to reading it; taken for
     /// writing once before freed records are cut out of their files, so no
     /// reader that could still see them is left.
     io_lock: RwLock<()>,
-    flush_lock: Mutex<()>,
-    /// Held while freed space is cut out of the segment files, after the durable
-    /// commit that freed it: later commits (and host flushes) need not wait for
-    /// the files, but callers that free space wait for each other's cuts.
-    files_lock: Mutex<()>,
-    last_durable: Mutex<std::time::Instant>,
-    commit_count: AtomicU64,
-    durable_count: AtomicU64,
     pub stats: EngineStats,
-    reclaim_wake: (Mutex<bool>, Condvar),
-    shutdown: AtomicBool,
-    reclaimer: Mutex<Option<JoinHandle<()>>>,
     scrubs: crate::integrity::scrub::Scrubs,
 }
 
@@ -362,49 +311,60 @@ impl Engine {
         let recovered = open::recover(&db, &store, config.capacity_bytes, &containers)?;
         let engine = Arc::new(Engine {
             clock: config.clock.clone(),
-            containers: RwLock::new(containers),
-            container_admin: Mutex::new(()),
-            foreground_inflight: AtomicU64::new(0),
-            foreground_ops: AtomicU64::new(0),
-            free_bytes_hint: AtomicU64::new(0),
-            reclaim_cursor: AtomicU64::new(0),
-            reclaim_token_wait: Mutex::new(None),
-            foreground_seen: Mutex::new((0, std::time::Instant::now())),
+            catalog: crate::catalog::Catalog {
+                volumes: RwLock::new(recovered.volumes),
+                containers: RwLock::new(containers),
+                container_admin: Mutex::new(()),
+                destroyed: RwLock::new(recovered.destroyed),
+                retained: Mutex::new(recovered.retained),
+                snapshots: RwLock::new(recovered.snapshots),
+                pin_lock: Mutex::new(()),
+            },
+            hosts: crate::reclaim::scheduler::HostActivity {
+                foreground_inflight: AtomicU64::new(0),
+                foreground_ops: AtomicU64::new(0),
+                foreground_seen: Mutex::new((0, std::time::Instant::now())),
+            },
+            space_watch: crate::space::watch::SpaceWatch {
+                free_bytes_hint: AtomicU64::new(0),
+                above_soft_threshold: AtomicBool::new(false),
+            },
+            scheduler: crate::reclaim::scheduler::Scheduler {
+                reclaim_cursor: AtomicU64::new(0),
+                reclaim_token_wait: Mutex::new(None),
+                reclaim_wake: (Mutex::new(false), Condvar::new()),
+                shutdown: AtomicBool::new(false),
+                reclaimer: Mutex::new(None),
+                cleaner: Mutex::new(()),
+            },
+            version_jobs: crate::versions::jobs::VersionJobs {
+                sweep_pending: Mutex::new(recovered.sweep_pending),
+                bits_pending: Mutex::new(std::collections::VecDeque::new()),
+                bits_in_progress: Mutex::new(None),
+            },
+            committer: crate::write::committer::Committer {
+                dedup_hints: recovered.writer.hints.clone(),
+                writer: Mutex::new(recovered.writer),
+                write_queue: crate::write::group_commit::WriteQueue::default(),
+                pending: crate::write::uncommitted::PendingWrites::default(),
+                fenced: Mutex::new(None),
+                flush_lock: Mutex::new(()),
+                files_lock: Mutex::new(()),
+                last_durable: Mutex::new(std::time::Instant::now()),
+                commit_count: AtomicU64::new(0),
+                durable_count: AtomicU64::new(0),
+            },
+            caches: crate::read::caches::ReadCaches { locations, hot },
             config,
             db,
             store: crate::segment::fault_injection::wrap(store),
-            volumes: RwLock::new(recovered.volumes),
-            destroyed: RwLock::new(recovered.destroyed),
-            retained: Mutex::new(recovered.retained),
-            snapshots: RwLock::new(recovered.snapshots),
-            sweep_pending: Mutex::new(recovered.sweep_pending),
-            pin_lock: Mutex::new(()),
-            cleaner: Mutex::new(()),
-            bits_pending: Mutex::new(std::collections::VecDeque::new()),
-            bits_in_progress: Mutex::new(None),
-            above_soft_threshold: AtomicBool::new(false),
-            dedup_hints: recovered.writer.hints.clone(),
-            writer: Mutex::new(recovered.writer),
-            write_queue: crate::write::group_commit::WriteQueue::default(),
-            pending: crate::write::uncommitted::PendingWrites::default(),
-            locations,
-            hot,
-            fenced: Mutex::new(None),
             io_lock: RwLock::new(()),
-            flush_lock: Mutex::new(()),
-            files_lock: Mutex::new(()),
-            last_durable: Mutex::new(std::time::Instant::now()),
-            commit_count: AtomicU64::new(0),
-            durable_count: AtomicU64::new(0),
             stats: EngineStats::default(),
-            reclaim_wake: (Mutex::new(false), Condvar::new()),
-            shutdown: AtomicBool::new(false),
-            reclaimer: Mutex::new(None),
             scrubs: crate::integrity::scrub::Scrubs::default(),
         });
         {
-            let ws = engine.writer.lock();
-            engine.free_bytes_hint.store(
+            let ws = engine.committer.writer.lock();
+            engine.space_watch.free_bytes_hint.store(
                 ws.capacity_bytes.saturating_sub(ws.used_bytes()),
                 Ordering::Relaxed,
             );
@@ -412,16 +372,16 @@ impl Engine {
         engine.queue_reference_bits();
         if engine.config.background {
             let handle = crate::reclaim::reclaimer::start(Arc::downgrade(&engine));
-            *engine.reclaimer.lock() = Some(handle);
+            *engine.scheduler.reclaimer.lock() = Some(handle);
         }
         Ok(engine)
     }
 
     /// Flushes, stops the reclaimer and waits for it.
     pub fn close(&self) -> Result<()> {
-        self.shutdown.store(true, Ordering::SeqCst);
+        self.scheduler.shutdown.store(true, Ordering::SeqCst);
         self.wake_reclaimer();
-        if let Some(handle) = self.reclaimer.lock().take() {
+        if let Some(handle) = self.scheduler.reclaimer.lock().take() {
             let _ = handle.join();
         }
         self.flush_freeing()
@@ -436,7 +396,8 @@ impl Engine {
     }
 
     pub(crate) fn shared_volume(&self, name: &str) -> Result<Arc<VolumeShared>> {
-        self.volumes
+        self.catalog
+            .volumes
             .read()
             .get(name)
             .cloned()
@@ -483,7 +444,7 @@ impl Engine {
     fn freeing_commit(&self, unlocked_passes: usize) -> Result<()> {
         self.durable_commit(true, unlocked_passes)?;
         // Another caller's cuts may still be under way.
-        drop(self.files_lock.lock());
+        drop(self.committer.files_lock.lock());
         Ok(())
     }
 
@@ -494,10 +455,10 @@ impl Engine {
     /// mutex is taken (one for a host, which waits for every pass).
     fn durable_commit(&self, to_free: bool, unlocked_passes: usize) -> Result<()> {
         assert!((1..=MAX_UNLOCKED_SYNC_PASSES).contains(&unlocked_passes));
-        let target = self.commit_count.load(Ordering::SeqCst);
-        let flush = self.flush_lock.lock();
-        if self.durable_count.load(Ordering::SeqCst) >= target
-            && !(to_free && self.writer.lock().has_space_to_free())
+        let target = self.committer.commit_count.load(Ordering::SeqCst);
+        let flush = self.committer.flush_lock.lock();
+        if self.committer.durable_count.load(Ordering::SeqCst) >= target
+            && !(to_free && self.committer.writer.lock().has_space_to_free())
         {
             return Ok(());
         }
@@ -513,7 +474,14 @@ impl Engine {
         // fsyncs).
         for _ in 0..unlocked_passes {
             let started = std::time::Instant::now();
-            let dirty: Vec<_> = self.writer.lock().dirty_segments.iter().copied().collect();
+            let dirty: Vec<_> = self
+                .committer
+                .writer
+                .lock()
+                .dirty_segments
+                .iter()
+                .copied()
+                .collect();
             for segment in dirty {
                 self.sync_segment(segment)?;
             }
@@ -521,12 +489,12 @@ impl Engine {
                 break;
             }
         }
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         let dirty = std::mem::take(&mut ws.dirty_segments);
         for segment in dirty {
             self.sync_segment(segment)?;
         }
-        let upto = self.commit_count.load(Ordering::SeqCst);
+        let upto = self.committer.commit_count.load(Ordering::SeqCst);
         if ws.open_segment_dead() {
             let sealed = ws.open_segment;
             ws.pending_free.insert(sealed);
@@ -545,18 +513,18 @@ impl Engine {
             self.fence(&error);
             return Err(error);
         }
-        self.free_bytes_hint.store(
+        self.space_watch.free_bytes_hint.store(
             ws.capacity_bytes.saturating_sub(ws.used_bytes()),
             Ordering::Relaxed,
         );
         self.stats.durable_commits.fetch_add(1, Ordering::Relaxed);
-        self.durable_count.store(upto, Ordering::SeqCst);
-        *self.last_durable.lock() = std::time::Instant::now();
+        self.committer.durable_count.store(upto, Ordering::SeqCst);
+        *self.committer.last_durable.lock() = std::time::Instant::now();
         // Writers and flushes need not wait for the files: what is freed is
         // durable now. Hand over hand, so cuts happen in commit order.
         drop(ws);
         self.db.maps_cache().apply_deferred();
-        let _files = self.files_lock.lock();
+        let _files = self.committer.files_lock.lock();
         drop(flush);
         if !freeing.is_empty() || !punching.is_empty() {
             let holes = Self::plan_punches(punching, &freeing);
@@ -682,13 +650,15 @@ impl Engine {
 
     /// Marks host I/O in progress until the guard drops.
     fn foreground(&self) -> ForegroundGuard<'_> {
-        self.foreground_inflight.fetch_add(1, Ordering::SeqCst);
-        self.foreground_ops.fetch_add(1, Ordering::Relaxed);
+        self.hosts
+            .foreground_inflight
+            .fetch_add(1, Ordering::SeqCst);
+        self.hosts.foreground_ops.fetch_add(1, Ordering::Relaxed);
         ForegroundGuard { engine: self }
     }
 
     pub(crate) fn wake_reclaimer(&self) {
-        let (flag, condvar) = &self.reclaim_wake;
+        let (flag, condvar) = &self.scheduler.reclaim_wake;
         *flag.lock() = true;
         condvar.notify_one();
     }
@@ -759,8 +729,8 @@ impl Engine {
         self.stats
             .media_written_bytes
             .fetch_add(appended_bytes, Ordering::Relaxed);
-        self.commit_count.fetch_add(1, Ordering::SeqCst);
-        self.free_bytes_hint.store(
+        self.committer.commit_count.fetch_add(1, Ordering::SeqCst);
+        self.space_watch.free_bytes_hint.store(
             ws.capacity_bytes.saturating_sub(ws.used_bytes()),
             Ordering::Relaxed,
         );
@@ -783,7 +753,7 @@ impl Engine {
             self.fence(&error);
             return Err(error);
         }
-        self.pending.clear();
+        self.committer.pending.clear();
         self.stats.pending_commits.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -791,11 +761,11 @@ impl Engine {
     /// [`Engine::commit_pending`] for callers about to read metadata without the
     /// writer mutex.
     pub(crate) fn commit_pending_now(&self) -> Result<()> {
-        self.commit_pending(&mut self.writer.lock())
+        self.commit_pending(&mut self.committer.writer.lock())
     }
 
     fn fence(&self, error: &EngineError) {
-        let mut fenced = self.fenced.lock();
+        let mut fenced = self.committer.fenced.lock();
         if fenced.is_none() {
             tracing::error!(
                 "a write could not be kept ({error}); the array takes no more I/O until it is \
@@ -803,11 +773,11 @@ impl Engine {
             );
             *fenced = Some(error.to_string());
         }
-        self.pending.clear();
+        self.committer.pending.clear();
     }
 
     pub(crate) fn check_fence(&self) -> Result<()> {
-        match &*self.fenced.lock() {
+        match &*self.committer.fenced.lock() {
             Some(why) => Err(EngineError::Fenced(why.clone())),
             None => Ok(()),
         }
@@ -975,6 +945,7 @@ struct ForegroundGuard<'a> {
 impl Drop for ForegroundGuard<'_> {
     fn drop(&mut self) {
         self.engine
+            .hosts
             .foreground_inflight
             .fetch_sub(1, Ordering::SeqCst);
     }
@@ -982,7 +953,7 @@ impl Drop for ForegroundGuard<'_> {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        self.shutdown.store(true, Ordering::SeqCst);
+        self.scheduler.shutdown.store(true, Ordering::SeqCst);
     }
 }
 
@@ -1020,7 +991,7 @@ mod tests {
         let (id, mut rec) = rows[0];
         rec.refcount = u32::MAX;
         {
-            let _writer = engine.writer.lock();
+            let _writer = engine.committer.writer.lock();
             let txn = engine.db.begin_write().unwrap();
             txn.open_table(crate::meta::schema::BLOCKS)
                 .unwrap()

@@ -11,6 +11,14 @@ pub const SECTOR_BYTES: u64 = 512;
 pub const GRAIN_BYTES: u64 = 4096;
 /// Largest volume: 1 PiB (grain numbers and bitmaps stay well inside limits).
 pub const MAX_VOLUME_BYTES: u64 = 1 << 50;
+const _: () = assert!(
+    GRAIN_BYTES.is_multiple_of(SECTOR_BYTES),
+    "a grain is whole sectors"
+);
+const _: () = assert!(
+    MAX_VOLUME_BYTES.is_multiple_of(GRAIN_BYTES),
+    "the largest volume is whole grains"
+);
 
 pub(crate) fn grains_of(size_bytes: u64) -> u64 {
     size_bytes.div_ceil(GRAIN_BYTES)

@@ -43,7 +43,7 @@ pub(crate) const SEND_BUFFER_BYTES: usize = 64 * 1024;
 /// completion with more Data-In than this sends what is buffered and all its
 /// PDUs in one `writev` (`Writer::write_through`): one call per 256 KiB PDU
 /// held the socket four times per 1 MiB READ, and the gathered write gave
-/// 1 MiB reads at QD4 1.10x (bench/RESULTS.md, session 26).
+/// 1 MiB reads at QD4 1.10x (bench/results/HISTORY.md).
 pub(crate) const COPY_MAX_BYTES: usize = 64 * 1024;
 
 /// What the processing loop and executors hand to the writer.

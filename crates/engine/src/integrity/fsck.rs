@@ -33,12 +33,13 @@ impl Engine {
             })
             .collect();
         let snapshots: Vec<(u64, u64)> = self
+            .catalog
             .snapshots
             .read()
             .values()
             .map(|s| (s.id, s.seq))
             .collect();
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         self.commit_pending(&mut ws)?;
         let txn = self.begin_read()?;
         let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
@@ -204,7 +205,7 @@ impl Engine {
             }
             *used.entry(vol.container.id).or_default() += counted;
         }
-        for container in self.containers.read().values() {
+        for container in self.catalog.containers.read().values() {
             let expected = used.get(&container.id).copied().unwrap_or(0);
             let kept = container
                 .used_grains

@@ -297,7 +297,7 @@ impl Engine {
     /// Records and bytes in the block table now.
     fn stored_totals(&self) -> Result<(u64, u64)> {
         let live_bytes = {
-            let mut ws = self.writer.lock();
+            let mut ws = self.committer.writer.lock();
             self.commit_pending(&mut ws)?;
             ws.live_bytes()
         };
@@ -369,7 +369,7 @@ impl Engine {
     /// is closing.
     fn pace(&self, bucket: &mut TokenBucket, clock: &SystemClock, bytes: u64) -> Result<()> {
         loop {
-            if self.shutdown.load(Ordering::SeqCst) {
+            if self.scheduler.shutdown.load(Ordering::SeqCst) {
                 return Err(EngineError::InvalidArgument(
                     "stopped: the array is closing".into(),
                 ));
@@ -485,7 +485,7 @@ impl Engine {
         if let Some(volume) = self.volume_by_id(id) {
             return volume.name.clone();
         }
-        match self.retained.lock().get(&id) {
+        match self.catalog.retained.lock().get(&id) {
             Some(rec) => format!("{} (eradicated)", rec.name),
             None => format!("#{id}"),
         }
@@ -509,7 +509,7 @@ fn background_loop(engine: Weak<Engine>, rate_bytes_per_s: u64, rate: Rate) {
         let Some(strong) = engine.upgrade() else {
             return;
         };
-        if strong.shutdown.load(Ordering::SeqCst) {
+        if strong.scheduler.shutdown.load(Ordering::SeqCst) {
             return;
         }
         match strong.begin_pass(Some(rate_bytes_per_s), true) {

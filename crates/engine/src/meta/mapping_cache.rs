@@ -57,6 +57,10 @@ const BETWEEN_GENERATIONS: u64 = u64::MAX;
 /// Volume ids and grains the compact key holds (larger ones are not cached).
 const VOLUME_BITS: u32 = 24;
 const GRAIN_BITS: u32 = 64 - VOLUME_BITS;
+const _: () = assert!(
+    crate::MAX_VOLUME_BYTES / crate::GRAIN_BYTES <= 1 << GRAIN_BITS,
+    "every grain of the largest volume has a cache key"
+);
 /// A cached "no point mapping".
 const ABSENT_SEQ: u64 = u64::MAX;
 /// The high bit of a cached seq marks a pattern target (seqs stay far below).

@@ -8,7 +8,7 @@
 //! out altogether made 1 MiB writes at queue depth 4 25–30% faster). A chunk a
 //! row, the same write changes 16 rows, and a read of adjacent grains finds
 //! them in one row: measured 1.056 × the throughput of one row a grain and
-//! 0.93 × the daemon's CPU a MiB (`bench/RESULTS.md`, session 37). A small
+//! 0.93 × the daemon's CPU a MiB (bench/results/HISTORY.md). A small
 //! write rewrites its chunk's row, at most `2 + 16 × 17` bytes where it wrote
 //! 17; the tree's work per row is the larger part either way.
 //!
@@ -30,6 +30,10 @@ pub const ROW_GRAINS: u64 = 16;
 const CHUNK: usize = ROW_GRAINS as usize;
 /// The presence bitmap before the values.
 const HEADER_BYTES: usize = 2;
+const _: () = assert!(
+    CHUNK == HEADER_BYTES * 8,
+    "a row's presence bitmap has a bit a grain"
+);
 
 /// The point mappings of one chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

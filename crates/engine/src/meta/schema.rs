@@ -82,6 +82,7 @@ impl MapValue {
         };
         out[8] = kind;
         out[9..17].copy_from_slice(&arg.to_le_bytes());
+        debug_assert_eq!(Self::decode(&out).ok(), Some(*self), "a mapping reads back");
         out
     }
 
@@ -158,6 +159,11 @@ impl BlockRec {
         out[18..22].copy_from_slice(&self.refcount.to_le_bytes());
         out[22..38].copy_from_slice(&self.fingerprint);
         out[38..42].copy_from_slice(&self.history_refs.to_le_bytes());
+        debug_assert_eq!(
+            Self::decode(&out).ok(),
+            Some(*self),
+            "a block row reads back"
+        );
         out
     }
 

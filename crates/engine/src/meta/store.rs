@@ -223,7 +223,10 @@ mod tests {
             .write(5 * GRAIN_BYTES, &unique_bytes(grain, 2))
             .unwrap();
         engine.flush().unwrap();
-        engine.locations.forget(crate::ids::BlockId::new(old_block));
+        engine
+            .caches
+            .locations
+            .forget(crate::ids::BlockId::new(old_block));
         let reader = volume.clone();
         sync_points::set(Point::KvCommitted, move || {
             let mut read = vec![0u8; grain];
@@ -231,7 +234,7 @@ mod tests {
         });
 
         let id = engine.shared_volume("v").unwrap().id;
-        let mut ws = engine.writer.lock();
+        let mut ws = engine.committer.writer.lock();
         engine
             .transact(&mut ws, true, |st, t, _| {
                 let value = MapValue {

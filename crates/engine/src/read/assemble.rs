@@ -175,7 +175,7 @@ impl<'a> Filler<'a> {
         };
         assert_eq!(to, from + 1, "a block fills one grain");
         let out = &mut self.buf[out_at..out_at + out_len];
-        if self.engine.hot.copy_out(id, in_grain, out) {
+        if self.engine.caches.hot.copy_out(id, in_grain, out) {
             self.engine
                 .stats
                 .hot_grain_reads
@@ -186,7 +186,7 @@ impl<'a> Filler<'a> {
         // the cache, else the block table.
         let (rec, cached) = match rec {
             Some(rec) => (rec, false),
-            None => match self.engine.locations.get(id) {
+            None => match self.engine.caches.locations.get(id) {
                 Some(rec) => (rec, true),
                 None => (self.engine.look_up_block(reader, id)?, false),
             },
@@ -269,7 +269,7 @@ impl<'a> Filler<'a> {
                     .decode_record(block.id, block.rec, record, out)
                     .is_ok()
                 {
-                    self.engine.hot.offer(block.id, out);
+                    self.engine.caches.hot.offer(block.id, out);
                     continue;
                 }
             }
@@ -304,14 +304,14 @@ impl<'a> Filler<'a> {
             // A stale cache entry (the block moved): never data, and not an
             // error either. Read where the block table says.
             Err(_) if cached => {
-                engine.locations.forget(id);
+                engine.caches.locations.forget(id);
                 let rec = engine.look_up_block(reader, id)?;
                 engine.read_record(id, rec, &mut self.record_buf, out)
             }
             result => result,
         };
         match result {
-            Ok(()) => engine.hot.offer(id, out),
+            Ok(()) => engine.caches.hot.offer(id, out),
             Err(EngineError::WouldBlock(_)) => return result,
             Err(_) => {}
         }
@@ -526,6 +526,7 @@ mod tests {
         let mut wrong = right;
         wrong.crc ^= 1;
         engine
+            .caches
             .locations
             .insert(crate::ids::BlockId::new(id), &wrong);
         let errors = engine.stats.checksum_errors.load(Ordering::Relaxed);
@@ -536,6 +537,7 @@ mod tests {
             "a stale location is not an error"
         );
         let cached = engine
+            .caches
             .locations
             .get(crate::ids::BlockId::new(id))
             .expect("looked up again");

@@ -27,6 +27,11 @@ const SHARDS: usize = 64;
 /// Words a slot: the block id (0: empty; ids start at 1), then its location
 /// packed in two.
 const SLOT_WORDS: usize = 3;
+// A slot packs a record's payload length in 16 bits, its offset in 32.
+const _: () = assert!(
+    crate::GRAIN_BYTES <= u16::MAX as u64,
+    "a payload length fits 16 bits"
+);
 
 /// Direct-mapped: block `id` can only be in slot `id / SHARDS % slots` of
 /// shard `id % SHARDS`, and a newer block there replaces it. Ids are handed
@@ -242,7 +247,10 @@ mod engine_tests {
         let cached_ops = kv_ops() - before;
         let rows = crate::testing::test_data::block_rows(&engine);
         for (id, _) in &rows {
-            engine.locations.forget(crate::ids::BlockId::new(*id));
+            engine
+                .caches
+                .locations
+                .forget(crate::ids::BlockId::new(*id));
         }
         let before = kv_ops();
         assert_eq!(read_all(&volume), written);
@@ -269,6 +277,7 @@ mod engine_tests {
         assert_eq!(rows.len() as u64, GRAINS);
         for (id, rec) in &rows {
             let cached = engine
+                .caches
                 .locations
                 .get(crate::ids::BlockId::new(*id))
                 .expect("cached by the write or the read");
@@ -288,6 +297,7 @@ mod engine_tests {
                 wrong.offset_bytes = other.offset_bytes;
             }
             engine
+                .caches
                 .locations
                 .insert(crate::ids::BlockId::new(*id), &wrong);
         }
@@ -295,6 +305,7 @@ mod engine_tests {
         assert_eq!(errors(&engine), before, "a stale entry is not an error");
         for (id, rec) in &rows {
             let cached = engine
+                .caches
                 .locations
                 .get(crate::ids::BlockId::new(*id))
                 .expect("looked up again");
@@ -334,6 +345,7 @@ mod engine_tests {
         for (id, _) in &moved {
             assert!(
                 engine
+                    .caches
                     .locations
                     .get(crate::ids::BlockId::new(*id))
                     .is_none(),
@@ -345,7 +357,10 @@ mod engine_tests {
         // An old location put back: its segment is gone.
         for (id, _) in &moved {
             let (_, was) = old_rows.iter().find(|(old, _)| old == id).unwrap();
-            engine.locations.insert(crate::ids::BlockId::new(*id), was);
+            engine
+                .caches
+                .locations
+                .insert(crate::ids::BlockId::new(*id), was);
         }
         assert_eq!(read_all(&volume), expected);
         assert_eq!(errors(&engine), before);

@@ -54,7 +54,7 @@ impl Engine {
     /// Picks the best victim: sealed, with stale bytes, utilization at most
     /// `max_utilization`, highest cost-benefit score.
     fn pick_victim(&self, _turn: &Turn, max_utilization: f64) -> Option<SegmentId> {
-        let ws = self.writer.lock();
+        let ws = self.committer.writer.lock();
         let newest = ws.next_segment_id;
         ws.segments
             .iter()
@@ -83,7 +83,7 @@ impl Engine {
     /// them count as free, not stale: cleaning more because of them would
     /// clean more than is due.
     fn cleaning_due(&self) -> (bool, bool) {
-        let ws = self.writer.lock();
+        let ws = self.committer.writer.lock();
         let used = ws.used_bytes() - Self::freeing_bytes(&ws);
         let stale = used - ws.live_bytes();
         let free = ws.capacity_bytes.saturating_sub(used);
@@ -106,7 +106,7 @@ impl Engine {
     /// durable commit: when free space (not counting them) would leave no
     /// room for another victim's live records above the cleaner's reserve.
     fn must_free_now(&self) -> bool {
-        let ws = self.writer.lock();
+        let ws = self.committer.writer.lock();
         let free = ws.capacity_bytes.saturating_sub(ws.used_bytes());
         let reserve = crate::space::provisioning::cleaning_reserve_bytes(ws.capacity_bytes);
         ws.has_space_to_free() && free < reserve + log::SEGMENT_TARGET_BYTES
@@ -124,7 +124,7 @@ impl Engine {
         } else {
             MAX_BACKGROUND_UTILIZATION
         };
-        let turn = self.cleaner.lock();
+        let turn = self.scheduler.cleaner.lock();
         let Some(victim) = self.pick_victim(&turn, max_utilization) else {
             return Ok(false);
         };
@@ -154,9 +154,9 @@ impl Engine {
         let wanted = bytes.saturating_add(reserve);
         for _ in 0..MAX_WRITER_CLEANS {
             // Another cleaner may make the room meanwhile: checked after.
-            let turn = self.cleaner.lock();
+            let turn = self.scheduler.cleaner.lock();
             let cleaned_waiting = {
-                let ws = self.writer.lock();
+                let ws = self.committer.writer.lock();
                 let free = ws.capacity_bytes.saturating_sub(ws.used_bytes());
                 let stale = ws.used_bytes() - ws.live_bytes();
                 if free >= wanted || stale == 0 {
@@ -186,7 +186,7 @@ impl Engine {
     pub(crate) fn write_may_clean(&self, bytes: u64) -> bool {
         let reserve =
             crate::space::provisioning::cleaning_reserve_bytes(self.config.capacity_bytes);
-        self.free_bytes_hint.load(Ordering::Relaxed) < bytes.saturating_add(reserve)
+        self.space_watch.free_bytes_hint.load(Ordering::Relaxed) < bytes.saturating_add(reserve)
     }
 
     /// Cleans every segment holding stale bytes, however live (tests run it
@@ -195,7 +195,7 @@ impl Engine {
     pub fn clean_now(&self) -> Result<u64> {
         {
             // Seal both open segments so everything written so far is eligible.
-            let mut ws = self.writer.lock();
+            let mut ws = self.committer.writer.lock();
             let open = ws.open_segment;
             if ws.segments.get(&open).is_some_and(|s| s.written_bytes > 0) {
                 ws.open_segment = ws.next_segment_id;
@@ -212,7 +212,7 @@ impl Engine {
         }
         let mut cleaned = 0;
         let mut tried = std::collections::BTreeSet::new();
-        let turn = self.cleaner.lock();
+        let turn = self.scheduler.cleaner.lock();
         while let Some(victim) = self.pick_victim(&turn, 1.0) {
             if !tried.insert(victim) {
                 break; // a record that cannot move (corrupt) keeps it alive
@@ -230,7 +230,7 @@ impl Engine {
         let found = self.read_records(victim)?;
         for batch in found.chunks(BATCH_RECORDS) {
             let batch_bytes: u64 = batch.iter().map(|r| r.bytes.len() as u64).sum();
-            let mut ws = self.writer.lock();
+            let mut ws = self.committer.writer.lock();
             let relocate =
                 |st: &mut crate::write::transaction::TxState,
                  t: &mut crate::write::transaction::Tables,
@@ -269,7 +269,7 @@ impl Engine {
             // Readers would find the old records stale anyway (see
             // `locations`); forgetting them spares a failed read each.
             for record in batch {
-                self.locations.forget(record.block_id);
+                self.caches.locations.forget(record.block_id);
             }
             self.stats
                 .relocated_bytes
@@ -290,7 +290,7 @@ impl Engine {
     /// called on it for room).
     fn read_records(&self, victim: SegmentId) -> Result<Vec<Found>> {
         let (written_bytes, io) = {
-            let ws = self.writer.lock();
+            let ws = self.committer.writer.lock();
             let state = ws.segments.get(&victim);
             match state {
                 Some(state) if !ws.pending_free.contains(&victim) => {
@@ -448,7 +448,7 @@ mod tests {
                     listed.into_iter().map(|(id, _)| id).collect()
                 };
                 // Sealed ones: the open one goes on taking the new data.
-                let open = hook_engine.writer.lock().open_segment;
+                let open = hook_engine.committer.writer.lock().open_segment;
                 let before: Vec<_> = ids().into_iter().filter(|id| *id != open).collect();
                 hook_volume
                     .write(0, &unique_bytes((96 * MIB) as usize, 3))
@@ -490,12 +490,19 @@ mod tests {
             commits_before,
             "the open transaction was not committed"
         );
-        let waiting: Vec<_> = engine.writer.lock().pending_free.iter().copied().collect();
+        let waiting: Vec<_> = engine
+            .committer
+            .writer
+            .lock()
+            .pending_free
+            .iter()
+            .copied()
+            .collect();
         assert_eq!(waiting.len(), 1, "the victim waits to be freed");
-        assert!(engine.writer.lock().open_txn.is_some());
+        assert!(engine.committer.writer.lock().open_txn.is_some());
         reads_back(&volume, &expected);
         engine.flush().unwrap();
-        assert!(engine.writer.lock().pending_free.is_empty());
+        assert!(engine.committer.writer.lock().pending_free.is_empty());
         let present = engine.store.list().unwrap();
         assert!(
             !present.iter().any(|(id, _)| *id == waiting[0]),
@@ -513,7 +520,7 @@ mod tests {
     fn with_space_short_a_pass_frees_its_victim_at_once() {
         let (_dir, engine, volume, expected) = with_stale(256 * MIB, 112);
         let (free, reserve) = {
-            let ws = engine.writer.lock();
+            let ws = engine.committer.writer.lock();
             let reserve = crate::space::provisioning::cleaning_reserve_bytes(ws.capacity_bytes);
             (ws.capacity_bytes - ws.used_bytes(), reserve)
         };
@@ -527,7 +534,7 @@ mod tests {
             durable_commits(&engine) > before,
             "a durable commit freed the victim"
         );
-        assert!(engine.writer.lock().pending_free.is_empty());
+        assert!(engine.committer.writer.lock().pending_free.is_empty());
         check_and_close(&engine, &volume, &expected);
     }
 
@@ -537,19 +544,22 @@ mod tests {
     fn a_writer_short_of_room_frees_cleaned_segments_before_cleaning() {
         let (_dir, engine, volume, expected) = with_stale(1 << 30, 96);
         assert!(engine.clean_step().unwrap());
-        assert!(!engine.writer.lock().pending_free.is_empty());
+        assert!(!engine.committer.writer.lock().pending_free.is_empty());
         let before = engine.stats.writer_cleans.load(Ordering::SeqCst);
         // A write just too big for the cleaner's reserve to stay free, unless
         // the victim is freed.
         let bytes = {
-            let ws = engine.writer.lock();
+            let ws = engine.committer.writer.lock();
             let victim = ws.pending_free.iter().next().copied().unwrap();
             let reserve = crate::space::provisioning::cleaning_reserve_bytes(ws.capacity_bytes);
             ws.capacity_bytes - ws.used_bytes() + ws.segments[&victim].written_bytes - reserve
         };
         assert!(engine.write_may_clean(bytes));
         engine.make_room(bytes).unwrap();
-        assert!(engine.writer.lock().pending_free.is_empty(), "freed");
+        assert!(
+            engine.committer.writer.lock().pending_free.is_empty(),
+            "freed"
+        );
         assert_eq!(engine.stats.writer_cleans.load(Ordering::SeqCst), before);
         check_and_close(&engine, &volume, &expected);
     }

@@ -2,6 +2,8 @@
 //! the point mappings range records shadow and those of eradicated volumes,
 //! releases their blocks and frees segments left empty (`reclaimer`); the
 //! cleaner relocates the live records of mostly-dead segments (`cleaner`).
+//! The worker's own state, and the host activity it yields to, are in
+//! `scheduler`.
 //!
 //! Runs under `space::rate` and yields to host I/O; changes only what
 //! committed records already hide, so a crash at any step loses nothing.
@@ -10,3 +12,4 @@
 
 pub(crate) mod cleaner;
 pub(crate) mod reclaimer;
+pub(crate) mod scheduler;

@@ -153,7 +153,7 @@ fn run(weak: Weak<Engine>) {
         let Some(engine) = weak.upgrade() else {
             return;
         };
-        if engine.shutdown.load(Ordering::SeqCst) {
+        if engine.scheduler.shutdown.load(Ordering::SeqCst) {
             return;
         }
         // Its steps commit under the writer mutex, and leave large changes
@@ -166,7 +166,7 @@ fn run(weak: Weak<Engine>) {
             continue;
         }
         engine.yield_to_foreground();
-        let host_ops_before = engine.foreground_ops.load(Ordering::Relaxed);
+        let host_ops_before = engine.hosts.foreground_ops.load(Ordering::Relaxed);
         let started = std::time::Instant::now();
         match engine.background_step() {
             Ok(true) => {
@@ -174,12 +174,12 @@ fn run(weak: Weak<Engine>) {
                 continue;
             }
             Ok(false) => {
-                if engine.writer.lock().has_space_to_free() {
+                if engine.committer.writer.lock().has_space_to_free() {
                     if let Err(e) = engine.flush_freeing_in_background() {
                         tracing::error!("reclaimer flush failed: {e}");
                     }
                 }
-                let token_wait = *engine.reclaim_token_wait.lock();
+                let token_wait = *engine.scheduler.reclaim_token_wait.lock();
                 wait(&engine, token_wait.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT)));
             }
             Err(e) => {
@@ -198,7 +198,7 @@ fn wait(engine: &Arc<Engine>, timeout: Duration) {
     // so a reclaim waiting for rate tokens waits no longer than before.
     let lingered = LINGER.min(timeout);
     std::thread::sleep(lingered);
-    let (flag, condvar) = &engine.reclaim_wake;
+    let (flag, condvar) = &engine.scheduler.reclaim_wake;
     let mut woken = flag.lock();
     let rest = timeout.saturating_sub(lingered);
     if !*woken && !rest.is_zero() {
@@ -228,7 +228,7 @@ impl Engine {
             return;
         }
         for _ in 0..MAX_FOREGROUND_YIELDS {
-            if self.foreground_inflight.load(Ordering::SeqCst) == 0 {
+            if self.hosts.foreground_inflight.load(Ordering::SeqCst) == 0 {
                 return;
             }
             std::thread::sleep(FOREGROUND_YIELD);
@@ -238,13 +238,13 @@ impl Engine {
     /// No host I/O in flight, and none begun for `HOSTS_QUIET` (real time: it
     /// is about the hosts' latency, not about rates).
     fn hosts_idle(&self) -> bool {
-        let ops = self.foreground_ops.load(Ordering::Relaxed);
-        let mut seen = self.foreground_seen.lock();
+        let ops = self.hosts.foreground_ops.load(Ordering::Relaxed);
+        let mut seen = self.hosts.foreground_seen.lock();
         let now = std::time::Instant::now();
         if seen.0 != ops {
             *seen = (ops, now);
         }
-        self.foreground_inflight.load(Ordering::SeqCst) == 0
+        self.hosts.foreground_inflight.load(Ordering::SeqCst) == 0
             && now.duration_since(seen.1) >= HOSTS_QUIET
     }
 
@@ -253,7 +253,7 @@ impl Engine {
     fn space_short(&self) -> bool {
         let reserve =
             crate::space::provisioning::cleaning_reserve_bytes(self.config.capacity_bytes);
-        self.free_bytes_hint.load(Ordering::Relaxed) < 2 * reserve
+        self.space_watch.free_bytes_hint.load(Ordering::Relaxed) < 2 * reserve
     }
 
     /// After a step of `took`: if hosts did I/O meanwhile (and space is not
@@ -274,7 +274,7 @@ impl Engine {
     /// still owed: nothing once the hosts went quiet meanwhile (background
     /// work then runs at full speed again) or space is short.
     fn pay_pause(&self, owed: Duration) -> Duration {
-        let host_ops_before = self.foreground_ops.load(Ordering::Relaxed);
+        let host_ops_before = self.hosts.foreground_ops.load(Ordering::Relaxed);
         let paid = owed.min(MAX_BUSY_PAUSE);
         std::thread::sleep(paid);
         if self.hosts_owed_pause(host_ops_before) {
@@ -287,15 +287,15 @@ impl Engine {
     /// Hosts began I/O since `host_ops_before` or have some in flight, and
     /// space is not short: background work pauses for them.
     fn hosts_owed_pause(&self, host_ops_before: u64) -> bool {
-        let busy = self.foreground_ops.load(Ordering::Relaxed) != host_ops_before
-            || self.foreground_inflight.load(Ordering::SeqCst) > 0;
+        let busy = self.hosts.foreground_ops.load(Ordering::Relaxed) != host_ops_before
+            || self.hosts.foreground_inflight.load(Ordering::SeqCst) > 0;
         busy && !self.space_short()
     }
 
     fn background_flush_if_due(&self) {
-        let due = self.last_durable.lock().elapsed() >= BACKGROUND_FLUSH_INTERVAL;
-        let pending =
-            self.commit_count.load(Ordering::SeqCst) > self.durable_count.load(Ordering::SeqCst);
+        let due = self.committer.last_durable.lock().elapsed() >= BACKGROUND_FLUSH_INTERVAL;
+        let pending = self.committer.commit_count.load(Ordering::SeqCst)
+            > self.committer.durable_count.load(Ordering::SeqCst);
         if due && pending {
             if let Err(e) = self.flush_in_background() {
                 tracing::error!("background flush failed: {e}");
@@ -307,8 +307,11 @@ impl Engine {
     /// tokens; false when there is none.
     pub(crate) fn reclaim_step(&self) -> Result<bool> {
         let now = self.clock.now();
-        let containers: Vec<_> = self.containers.read().values().cloned().collect();
-        let first = self.reclaim_cursor.fetch_add(1, Ordering::Relaxed) as usize;
+        let containers: Vec<_> = self.catalog.containers.read().values().cloned().collect();
+        let first = self
+            .scheduler
+            .reclaim_cursor
+            .fetch_add(1, Ordering::Relaxed) as usize;
         let mut token_wait: Option<Duration> = None;
         for k in 0..containers.len() {
             let container = &containers[(first + k) % containers.len()];
@@ -320,7 +323,7 @@ impl Engine {
                 }
             }
         }
-        *self.reclaim_token_wait.lock() = token_wait;
+        *self.scheduler.reclaim_token_wait.lock() = token_wait;
         Ok(false)
     }
 
@@ -389,7 +392,7 @@ impl Engine {
         limit_grains: u64,
     ) -> Result<Option<u64>> {
         let doomed = {
-            let ws = self.writer.lock();
+            let ws = self.committer.writer.lock();
             ws.doomed_containers
                 .iter()
                 .find(|(_, &c)| c == container.id)
@@ -435,7 +438,7 @@ impl Engine {
     ) -> Result<u64> {
         let from = RangeCursor::resume(&vol.reclaim_cursor, start, range);
         let (done_until, released) = {
-            let mut ws = self.writer.lock();
+            let mut ws = self.committer.writer.lock();
             let snapshot_seqs = vol.snapshot_seqs.lock().clone();
             let stepped = self.transact_deferred(&mut ws, limit as u64, false, |st, t, _| {
                 // Where this batch ends: after `limit` shadowed mappings, or
@@ -504,7 +507,7 @@ impl Engine {
         if view.ranges.find(start) != Some((start, range)) {
             return Ok(()); // cut or replaced meanwhile; its pieces come round again
         }
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         let snapshot_seqs = vol.snapshot_seqs.lock().clone();
         let finished = schema::RangeRec {
             reclaimed: true,
@@ -537,7 +540,7 @@ impl Engine {
     /// are left.
     fn reclaim_doomed_step(&self, volume: u64, limit: usize) -> Result<u64> {
         assert!(limit > 0 && limit <= IDLE_BATCH_MAPPINGS);
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         let mut released = 0;
         let finished = self.transact_deferred(&mut ws, limit as u64, false, |st, t, _| {
             let everything = Death {
@@ -618,7 +621,7 @@ mod tests {
         let dir = crate::testing::test_data::data_dir("pause");
         let engine = crate::testing::test_data::quiet_engine(dir.path(), 1 << 30);
         let step = Duration::from_millis(10);
-        let ops = engine.foreground_ops.load(Ordering::Relaxed);
+        let ops = engine.hosts.foreground_ops.load(Ordering::Relaxed);
         assert_eq!(engine.pause_owed(step, ops), Duration::ZERO, "hosts idle");
         let busy = engine.foreground();
         let owed = engine.pause_owed(step, ops);
@@ -633,7 +636,7 @@ mod tests {
     /// A reclaim step joins the write batches' open transaction instead of
     /// committing it first and then committing itself: two redb commits a
     /// step, under the writer mutex, were what a concurrent 4 KiB write
-    /// workload's p99 waited on in seed 001 (bench/RESULTS.md, 2026-11-26).
+    /// workload's p99 waited on in seed 001 (bench/results/HISTORY.md).
     /// What it removed reads back right before and after the commit, and
     /// after a restart from the flush.
     #[test]
@@ -657,9 +660,15 @@ mod tests {
         fill(GRAINS, 1, 0x22);
         let commits = || engine.stats.pending_commits.load(Ordering::SeqCst);
         let commits_before = commits();
-        assert!(engine.writer.lock().open_txn.is_some());
+        assert!(engine.committer.writer.lock().open_txn.is_some());
         assert!(engine.reclaim_step().unwrap());
-        let open_grains = engine.writer.lock().open_txn.as_ref().map(|o| o.grains);
+        let open_grains = engine
+            .committer
+            .writer
+            .lock()
+            .open_txn
+            .as_ref()
+            .map(|o| o.grains);
         assert_eq!(commits(), commits_before, "the step committed");
         assert!(open_grains.is_some_and(|g| g > 1), "{open_grains:?}");
         let after_step = engine.space().reclaim_backlog_bytes;

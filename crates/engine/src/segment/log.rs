@@ -23,6 +23,12 @@ pub const SEGMENT_TARGET_BYTES: u64 = 32 * 1024 * 1024;
 
 pub const RECORD_MAGIC: u32 = 0x4c43_4e52; // "LCNR"
 pub const RECORD_HEADER_BYTES: usize = 24;
+// A block row keeps a record's offset in a u32: a segment may pass its target
+// size by one record at most.
+const _: () = assert!(
+    SEGMENT_TARGET_BYTES + RECORD_HEADER_BYTES as u64 + crate::GRAIN_BYTES <= u32::MAX as u64,
+    "record offsets fit a block row's u32"
+);
 pub const FLAG_COMPRESSED: u16 = 1;
 /// The payload is a Zstandard frame.
 pub const FLAG_ZSTD: u16 = 2;
@@ -459,6 +465,11 @@ pub fn encode_header(header: RecordHeader, payload_crc: u32) -> ([u8; RECORD_HEA
     let mut bytes = header_bytes(header);
     let crc = crc_append(payload_crc, &bytes);
     bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(
+        read_header(&bytes),
+        Some((header, crc)),
+        "a header reads back as written"
+    );
     (bytes, crc)
 }
 

@@ -37,6 +37,10 @@ pub const TAIL_WRITE_BYTES: usize = 64 * 1024;
 /// Most segments with a tail at once (appends go to the open segment and the
 /// cleaner's; more would mean a caller appending all over the place).
 const MAX_TAILS: usize = 8;
+// Appends below the write size gather; a whole record of one grain always can.
+const _: () = assert!(
+    crate::segment::log::RECORD_HEADER_BYTES + (crate::GRAIN_BYTES as usize) < TAIL_WRITE_BYTES
+);
 
 /// Bytes appended to a segment and not yet written to its file.
 struct Tail {

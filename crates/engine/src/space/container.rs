@@ -569,7 +569,7 @@ mod tests {
         volume.flush().unwrap();
         drop(volume);
         engine.delete_volume("v").unwrap();
-        let listed = engine.destroyed.read().get("v").cloned().unwrap();
+        let listed = engine.catalog.destroyed.read().get("v").cloned().unwrap();
         let container = listed.container.id;
         assert_eq!(
             engine.container_backlog_grains(container, std::slice::from_ref(&listed)),

@@ -5,6 +5,10 @@
 
 const BITMAP_CHUNK_GRAINS: u64 = 8192;
 const WORDS: usize = (BITMAP_CHUNK_GRAINS / 64) as usize;
+const _: () = assert!(
+    BITMAP_CHUNK_GRAINS.is_multiple_of(64),
+    "a chunk is whole words"
+);
 
 #[derive(Debug, Clone)]
 enum Chunk {

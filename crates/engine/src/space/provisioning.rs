@@ -89,7 +89,10 @@ impl Engine {
     pub(crate) fn check_soft_threshold(&self, used_bytes: u64) {
         let threshold = self.soft_threshold_bytes();
         let above = used_bytes >= threshold;
-        let was_above = self.above_soft_threshold.swap(above, Ordering::SeqCst);
+        let was_above = self
+            .space_watch
+            .above_soft_threshold
+            .swap(above, Ordering::SeqCst);
         if above && !was_above {
             self.stats
                 .soft_threshold_events

@@ -85,7 +85,7 @@ impl Engine {
             Some(c) => Some(self.container_named(c)?),
             None => None,
         };
-        let _pins = self.pin_lock.lock();
+        let _pins = self.catalog.pin_lock.lock();
         let (snapshot, current) = self.resolve_source(source)?;
         self.check_ref_depth(&snapshot)?;
         let initial = Initial {
@@ -198,7 +198,7 @@ impl Engine {
             return Ok(report);
         }
         crate::testing::sync_points::at(crate::testing::sync_points::Point::CopyBeforePin);
-        let _pins = self.pin_lock.lock();
+        let _pins = self.catalog.pin_lock.lock();
         let pin = self.pin_volume(&src)?;
         // The source may have shrunk since its size was checked: the pin is
         // what is copied, and it must hold the whole range. (The destination
@@ -325,7 +325,7 @@ impl Engine {
             format!("{volume}@{snapshot}")
         };
         let vol = self.shared_volume(volume)?;
-        let _pins = self.pin_lock.lock();
+        let _pins = self.catalog.pin_lock.lock();
         let (source, _) = self.resolve_source(&full)?;
         self.check_ref_depth(&source)?;
         if vol.view.read().size_bytes != source.size_bytes {

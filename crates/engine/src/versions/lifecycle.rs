@@ -43,7 +43,7 @@ impl Engine {
     /// Destroys a volume: hosts lose it at once, its data stays recoverable for the
     /// retention period. Its snapshots go with it (and come back with it).
     pub fn delete_volume(&self, name: &str) -> Result<()> {
-        let mut volumes = self.volumes.write();
+        let mut volumes = self.catalog.volumes.write();
         let shared = volumes
             .get(name)
             .cloned()
@@ -53,7 +53,10 @@ impl Engine {
         *shared.destroyed_unix_s.lock() = Some(now);
         shared.deleted.store(true, Ordering::SeqCst);
         volumes.remove(name);
-        self.destroyed.write().insert(name.to_string(), shared);
+        self.catalog
+            .destroyed
+            .write()
+            .insert(name.to_string(), shared);
         self.stats.catalog_generation.fetch_add(1, Ordering::SeqCst);
         drop(volumes);
         self.flush()
@@ -61,8 +64,9 @@ impl Engine {
 
     /// Brings a destroyed volume back, with its snapshots.
     pub fn recover_volume(&self, name: &str) -> Result<()> {
-        let mut volumes = self.volumes.write();
+        let mut volumes = self.catalog.volumes.write();
         let shared = self
+            .catalog
             .destroyed
             .read()
             .get(name)
@@ -71,7 +75,7 @@ impl Engine {
         self.persist_volume_state(&shared, None)?;
         *shared.destroyed_unix_s.lock() = None;
         shared.deleted.store(false, Ordering::SeqCst);
-        self.destroyed.write().remove(name);
+        self.catalog.destroyed.write().remove(name);
         volumes.insert(name.to_string(), shared);
         self.stats.catalog_generation.fetch_add(1, Ordering::SeqCst);
         drop(volumes);
@@ -82,7 +86,7 @@ impl Engine {
         let view = shared.view.read();
         let mut rec = shared.rec(view.size_bytes);
         rec.destroyed_unix_s = destroyed;
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         self.transact(&mut ws, true, |st, t, _| {
             let json = serde_json::to_vec(&rec).expect("volume record serialises");
             t.volumes()?
@@ -96,23 +100,29 @@ impl Engine {
     /// Eradicates a destroyed volume now: its space goes to the reclaimer (or is
     /// retained for clones and copies that still read it).
     pub fn eradicate_volume(&self, name: &str) -> Result<()> {
-        let shared = self.destroyed.read().get(name).cloned().ok_or_else(|| {
-            if self.volumes.read().contains_key(name) {
-                EngineError::InvalidArgument(format!(
-                    "volume '{name}' is not destroyed: delete it first, then eradicate"
-                ))
-            } else {
-                EngineError::VolumeNotFound(format!("{name} (destroyed)"))
-            }
-        })?;
-        let _pins = self.pin_lock.lock();
+        let shared = self
+            .catalog
+            .destroyed
+            .read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| {
+                if self.catalog.volumes.read().contains_key(name) {
+                    EngineError::InvalidArgument(format!(
+                        "volume '{name}' is not destroyed: delete it first, then eradicate"
+                    ))
+                } else {
+                    EngineError::VolumeNotFound(format!("{name} (destroyed)"))
+                }
+            })?;
+        let _pins = self.catalog.pin_lock.lock();
         let theirs: Vec<_> = self.snapshots_of(shared.id);
         let needed = self.referenced_snapshots();
         for snapshot in &theirs {
             self.eradicate_snapshot_locked(snapshot, &needed)?;
         }
         let view = shared.view.write();
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         // Retained while any snapshot or pin of it is left: asked of the
         // volume's own list under the writer mutex, which a snapshot joins
         // under that mutex (and under the volume's view, which this holds),
@@ -141,20 +151,21 @@ impl Engine {
         shared.eradicated.store(true, Ordering::SeqCst);
         shared.release_usage();
         if retained {
-            self.retained.lock().insert(rec.id, rec);
+            self.catalog.retained.lock().insert(rec.id, rec);
         } else {
             ws.doomed.insert(shared.id, grains);
             ws.doomed_containers.insert(shared.id, rec.container);
         }
         drop((ws, view));
-        self.destroyed.write().remove(name);
+        self.catalog.destroyed.write().remove(name);
         self.flush()?;
         self.wake_reclaimer();
         Ok(())
     }
 
     pub(crate) fn snapshots_of(&self, volume_id: u64) -> Vec<Arc<SnapshotShared>> {
-        self.snapshots
+        self.catalog
+            .snapshots
             .read()
             .values()
             .filter(|s| s.volume_id == volume_id)
@@ -190,7 +201,7 @@ impl Engine {
                 "snapshot '{full_name}' is not destroyed: delete it first, then eradicate"
             )));
         }
-        let _pins = self.pin_lock.lock();
+        let _pins = self.catalog.pin_lock.lock();
         let needed = self.referenced_snapshots();
         self.eradicate_snapshot_locked(&snapshot, &needed)?;
         self.flush()?;
@@ -213,7 +224,7 @@ impl Engine {
     }
 
     fn write_snapshot_rec(&self, rec: &crate::versions::snapshot::SnapshotRec) -> Result<()> {
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         self.transact(&mut ws, true, |st, t, _| {
             let json = serde_json::to_vec(rec).expect("snapshot record serialises");
             t.snapshots()?.insert(rec.id, &json[..]).map_err(kv_error)?;
@@ -230,14 +241,15 @@ impl Engine {
         // held past it (holding one would make the next write to it copy it).
         let mut ids = BTreeSet::new();
         for v in self
+            .catalog
             .volumes
             .read()
             .values()
-            .chain(self.destroyed.read().values())
+            .chain(self.catalog.destroyed.read().values())
         {
             ids.extend(v.view.read().ranges.pinned_snapshots());
         }
-        for s in self.snapshots.read().values() {
+        for s in self.catalog.snapshots.read().values() {
             ids.extend(s.ranges.pinned_snapshots());
         }
         ids
@@ -263,7 +275,7 @@ impl Engine {
         }
         // Looked up before the writer mutex: the volume maps rank above it.
         let volume = self.volume_by_id(snapshot.volume_id);
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         self.transact(&mut ws, true, |st, t, _| {
             t.snapshots()?.remove(snapshot.id).map_err(kv_error)?;
             st.records_written += 1;
@@ -274,9 +286,10 @@ impl Engine {
         }
         snapshot.gone.store(true, Ordering::SeqCst);
         // Out of the map together with its seq (see `commit_snapshots`).
-        self.snapshots.write().remove(&snapshot.id);
+        self.catalog.snapshots.write().remove(&snapshot.id);
         drop(ws);
-        self.sweep_pending
+        self.version_jobs
+            .sweep_pending
             .lock()
             .insert(snapshot.volume_id, SweepCursor::START);
         self.release_retained_if_unneeded(snapshot.volume_id)?;
@@ -296,8 +309,8 @@ impl Engine {
     /// history sweep took it for eradicated and swept with a list of its
     /// snapshots that missed the ones taken after.
     pub(crate) fn volume_by_id(&self, id: u64) -> Option<Arc<VolumeShared>> {
-        let volumes = self.volumes.read();
-        let destroyed = self.destroyed.read();
+        let volumes = self.catalog.volumes.read();
+        let destroyed = self.catalog.destroyed.read();
         crate::testing::sync_points::at(crate::testing::sync_points::Point::VolumeLookup);
         let found = volumes
             .values()
@@ -308,21 +321,21 @@ impl Engine {
 
     /// A retained volume whose last snapshot went is handed to the reclaimer.
     fn release_retained_if_unneeded(&self, volume_id: u64) -> Result<()> {
-        if !self.retained.lock().contains_key(&volume_id)
+        if !self.catalog.retained.lock().contains_key(&volume_id)
             || !self.snapshots_of(volume_id).is_empty()
         {
             return Ok(());
         }
-        let Some(rec) = self.retained.lock().remove(&volume_id) else {
+        let Some(rec) = self.catalog.retained.lock().remove(&volume_id) else {
             return Ok(());
         };
         let grains = grains_of(rec.size_bytes);
-        let container = if self.containers.read().contains_key(&rec.container) {
+        let container = if self.catalog.containers.read().contains_key(&rec.container) {
             rec.container
         } else {
             crate::space::container::DEFAULT_CONTAINER_ID
         };
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         self.transact(&mut ws, false, |_, t, _| {
             t.retained()?.remove(volume_id).map_err(kv_error)?;
             t.doomed()?.insert(volume_id, grains).map_err(kv_error)?;
@@ -343,6 +356,7 @@ impl Engine {
         let retention = self.config.destroy_retention_s;
         let expired = |at: Option<u64>| at.is_some_and(|at| at.saturating_add(retention) <= now);
         let volume = self
+            .catalog
             .destroyed
             .read()
             .values()
@@ -354,6 +368,7 @@ impl Engine {
             return Ok(true);
         }
         let snapshot = self
+            .catalog
             .snapshots
             .read()
             .values()
@@ -364,9 +379,10 @@ impl Engine {
             self.eradicate_snapshot(&name)?;
             return Ok(true);
         }
-        let _pins = self.pin_lock.lock();
+        let _pins = self.catalog.pin_lock.lock();
         let needed = self.referenced_snapshots();
         let unneeded_pin = self
+            .catalog
             .snapshots
             .read()
             .values()
@@ -382,16 +398,17 @@ impl Engine {
     /// No background work is pending: no history to sweep, no deleted volume to
     /// reclaim, no pin left that nothing references (tests wait for this).
     pub fn background_idle(&self) -> bool {
-        if !self.sweep_pending.lock().is_empty()
-            || !self.writer.lock().doomed.is_empty()
-            || !self.bits_pending.lock().is_empty()
-            || self.bits_in_progress.lock().is_some()
+        if !self.version_jobs.sweep_pending.lock().is_empty()
+            || !self.committer.writer.lock().doomed.is_empty()
+            || !self.version_jobs.bits_pending.lock().is_empty()
+            || self.version_jobs.bits_in_progress.lock().is_some()
         {
             return false;
         }
-        let _pins = self.pin_lock.lock();
+        let _pins = self.catalog.pin_lock.lock();
         let needed = self.referenced_snapshots();
         !self
+            .catalog
             .snapshots
             .read()
             .values()
@@ -402,6 +419,7 @@ impl Engine {
     /// sees. Returns whether there was work.
     pub(crate) fn sweep_step(&self) -> Result<bool> {
         let Some((volume, cursor)) = self
+            .version_jobs
             .sweep_pending
             .lock()
             .iter()
@@ -414,7 +432,7 @@ impl Engine {
         let shared = self.volume_by_id(volume);
         let gone_seqs = shared.is_none().then(|| self.sorted_snapshot_seqs(volume));
         crate::testing::sync_points::at(crate::testing::sync_points::Point::SweepBeforeWriterLock);
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         // Which snapshots there are is read here, under the writer mutex, from
         // the volume's own list (snapshots join and leave it under this mutex).
         // Read before it, a snapshot taken in between would be missed, and so
@@ -486,7 +504,7 @@ impl Engine {
             Ok(next)
         })?;
         drop(ws);
-        let mut pending = self.sweep_pending.lock();
+        let mut pending = self.version_jobs.sweep_pending.lock();
         // A newer request for the same volume (another snapshot went) restarts it.
         if pending.get(&volume) == Some(&cursor) {
             if next.points.is_none() && next.ranges.is_none() {
@@ -552,7 +570,7 @@ mod tests {
 
         engine.eradicate_volume("v").unwrap();
         assert!(
-            engine.snapshots.read().is_empty(),
+            engine.catalog.snapshots.read().is_empty(),
             "no snapshot or pin left"
         );
         engine.check_consistency().unwrap();
@@ -589,7 +607,11 @@ mod tests {
         volume.write(0, &old).unwrap();
         let id = engine.shared_volume("v").unwrap().id;
         engine.delete_volume("v").unwrap();
-        engine.sweep_pending.lock().insert(id, SweepCursor::START);
+        engine
+            .version_jobs
+            .sweep_pending
+            .lock()
+            .insert(id, SweepCursor::START);
         // The recovery runs on its own thread, given time to finish: it can
         // only once the lookup has let go of the volume lists.
         let recovery = std::sync::Arc::new(parking_lot::Mutex::new(None));
@@ -634,7 +656,11 @@ mod tests {
         volume.write(0, &old).unwrap();
         let id = engine.shared_volume("v").unwrap().id;
         // A sweep pending for the volume, as after a snapshot of it went.
-        engine.sweep_pending.lock().insert(id, SweepCursor::START);
+        engine
+            .version_jobs
+            .sweep_pending
+            .lock()
+            .insert(id, SweepCursor::START);
         let (hook_engine, hook_volume) = (engine.clone(), volume.clone());
         sync_points::set(Point::SweepBeforeWriterLock, move || {
             hook_engine

@@ -2,7 +2,7 @@
 //! (`range_map`), how a grain's content is found at a seq (`resolve`),
 //! snapshots (`snapshot`), clones, range copies and reverts (`copy`), destroy,
 //! recover and eradicate (`lifecycle`), and the background settling of the
-//! data bits that references bring (`reference_bits`).
+//! data bits that references bring (`reference_bits`), queued in `jobs`.
 //!
 //! Every operation here writes O(1) records whatever the data beneath; the
 //! physical work they imply is the reclaimer's.
@@ -10,6 +10,7 @@
 //! May use: `meta`, `space`, `names`, `units`, `testing`.
 
 pub mod copy;
+pub(crate) mod jobs;
 pub(crate) mod lifecycle;
 pub mod range_map;
 pub(crate) mod reference_bits;

@@ -30,24 +30,25 @@ impl Engine {
     /// Queues the bits of a reference record for the background job.
     pub(crate) fn queue_bits(&self, pending: PendingBits) {
         assert!(pending.start < pending.end);
-        self.bits_pending.lock().push_back(pending);
+        self.version_jobs.bits_pending.lock().push_back(pending);
         self.wake_reclaimer();
     }
 
     /// Whether a volume's bits may still be estimates: a job is queued for it, or
     /// being worked on (the job has left the queue but not yet written its bits).
     pub(crate) fn bits_unsettled(&self, volume: u64) -> bool {
-        let pending = self.bits_pending.lock();
-        pending.iter().any(|p| p.volume == volume) || *self.bits_in_progress.lock() == Some(volume)
+        let pending = self.version_jobs.bits_pending.lock();
+        pending.iter().any(|p| p.volume == volume)
+            || *self.version_jobs.bits_in_progress.lock() == Some(volume)
     }
 
     /// Every volume whose bits may still be estimates, in one pass over the queue
     /// (for reports over all volumes).
     pub(crate) fn unsettled_volumes(&self) -> std::collections::HashSet<u64> {
-        let pending = self.bits_pending.lock();
+        let pending = self.version_jobs.bits_pending.lock();
         let mut volumes: std::collections::HashSet<u64> =
             pending.iter().map(|p| p.volume).collect();
-        volumes.extend(*self.bits_in_progress.lock());
+        volumes.extend(*self.version_jobs.bits_in_progress.lock());
         volumes
     }
 
@@ -58,12 +59,15 @@ impl Engine {
             let grains = view.size_bytes.div_ceil(crate::GRAIN_BYTES);
             for (start, rec) in view.ranges.iter() {
                 if matches!(rec.kind, RangeKind::Ref { .. }) && start < grains {
-                    self.bits_pending.lock().push_back(PendingBits {
-                        volume: volume.id,
-                        start,
-                        end: rec.end_grain.min(grains),
-                        seq: rec.seq,
-                    });
+                    self.version_jobs
+                        .bits_pending
+                        .lock()
+                        .push_back(PendingBits {
+                            volume: volume.id,
+                            start,
+                            end: rec.end_grain.min(grains),
+                            seq: rec.seq,
+                        });
                 }
             }
         }
@@ -72,15 +76,15 @@ impl Engine {
     /// Settles one batch; false when nothing is queued.
     pub(crate) fn bits_step(&self) -> Result<bool> {
         let job = {
-            let mut pending = self.bits_pending.lock();
+            let mut pending = self.version_jobs.bits_pending.lock();
             let Some(job) = pending.pop_front() else {
                 return Ok(false);
             };
-            *self.bits_in_progress.lock() = Some(job.volume);
+            *self.version_jobs.bits_in_progress.lock() = Some(job.volume);
             job
         };
         let result = self.settle(job);
-        *self.bits_in_progress.lock() = None;
+        *self.version_jobs.bits_in_progress.lock() = None;
         result
     }
 
@@ -104,7 +108,8 @@ impl Engine {
         let Some((_, record)) = covering else {
             if let Some(next) = view.ranges.next_start_after(job.start) {
                 if next < job.end {
-                    self.bits_pending
+                    self.version_jobs
+                        .bits_pending
                         .lock()
                         .push_back(PendingBits { start: next, ..job });
                 }
@@ -124,7 +129,8 @@ impl Engine {
             return Ok(true);
         }
         if end < job.end {
-            self.bits_pending
+            self.version_jobs
+                .bits_pending
                 .lock()
                 .push_back(PendingBits { start: end, ..job });
         }
@@ -157,7 +163,7 @@ impl Engine {
         data.truncate((settled_end - job.start) as usize);
         // Under the writer mutex, so no write's bits land between the check of
         // newer mappings and the update.
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         self.commit_pending(&mut ws)?;
         let current = self.begin_read()?;
         let current_maps = current.open_table(schema::MAPPINGS).map_err(kv_error)?;

@@ -203,12 +203,13 @@ pub fn split_full_name(full: &str) -> Option<(&str, &str)> {
 
 impl Engine {
     pub(crate) fn snapshot_by_id(&self, id: u64) -> Option<Arc<SnapshotShared>> {
-        self.snapshots.read().get(&id).cloned()
+        self.catalog.snapshots.read().get(&id).cloned()
     }
 
     /// A named snapshot of a volume, destroyed or not.
     pub(crate) fn find_snapshot(&self, volume: &str, name: &str) -> Result<Arc<SnapshotShared>> {
-        self.snapshots
+        self.catalog
+            .snapshots
             .read()
             .values()
             .find(|s| s.volume_name == volume && s.state.lock().name.as_deref() == Some(name))
@@ -293,7 +294,7 @@ impl Engine {
     ) -> Result<(Vec<Arc<SnapshotShared>>, Duration)> {
         members.sort_by_key(|(m, _)| m.id);
         let views: Vec<_> = members.iter().map(|(m, _)| m.view.read()).collect();
-        let mut ws = self.writer.lock();
+        let mut ws = self.committer.writer.lock();
         // Writes are held from here (the writer mutex) until it is released.
         let held_since = Instant::now();
         // Under the members' views: a snapshot either commits before an
@@ -336,7 +337,7 @@ impl Engine {
         // whatever decides from the map what is still needed (pins a frozen
         // range map references, a volume's snapshots at eradication) must
         // not see a snapshot's seq without the snapshot.
-        let mut all = self.snapshots.write();
+        let mut all = self.catalog.snapshots.write();
         for s in &taken {
             all.insert(s.id, s.clone());
         }
@@ -373,12 +374,14 @@ impl Engine {
         destroyed: bool,
     ) -> Result<Vec<SnapshotInfo>> {
         if let Some(volume) = volume {
-            if self.shared_volume(volume).is_err() && !self.destroyed.read().contains_key(volume) {
+            if self.shared_volume(volume).is_err()
+                && !self.catalog.destroyed.read().contains_key(volume)
+            {
                 return Err(EngineError::VolumeNotFound(volume.to_string()));
             }
         }
-        let all: Vec<_> = self.snapshots.read().values().cloned().collect();
-        let live_volumes = self.volumes.read();
+        let all: Vec<_> = self.catalog.snapshots.read().values().cloned().collect();
+        let live_volumes = self.catalog.volumes.read();
         Ok(all
             .iter()
             .filter(|s| !s.is_pin())
@@ -398,6 +401,7 @@ impl Engine {
         let size_bytes = volume.view.read().size_bytes;
         let last_change = volume.last_change_seq.load(Ordering::SeqCst);
         let newest = self
+            .catalog
             .snapshots
             .read()
             .values()

@@ -9,6 +9,7 @@ use crate::GRAIN_BYTES;
 /// Compressed payloads must save at least this share of the grain to be kept:
 /// 1/8, so a record is stored compressed only at ≤ 3584 bytes.
 pub const COMPRESSED_MAX_BYTES: usize = (GRAIN_BYTES as usize) - (GRAIN_BYTES as usize) / 8;
+const _: () = assert!(COMPRESSED_MAX_BYTES < GRAIN_BYTES as usize);
 
 /// XXH3-128 of the grain. Fast (a tenth of BLAKE3's cost, which was a quarter
 /// of the daemon's CPU in 1 MiB writes) but not collision-resistant: a grain

@@ -36,6 +36,12 @@ const MAX_BATCH_GRAINS: usize = 8192;
 /// bench/RESULTS.md). Small writes still batch up to the limits above: for
 /// them one commit a batch is what makes deep queues cheap.
 const SOLO_WRITE_GRAINS: usize = 256;
+// A batch's payloads are held in memory until it commits (32 MiB at most), it
+// fits in the open transaction it joins, and a write committed alone is one
+// batch.
+const _: () = assert!(MAX_BATCH_GRAINS as u64 * crate::GRAIN_BYTES <= 32 << 20);
+const _: () = assert!(MAX_BATCH_GRAINS as u64 <= crate::write::uncommitted::MAX_OPEN_GRAINS);
+const _: () = assert!(SOLO_WRITE_GRAINS <= MAX_BATCH_GRAINS);
 
 /// Whether `job` may join `batch` (not empty, holding `grains`).
 fn joins_batch(batch: &[Arc<WriteJob>], grains: usize, job: &WriteJob) -> bool {
@@ -141,7 +147,11 @@ impl Engine {
         contents: Vec<GrainContent>,
     ) -> Result<()> {
         let job = WriteJob::new(volume, first_grain, contents);
-        self.write_queue.jobs.lock().push_back(job.clone());
+        self.committer
+            .write_queue
+            .jobs
+            .lock()
+            .push_back(job.clone());
         self.wait_or_lead(&job)
     }
 
@@ -156,7 +166,7 @@ impl Engine {
                 if let Some(result) = done.take() {
                     return result;
                 }
-                if !self.write_queue.is_head(job) {
+                if !self.committer.write_queue.is_head(job) {
                     // `take_batch` wakes the new head under this lock, so the
                     // wake-up cannot fall between the check and the wait.
                     job.completed.wait(&mut done);
@@ -164,9 +174,9 @@ impl Engine {
                 }
             }
             {
-                let mut ws = self.writer.lock();
+                let mut ws = self.committer.writer.lock();
                 // Only the head leads, and the head is taken only by its own batch.
-                assert!(job.done.lock().is_none() && self.write_queue.is_head(job));
+                assert!(job.done.lock().is_none() && self.committer.write_queue.is_head(job));
                 self.lead(&mut ws, job);
             }
             // A batch that filled the open transaction committed it.
@@ -208,7 +218,7 @@ impl Engine {
     /// Takes the next batch off the head of the queue, and wakes the writer of
     /// the new head so that it waits for the writer mutex to lead the next.
     fn take_batch(&self) -> Vec<Arc<WriteJob>> {
-        let mut jobs = self.write_queue.jobs.lock();
+        let mut jobs = self.committer.write_queue.jobs.lock();
         let mut batch = Vec::new();
         let mut grains = 0;
         while let Some(job) = jobs.front() {
@@ -331,7 +341,7 @@ impl Engine {
         let (bits, seq, stored) = if deferred {
             let (bits, seq, pending, stored) = self.transact_deferred(ws, grains, true, apply)?;
             // Before the writes are acknowledged: readers find them here.
-            self.pending.insert(pending);
+            self.committer.pending.insert(pending);
             (bits, seq, stored)
         } else {
             let (bits, seq, _, stored) = self.transact(ws, true, apply)?;
@@ -344,7 +354,7 @@ impl Engine {
         // moves. (Measured on 1 MiB reads after 1 MiB writes: no difference
         // beyond the noise; the lookups it saves are counted by a test.)
         for (id, rec) in &stored {
-            self.locations.insert(*id, rec);
+            self.caches.locations.insert(*id, rec);
         }
         // Still under the writer mutex: bitmap updates land in commit order.
         for (job, job_bits) in batch.iter().zip(bits) {
@@ -486,7 +496,12 @@ mod tests {
     /// before it waits.
     fn queue_write(engine: &Engine, volume: &Arc<VolumeShared>, grain: u64) -> Arc<WriteJob> {
         let job = WriteJob::new(volume.clone(), grain, vec![data_grain(grain as u8)]);
-        engine.write_queue.jobs.lock().push_back(job.clone());
+        engine
+            .committer
+            .write_queue
+            .jobs
+            .lock()
+            .push_back(job.clone());
         job
     }
 
@@ -525,20 +540,20 @@ mod tests {
             );
         }
         assert_eq!(
-            engine.write_queue.jobs.lock().len(),
+            engine.committer.write_queue.jobs.lock().len(),
             after.len() - committed_after
         );
         // The rest is committed by each new head in turn.
         let mut heads = Vec::new();
         for _ in 0..after.len() {
-            let Some(head) = engine.write_queue.jobs.lock().front().cloned() else {
+            let Some(head) = engine.committer.write_queue.jobs.lock().front().cloned() else {
                 break;
             };
             engine.wait_or_lead(&head).unwrap();
             heads.push(head);
         }
         assert_eq!(heads.len(), 2, "two more batches");
-        assert!(engine.write_queue.jobs.lock().is_empty());
+        assert!(engine.committer.write_queue.jobs.lock().is_empty());
         // A writer takes its own result; every other one is still there.
         for job in &after {
             let taken = heads.iter().any(|head| Arc::ptr_eq(head, job));
@@ -596,7 +611,7 @@ mod tests {
         for (i, &size) in sizes.iter().enumerate() {
             let contents = (0..size).map(|g| data_grain((i * 7 + g) as u8)).collect();
             let job = WriteJob::new(volume.clone(), first_grain, contents);
-            engine.write_queue.jobs.lock().push_back(job);
+            engine.committer.write_queue.jobs.lock().push_back(job);
             first_grain += size as u64;
         }
         let mut batch_sizes = Vec::new();
@@ -635,7 +650,7 @@ mod tests {
         const WRITERS: u64 = 2 * MAX_BATCH_WRITES as u64 + 8;
         for round in 0..3u64 {
             let (finished_tx, finished_rx) = std::sync::mpsc::channel();
-            let held = engine.writer.lock();
+            let held = engine.committer.writer.lock();
             // Not scoped: a writer left asleep must fail the test, not hang it.
             let writers: Vec<_> = (0..WRITERS)
                 .map(|w| {
@@ -650,12 +665,15 @@ mod tests {
                 })
                 .collect();
             for _ in 0..10_000 {
-                if engine.write_queue.jobs.lock().len() as u64 == WRITERS {
+                if engine.committer.write_queue.jobs.lock().len() as u64 == WRITERS {
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
-            assert_eq!(engine.write_queue.jobs.lock().len() as u64, WRITERS);
+            assert_eq!(
+                engine.committer.write_queue.jobs.lock().len() as u64,
+                WRITERS
+            );
             // Let every writer get to its wait.
             std::thread::sleep(std::time::Duration::from_millis(50));
             drop(held);
@@ -667,7 +685,7 @@ mod tests {
             for writer in writers {
                 writer.join().unwrap();
             }
-            assert!(engine.write_queue.jobs.lock().is_empty());
+            assert!(engine.committer.write_queue.jobs.lock().is_empty());
         }
         let volume = engine.open_volume("v").unwrap();
         let mut back = vec![0u8; GRAIN_BYTES as usize];
@@ -734,12 +752,12 @@ mod tests {
             }
         };
         assert_eq!(commits(), 0, "no write batch committed on its own");
-        assert!(engine.writer.lock().open_txn.is_some());
+        assert!(engine.committer.writer.lock().open_txn.is_some());
         check(&volume);
         // Block status commits the open transaction and sees every write.
         let extents = volume.extents(0, 101 * GRAIN_BYTES).unwrap();
         assert_eq!(commits(), 1);
-        assert!(engine.writer.lock().open_txn.is_none());
+        assert!(engine.committer.writer.lock().open_txn.is_none());
         let data: u64 = extents
             .iter()
             .filter(|e| e.state == crate::ExtentState::Data)
@@ -775,7 +793,13 @@ mod tests {
         for i in 0..writes {
             let data: Vec<u8> = (0..write_bytes).map(|b| (b / 8 + i) as u8).collect();
             volume.write(i * write_bytes, &data).unwrap();
-            let open_grains = engine.writer.lock().open_txn.as_ref().map(|o| o.grains);
+            let open_grains = engine
+                .committer
+                .writer
+                .lock()
+                .open_txn
+                .as_ref()
+                .map(|o| o.grains);
             if i + 1 < writes {
                 assert_eq!(open_grains, Some((i + 1) * 256));
             } else {
@@ -1005,6 +1029,7 @@ mod tests {
         // The first hit reads the block's payload back and keeps it.
         volume.write(GRAIN_BYTES, &grain_bytes(1)).unwrap();
         assert!(engine
+            .committer
             .writer
             .lock()
             .proven
@@ -1082,7 +1107,7 @@ mod tests {
         // cleared when its block is freed).
         let key =
             crate::write::transaction::dedup_key(&crate::write::classify::fingerprint(&grain));
-        engine.dedup_hints.insert(key);
+        engine.committer.dedup_hints.insert(key);
         volume.write(0, &grain).unwrap();
         assert_eq!(hinted(&engine), 1);
         assert_eq!(block_rows(&engine), 1);

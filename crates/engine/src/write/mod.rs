@@ -2,7 +2,7 @@
 //! group commit of queued host writes (`group_commit`), the metadata
 //! transaction with block reference counting and segment allocation
 //! (`transaction`, `appends`), and writes acknowledged but not yet committed
-//! (`uncommitted`).
+//! (`uncommitted`); the state they share is the `committer`'s.
 //!
 //! Knows no versions: a write replaces the live mapping and hands the old one
 //! to history or release as the transaction's rules say.
@@ -11,6 +11,7 @@
 
 pub(crate) mod appends;
 pub mod classify;
+pub(crate) mod committer;
 pub(crate) mod group_commit;
 pub(crate) mod transaction;
 pub(crate) mod uncommitted;

@@ -1,0 +1,36 @@
+//! The background worker's state, and the host activity it yields to.
+//! The loop itself is `reclaimer::start`; what each step does is in
+//! `reclaimer` and `cleaner`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
+
+/// The background worker: its thread and wake-up, where its round over the
+/// containers starts, how long until one has tokens again, and the one-cleaner
+/// lock.
+pub(crate) struct Scheduler {
+    /// Round-robin start of the reclaim scheduler over containers.
+    pub reclaim_cursor: AtomicU64,
+    /// How long until some container with a backlog has tokens again.
+    pub reclaim_token_wait: Mutex<Option<std::time::Duration>>,
+    pub reclaim_wake: (Mutex<bool>, Condvar),
+    pub shutdown: AtomicBool,
+    pub reclaimer: Mutex<Option<JoinHandle<()>>>,
+    /// One cleaner at a time, background or a writer short of room: the
+    /// cleaner's reserve holds one victim's live records (see `clean`).
+    pub cleaner: Mutex<()>,
+}
+
+/// Host I/O as background work sees it, to yield to it.
+pub(crate) struct HostActivity {
+    /// Host I/O requests in progress: background work yields while there are any.
+    pub foreground_inflight: AtomicU64,
+    /// Host I/O requests begun since start: background work backs off while it
+    /// moves.
+    pub foreground_ops: AtomicU64,
+    /// Host ops count when background work last saw it change, and when: big
+    /// background steps wait until hosts have been quiet for a while.
+    pub foreground_seen: Mutex<(u64, std::time::Instant)>,
+}

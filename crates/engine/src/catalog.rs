@@ -24,7 +24,7 @@ use crate::{
 /// to extend).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VolumeRec {
-    pub id: u64,
+    pub id: crate::ids::VolumeId,
     pub name: String,
     pub size_bytes: u64,
     pub created_unix_s: u64,
@@ -120,7 +120,7 @@ impl Engine {
             self.check_reservation(&ws, grains)?;
         }
         let (rec, ranges) = self.transact(&mut ws, true, |st, t, _| {
-            st.next_volume_id += 1;
+            st.next_volume_id = st.next_volume_id.next();
             let rec = VolumeRec {
                 id: st.next_volume_id,
                 name: name.to_string(),
@@ -142,7 +142,7 @@ impl Engine {
                     reclaimed: true,
                 };
                 t.ranges()?
-                    .insert((rec.id, 0), &range.encode()[..])
+                    .insert((rec.id.get(), 0), &range.encode()[..])
                     .map_err(kv_error)?;
                 st.records_written += 1;
                 ranges.load(0, range);
@@ -294,7 +294,7 @@ impl Engine {
             .volumes
             .read()
             .values()
-            .map(|v| (v.id, v.name.clone()))
+            .map(|v| (v.id.get(), v.name.clone()))
             .collect()
     }
 
@@ -319,7 +319,7 @@ impl Engine {
         let physical = unique + shared_bytes;
         VolumeInfo {
             name: shared.name.clone(),
-            id: shared.id,
+            id: shared.id.get(),
             size_bytes,
             written_bytes,
             written_settling,
@@ -372,7 +372,7 @@ impl Engine {
     /// once counts whole; a shared block counts its size divided by its references,
     /// so the figures of all volumes add up to the live bytes. One scan of the
     /// volume's mappings.
-    fn physical_of(&self, volume: u64) -> Result<(u64, u64)> {
+    fn physical_of(&self, volume: crate::ids::VolumeId) -> Result<(u64, u64)> {
         self.commit_pending_now()?;
         let txn = self.begin_read()?;
         let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
@@ -427,7 +427,11 @@ impl Engine {
         let backlog_grains: u64 = {
             let named = self.named_volumes();
             let ws = self.committer.writer.lock();
-            let doomed: u64 = ws.doomed.keys().map(|id| ws.mapping_count(*id)).sum();
+            let doomed: u64 = ws
+                .doomed
+                .keys()
+                .map(|id| ws.mapping_count(crate::ids::VolumeId::new(*id)))
+                .sum();
             doomed + named.iter().map(|v| v.backlog_grains(&ws)).sum::<u64>()
         };
         for v in &volumes {
@@ -611,7 +615,7 @@ pub(crate) struct Catalog {
     /// Destroyed volumes, recoverable until eradicated.
     pub destroyed: RwLock<HashMap<String, Arc<VolumeShared>>>,
     /// Eradicated volumes whose data snapshots (pins) still need: id → record.
-    pub retained: Mutex<BTreeMap<u64, VolumeRec>>,
+    pub retained: Mutex<BTreeMap<crate::ids::VolumeId, VolumeRec>>,
     pub snapshots: RwLock<BTreeMap<u64, Arc<crate::versions::snapshot::SnapshotShared>>>,
     /// Serialises taking pins with dropping unreferenced ones.
     pub pin_lock: Mutex<()>,

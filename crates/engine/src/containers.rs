@@ -46,8 +46,11 @@ impl Engine {
 
     /// The container of a volume (live, destroyed or retained); the default
     /// one when the volume is gone.
-    pub(crate) fn container_of_volume(&self, volume_id: u64) -> Arc<ContainerShared> {
-        let id = match self.volume_by_id(volume_id) {
+    pub(crate) fn container_of_volume(
+        &self,
+        volume_id: crate::ids::VolumeId,
+    ) -> Arc<ContainerShared> {
+        let id = match self.volume_by_id(volume_id.get()) {
             Some(v) => v.container.id,
             None => self
                 .catalog
@@ -239,7 +242,7 @@ impl Engine {
             .doomed_containers
             .iter()
             .filter(|(_, &c)| c == container)
-            .map(|(id, _)| ws.mapping_count(*id))
+            .map(|(id, _)| ws.mapping_count(crate::ids::VolumeId::new(*id)))
             .sum();
         doomed + members.iter().map(|v| v.backlog_grains(&ws)).sum::<u64>()
     }

@@ -453,11 +453,11 @@ impl Engine {
             }
             let edits = planned.insert(start, rec);
             for s in &edits.removed_starts {
-                t.ranges()?.remove((vol.id, *s)).map_err(kv_error)?;
+                t.ranges()?.remove((vol.id.get(), *s)).map_err(kv_error)?;
             }
             for (s, r) in &edits.upserted {
                 t.ranges()?
-                    .insert((vol.id, *s), &r.encode()[..])
+                    .insert((vol.id.get(), *s), &r.encode()[..])
                     .map_err(kv_error)?;
             }
             st.records_written += (edits.removed_starts.len() + edits.upserted.len()) as u64;

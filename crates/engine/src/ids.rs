@@ -12,7 +12,11 @@ use std::str::FromStr;
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident($int:ty)) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
+            serde::Serialize, serde::Deserialize,
+        )]
+        #[serde(transparent)]
         pub struct $name($int);
 
         impl $name {
@@ -49,6 +53,12 @@ macro_rules! id_type {
 id_type!(
     /// A segment file of the log (`segments/<id>.seg`), never reused.
     SegmentId(u32)
+);
+
+id_type!(
+    /// A volume, from creation to eradication; never reused (snapshots take
+    /// their ids from the same counter).
+    VolumeId(u64)
 );
 
 id_type!(

@@ -212,7 +212,7 @@ pub struct EngineStats {
 
 /// A volume as the engine keeps it in memory.
 pub(crate) struct VolumeShared {
-    pub id: u64,
+    pub id: crate::ids::VolumeId,
     pub name: String,
     pub created_unix_s: u64,
     pub provisioning: Provisioning,
@@ -808,7 +808,7 @@ impl Volume {
 
     /// Stable id, unique in the array (never reused).
     pub fn id(&self) -> u64 {
-        self.shared.id
+        self.shared.id.get()
     }
 
     pub fn provisioning(&self) -> Provisioning {

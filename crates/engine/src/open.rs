@@ -18,9 +18,9 @@ use std::sync::Arc;
 pub(crate) struct Recovered {
     pub volumes: HashMap<String, Arc<VolumeShared>>,
     pub destroyed: HashMap<String, Arc<VolumeShared>>,
-    pub retained: BTreeMap<u64, VolumeRec>,
+    pub retained: BTreeMap<crate::ids::VolumeId, VolumeRec>,
     pub snapshots: BTreeMap<u64, Arc<SnapshotShared>>,
-    pub sweep_pending: BTreeMap<u64, crate::versions::lifecycle::SweepCursor>,
+    pub sweep_pending: BTreeMap<crate::ids::VolumeId, crate::versions::lifecycle::SweepCursor>,
     pub writer: WriterState,
 }
 
@@ -39,7 +39,10 @@ pub(crate) fn recover(
     let mut ws = WriterState {
         next_block_id: crate::ids::BlockId::new(schema::read_counter(&counters, "next_block_id")?),
         next_seq: schema::read_counter(&counters, "next_seq")?,
-        next_volume_id: schema::read_counter(&counters, "next_volume_id")?,
+        next_volume_id: crate::ids::VolumeId::new(schema::read_counter(
+            &counters,
+            "next_volume_id",
+        )?),
         next_segment_id: SegmentId::new(
             schema::read_counter(&counters, "next_segment_id")?
                 .try_into()
@@ -121,7 +124,7 @@ pub(crate) fn recover(
     let history = txn.open_table(schema::HISTORY).map_err(kv_error)?;
     let range_history = txn.open_table(schema::RANGE_HISTORY).map_err(kv_error)?;
     let all_volumes = loaded.live.values().chain(loaded.destroyed.values());
-    let ids: Vec<u64> = all_volumes
+    let ids: Vec<crate::ids::VolumeId> = all_volumes
         .clone()
         .map(|v| v.id)
         .chain(loaded.retained.keys().copied())
@@ -142,12 +145,12 @@ pub(crate) fn recover(
     }
     for id in ids {
         let has_history = history
-            .range((id, 0, 0)..=(id, u64::MAX, u64::MAX))
+            .range((id.get(), 0, 0)..=(id.get(), u64::MAX, u64::MAX))
             .map_err(kv_error)?
             .next()
             .is_some()
             || range_history
-                .range((id, 0, 0)..=(id, u64::MAX, u64::MAX))
+                .range((id.get(), 0, 0)..=(id.get(), u64::MAX, u64::MAX))
                 .map_err(kv_error)?
                 .next()
                 .is_some();
@@ -178,7 +181,7 @@ fn load_snapshots(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Arc<Snaps
             .map_err(|e| EngineError::Corruption(format!("snapshot record: {e}")))?;
         let mut ranges = RangeMap::default();
         for item in range_table
-            .range((rec.volume_id, 0)..=(rec.volume_id, u64::MAX))
+            .range((rec.volume_id.get(), 0)..=(rec.volume_id.get(), u64::MAX))
             .map_err(kv_error)?
         {
             let (key, value) = item.map_err(kv_error)?;
@@ -188,7 +191,7 @@ fn load_snapshots(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Arc<Snaps
             }
         }
         for item in range_history
-            .range((rec.volume_id, 0, 0)..=(rec.volume_id, u64::MAX, u64::MAX))
+            .range((rec.volume_id.get(), 0, 0)..=(rec.volume_id.get(), u64::MAX, u64::MAX))
             .map_err(kv_error)?
         {
             let (key, value) = item.map_err(kv_error)?;
@@ -321,7 +324,7 @@ fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<
 struct LoadedVolumes {
     live: HashMap<String, Arc<VolumeShared>>,
     destroyed: HashMap<String, Arc<VolumeShared>>,
-    retained: BTreeMap<u64, VolumeRec>,
+    retained: BTreeMap<crate::ids::VolumeId, VolumeRec>,
 }
 
 /// Point-mapping records per volume.
@@ -356,7 +359,9 @@ fn load_volumes(
         let (id, json) = item.map_err(kv_error)?;
         let rec: VolumeRec = serde_json::from_slice(json.value())
             .map_err(|e| EngineError::Corruption(format!("retained volume record: {e}")))?;
-        loaded.retained.insert(id.value(), rec);
+        loaded
+            .retained
+            .insert(crate::ids::VolumeId::new(id.value()), rec);
     }
     for item in vol_table.iter().map_err(kv_error)? {
         let (_, json) = item.map_err(kv_error)?;
@@ -364,7 +369,7 @@ fn load_volumes(
             .map_err(|e| EngineError::Corruption(format!("volume record: {e}")))?;
         let mut ranges = RangeMap::default();
         for item in range_table
-            .range((rec.id, 0)..=(rec.id, u64::MAX))
+            .range((rec.id.get(), 0)..=(rec.id.get(), u64::MAX))
             .map_err(kv_error)?
         {
             let (key, value) = item.map_err(kv_error)?;

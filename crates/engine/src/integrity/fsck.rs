@@ -146,7 +146,7 @@ impl Engine {
         highest.volume_id = snapshots
             .iter()
             .map(|&(id, _)| id)
-            .chain(views.iter().map(|(v, _, _)| v.id))
+            .chain(views.iter().map(|(v, _, _)| v.id.get()))
             .fold(0, u64::max);
         highest.segment = highest.segment.max(ws.segments.keys().next_back().copied());
         problems.extend(highest.past_counters(&ws));
@@ -238,7 +238,11 @@ impl Highest {
         for (what, highest, counter) in [
             ("block id", self.block_id, ws.next_block_id.get()),
             ("seq", self.seq, ws.next_seq),
-            ("volume or snapshot id", self.volume_id, ws.next_volume_id),
+            (
+                "volume or snapshot id",
+                self.volume_id,
+                ws.next_volume_id.get(),
+            ),
         ] {
             if highest > counter {
                 problems.push(format!("{what} {highest} is past its counter {counter}"));

@@ -448,7 +448,7 @@ impl Engine {
         let mut groups: BTreeMap<(String, bool, Vec<String>), BTreeSet<u64>> = BTreeMap::new();
         for (volume, grain, seq, died) in hits {
             let snapshots: Vec<String> = self
-                .snapshots_of(volume)
+                .snapshots_of(crate::ids::VolumeId::new(volume))
                 .iter()
                 .filter(|s| s.seq >= seq && died.is_none_or(|died| s.seq < died))
                 .map(|s| s.display_name())
@@ -485,7 +485,12 @@ impl Engine {
         if let Some(volume) = self.volume_by_id(id) {
             return volume.name.clone();
         }
-        match self.catalog.retained.lock().get(&id) {
+        match self
+            .catalog
+            .retained
+            .lock()
+            .get(&crate::ids::VolumeId::new(id))
+        {
             Some(rec) => format!("{} (eradicated)", rec.name),
             None => format!("#{id}"),
         }

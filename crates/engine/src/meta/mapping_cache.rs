@@ -80,12 +80,12 @@ impl ChangedMappings {
     pub const NONE: ChangedMappings = ChangedMappings::Keys(Vec::new());
 
     /// Point mapping (volume, grain) is now `value` (`None`: removed).
-    pub fn add(&mut self, volume: u64, grain: u64, value: Option<MapValue>) {
+    pub fn add(&mut self, volume: crate::ids::VolumeId, grain: u64, value: Option<MapValue>) {
         if let ChangedMappings::Keys(keys) = self {
             if keys.len() >= MAX_LISTED_CHANGES {
                 *self = ChangedMappings::Everything;
             } else {
-                keys.push((volume, grain, value));
+                keys.push((volume.get(), grain, value));
             }
         }
     }
@@ -148,7 +148,8 @@ pub(crate) struct MapCache {
     max_entries: usize,
 }
 
-fn key(volume: u64, grain: u64) -> Option<u64> {
+fn key(volume: crate::ids::VolumeId, grain: u64) -> Option<u64> {
+    let volume = volume.get();
     (volume < 1 << VOLUME_BITS && grain < 1 << GRAIN_BITS).then_some(volume << GRAIN_BITS | grain)
 }
 
@@ -204,7 +205,7 @@ impl MapCache {
     pub fn get(
         &self,
         generation: u64,
-        volume: u64,
+        volume: crate::ids::VolumeId,
         (first, end): (u64, u64),
     ) -> Option<Vec<(u64, MapValue)>> {
         let inner = self.inner.lock();
@@ -227,7 +228,7 @@ impl MapCache {
     pub fn insert(
         &self,
         generation: u64,
-        volume: u64,
+        volume: crate::ids::VolumeId,
         (first, end): (u64, u64),
         found: &[(u64, MapValue)],
     ) {
@@ -249,7 +250,13 @@ impl MapCache {
         assert!(found.next().is_none(), "found mappings lie in the range");
     }
 
-    fn put(&self, inner: &mut Inner, volume: u64, grain: u64, value: Option<MapValue>) {
+    fn put(
+        &self,
+        inner: &mut Inner,
+        volume: crate::ids::VolumeId,
+        grain: u64,
+        value: Option<MapValue>,
+    ) {
         let Some(key) = key(volume, grain) else {
             return;
         };
@@ -360,7 +367,7 @@ impl MapCache {
         for slice in deferred.keys.chunks(CHANGES_PER_SLICE) {
             let mut inner = self.inner.lock();
             for &(volume, grain, value) in slice {
-                self.put(&mut inner, volume, grain, value);
+                self.put(&mut inner, crate::ids::VolumeId::new(volume), grain, value);
             }
         }
         self.inner.lock().generation = deferred.generation;
@@ -391,14 +398,31 @@ mod tests {
             seq: 9,
             target: GrainTarget::Pattern(u64::MAX),
         };
-        cache.insert(0, 3, (10, 14), &[(10, block(5, 77)), (13, pattern)]);
+        cache.insert(
+            0,
+            crate::ids::VolumeId::new(3),
+            (10, 14),
+            &[(10, block(5, 77)), (13, pattern)],
+        );
         assert_eq!(
-            cache.get(0, 3, (10, 14)),
+            cache.get(0, crate::ids::VolumeId::new(3), (10, 14)),
             Some(vec![(10, block(5, 77)), (13, pattern)])
         );
-        assert_eq!(cache.get(0, 3, (11, 13)), Some(vec![]), "known absent");
-        assert_eq!(cache.get(0, 3, (12, 15)), None, "grain 14 unknown");
-        assert_eq!(cache.get(0, 4, (10, 11)), None, "another volume");
+        assert_eq!(
+            cache.get(0, crate::ids::VolumeId::new(3), (11, 13)),
+            Some(vec![]),
+            "known absent"
+        );
+        assert_eq!(
+            cache.get(0, crate::ids::VolumeId::new(3), (12, 15)),
+            None,
+            "grain 14 unknown"
+        );
+        assert_eq!(
+            cache.get(0, crate::ids::VolumeId::new(4), (10, 11)),
+            None,
+            "another volume"
+        );
     }
 
     /// A read of an older generation neither finds nor adds entries; a commit
@@ -407,29 +431,41 @@ mod tests {
     #[test]
     fn a_commit_applies_its_changes_and_refuses_older_views() {
         let cache = MapCache::new(100);
-        cache.insert(0, 1, (0, 4), &[(0, block(1, 1)), (1, block(1, 2))]);
+        cache.insert(
+            0,
+            crate::ids::VolumeId::new(1),
+            (0, 4),
+            &[(0, block(1, 1)), (1, block(1, 2))],
+        );
         let mut changed = ChangedMappings::NONE;
-        changed.add(1, 1, Some(block(2, 3)));
-        changed.add(1, 1, Some(block(3, 4)));
-        changed.add(1, 2, Some(block(3, 5)));
-        changed.add(1, 0, None);
-        changed.add(1, 7, Some(block(3, 6)));
+        changed.add(crate::ids::VolumeId::new(1), 1, Some(block(2, 3)));
+        changed.add(crate::ids::VolumeId::new(1), 1, Some(block(3, 4)));
+        changed.add(crate::ids::VolumeId::new(1), 2, Some(block(3, 5)));
+        changed.add(crate::ids::VolumeId::new(1), 0, None);
+        changed.add(crate::ids::VolumeId::new(1), 7, Some(block(3, 6)));
         cache.committed(cache.begin_commit(), changed, true, || 1);
-        assert_eq!(cache.get(0, 1, (0, 1)), None, "older view");
         assert_eq!(
-            cache.get(1, 1, (0, 4)),
+            cache.get(0, crate::ids::VolumeId::new(1), (0, 1)),
+            None,
+            "older view"
+        );
+        assert_eq!(
+            cache.get(1, crate::ids::VolumeId::new(1), (0, 4)),
             Some(vec![(1, block(3, 4)), (2, block(3, 5))]),
             "the last change of each key; grain 3 as it was"
         );
-        assert_eq!(cache.get(1, 1, (7, 8)), Some(vec![(7, block(3, 6))]));
-        cache.insert(0, 1, (1, 2), &[(1, block(1, 2))]);
         assert_eq!(
-            cache.get(1, 1, (1, 2)),
+            cache.get(1, crate::ids::VolumeId::new(1), (7, 8)),
+            Some(vec![(7, block(3, 6))])
+        );
+        cache.insert(0, crate::ids::VolumeId::new(1), (1, 2), &[(1, block(1, 2))]);
+        assert_eq!(
+            cache.get(1, crate::ids::VolumeId::new(1), (1, 2)),
             Some(vec![(1, block(3, 4))]),
             "stale insert refused"
         );
         let mut changed = ChangedMappings::NONE;
-        changed.add(1, 9, Some(block(4, 9)));
+        changed.add(crate::ids::VolumeId::new(1), 9, Some(block(4, 9)));
         cache.committed(cache.begin_commit(), changed, false, || 2);
         assert_eq!(cache.len(), 0, "a failed commit forgets everything");
         cache.committed(
@@ -451,37 +487,70 @@ mod tests {
         let large = |seq: u64| {
             let mut changed = ChangedMappings::NONE;
             for grain in 0..grains {
-                changed.add(1, grain, Some(block(seq, grain + 1)));
+                changed.add(
+                    crate::ids::VolumeId::new(1),
+                    grain,
+                    Some(block(seq, grain + 1)),
+                );
             }
             changed
         };
-        cache.insert(0, 1, (0, grains), &[]);
+        cache.insert(0, crate::ids::VolumeId::new(1), (0, grains), &[]);
         cache.committed(cache.begin_commit(), large(5), true, || 1);
         assert_eq!(cache.inner.lock().generation, BETWEEN_GENERATIONS);
-        assert_eq!(cache.get(1, 1, (0, 1)), None, "not yet applied");
-        cache.insert(1, 1, (0, 1), &[]);
-        assert_eq!(cache.get(1, 1, (0, 1)), None, "nor added to");
+        assert_eq!(
+            cache.get(1, crate::ids::VolumeId::new(1), (0, 1)),
+            None,
+            "not yet applied"
+        );
+        cache.insert(1, crate::ids::VolumeId::new(1), (0, 1), &[]);
+        assert_eq!(
+            cache.get(1, crate::ids::VolumeId::new(1), (0, 1)),
+            None,
+            "nor added to"
+        );
         cache.apply_deferred();
-        let all = cache.get(1, 1, (0, grains)).expect("all cached");
+        let all = cache
+            .get(1, crate::ids::VolumeId::new(1), (0, grains))
+            .expect("all cached");
         assert_eq!(all.len() as u64, grains);
         assert!(all.iter().all(|&(g, v)| v == block(5, g + 1)));
         cache.apply_deferred();
-        assert_eq!(cache.get(1, 1, (0, 1)), Some(vec![(0, block(5, 1))]));
+        assert_eq!(
+            cache.get(1, crate::ids::VolumeId::new(1), (0, 1)),
+            Some(vec![(0, block(5, 1))])
+        );
 
         // Left unapplied, they wait through later commits, which add theirs
         // behind them; then each key has its last change.
         cache.committed(cache.begin_commit(), large(6), true, || 2);
         cache.committed(cache.begin_commit(), ChangedMappings::NONE, true, || 3);
         let mut small = ChangedMappings::NONE;
-        small.add(1, 0, Some(block(7, 70)));
+        small.add(crate::ids::VolumeId::new(1), 0, Some(block(7, 70)));
         cache.committed(cache.begin_commit(), small, true, || 4);
-        assert_eq!(cache.get(4, 1, (0, 1)), None, "not yet applied");
-        cache.apply_deferred();
-        assert_eq!(cache.get(3, 1, (0, 1)), None, "an older view");
-        assert_eq!(cache.get(4, 1, (0, 1)), Some(vec![(0, block(7, 70))]));
-        assert_eq!(cache.get(4, 1, (1, 2)), Some(vec![(1, block(6, 2))]));
         assert_eq!(
-            cache.get(4, 1, (0, grains)).map(|all| all.len() as u64),
+            cache.get(4, crate::ids::VolumeId::new(1), (0, 1)),
+            None,
+            "not yet applied"
+        );
+        cache.apply_deferred();
+        assert_eq!(
+            cache.get(3, crate::ids::VolumeId::new(1), (0, 1)),
+            None,
+            "an older view"
+        );
+        assert_eq!(
+            cache.get(4, crate::ids::VolumeId::new(1), (0, 1)),
+            Some(vec![(0, block(7, 70))])
+        );
+        assert_eq!(
+            cache.get(4, crate::ids::VolumeId::new(1), (1, 2)),
+            Some(vec![(1, block(6, 2))])
+        );
+        assert_eq!(
+            cache
+                .get(4, crate::ids::VolumeId::new(1), (0, grains))
+                .map(|all| all.len() as u64),
             Some(grains)
         );
 
@@ -490,10 +559,10 @@ mod tests {
         cache.committed(cache.begin_commit(), ChangedMappings::NONE, false, || 6);
         cache.apply_deferred();
         assert_eq!(cache.len(), 0);
-        assert_eq!(cache.get(6, 1, (0, 1)), None);
-        cache.insert(6, 1, (0, 1), &[]);
+        assert_eq!(cache.get(6, crate::ids::VolumeId::new(1), (0, 1)), None);
+        cache.insert(6, crate::ids::VolumeId::new(1), (0, 1), &[]);
         assert_eq!(
-            cache.get(6, 1, (0, 1)),
+            cache.get(6, crate::ids::VolumeId::new(1), (0, 1)),
             Some(vec![]),
             "at the new generation"
         );
@@ -502,14 +571,17 @@ mod tests {
     #[test]
     fn starts_over_when_full_and_skips_keys_it_cannot_hold() {
         let cache = MapCache::new(8);
-        cache.insert(0, 1, (0, 8), &[]);
+        cache.insert(0, crate::ids::VolumeId::new(1), (0, 8), &[]);
         assert_eq!(cache.len(), 8);
-        cache.insert(0, 1, (8, 10), &[]);
+        cache.insert(0, crate::ids::VolumeId::new(1), (8, 10), &[]);
         assert_eq!(cache.len(), 2, "started over");
-        cache.insert(0, 1 << VOLUME_BITS, (0, 1), &[]);
-        assert_eq!(cache.get(0, 1 << VOLUME_BITS, (0, 1)), None);
+        cache.insert(0, crate::ids::VolumeId::new(1 << VOLUME_BITS), (0, 1), &[]);
+        assert_eq!(
+            cache.get(0, crate::ids::VolumeId::new(1 << VOLUME_BITS), (0, 1)),
+            None
+        );
         let off = MapCache::new(0);
-        off.insert(0, 1, (0, 1), &[]);
+        off.insert(0, crate::ids::VolumeId::new(1), (0, 1), &[]);
         assert_eq!(off.len(), 0);
     }
 
@@ -625,7 +697,7 @@ mod tests {
     fn too_many_changes_count_as_everything() {
         let mut changed = ChangedMappings::NONE;
         for grain in 0..=MAX_LISTED_CHANGES as u64 {
-            changed.add(1, grain, None);
+            changed.add(crate::ids::VolumeId::new(1), grain, None);
         }
         assert!(matches!(changed, ChangedMappings::Everything));
     }

@@ -82,8 +82,11 @@ impl Row {
 }
 
 /// The row key of (volume, grain) and the grain's place in the row.
-fn row_of(volume: u64, grain: u64) -> ((u64, u64), usize) {
-    ((volume, grain / ROW_GRAINS), (grain % ROW_GRAINS) as usize)
+fn row_of(volume: crate::ids::VolumeId, grain: u64) -> ((u64, u64), usize) {
+    (
+        (volume.get(), grain / ROW_GRAINS),
+        (grain % ROW_GRAINS) as usize,
+    )
 }
 
 /// Point mappings in grain order, as (volume, grain, mapping), from the rows of
@@ -131,12 +134,14 @@ impl Iterator for Points<'_> {
 /// The point mappings of grains `[first, end)` of `volume`, in grain order.
 pub(crate) fn range<'a>(
     table: &'a impl ReadableTable<(u64, u64), &'static [u8]>,
-    volume: u64,
+    volume: crate::ids::VolumeId,
     first: u64,
     end: u64,
 ) -> Result<Points<'a>> {
     let rows = if first >= end {
-        table.range((volume, 0)..(volume, 0)).map_err(kv_error)?
+        table
+            .range((volume.get(), 0)..(volume.get(), 0))
+            .map_err(kv_error)?
     } else {
         let (from, _) = row_of(volume, first);
         let (to, _) = row_of(volume, end - 1);
@@ -165,7 +170,7 @@ pub(crate) fn all<'a>(
 /// Whether any grain of `[first, end)` of `volume` has a point mapping.
 pub(crate) fn any_in(
     table: &impl ReadableTable<(u64, u64), &'static [u8]>,
-    volume: u64,
+    volume: crate::ids::VolumeId,
     first: u64,
     end: u64,
 ) -> Result<bool> {
@@ -178,7 +183,7 @@ pub(crate) fn any_in(
 /// Sets the point mapping of (volume, grain); returns the one it replaced.
 pub(crate) fn set(
     table: &mut Table<(u64, u64), &'static [u8]>,
-    volume: u64,
+    volume: crate::ids::VolumeId,
     grain: u64,
     value: MapValue,
 ) -> Result<Option<MapValue>> {
@@ -196,7 +201,7 @@ pub(crate) fn set(
 /// a time rather than a descent each.
 pub(crate) fn insert_run(
     table: &mut Table<(u64, u64), &'static [u8]>,
-    volume: u64,
+    volume: crate::ids::VolumeId,
     first: u64,
     values: &[MapValue],
 ) -> Result<()> {
@@ -215,7 +220,7 @@ pub(crate) fn insert_run(
         let whole = first <= base && base + ROW_GRAINS <= end;
         let mut row = match whole {
             true => Row::default(),
-            false => take_row(table, (volume, chunk))?.unwrap_or_default(),
+            false => take_row(table, (volume.get(), chunk))?.unwrap_or_default(),
         };
         for grain in first.max(base)..end.min(base + ROW_GRAINS) {
             let slot = &mut row.values[(grain - base) as usize];
@@ -224,7 +229,7 @@ pub(crate) fn insert_run(
             }
             *slot = Some(values[(grain - first) as usize]);
         }
-        rows.push(((volume, chunk), row));
+        rows.push(((volume.get(), chunk), row));
     }
     let mut buf = Vec::with_capacity(HEADER_BYTES + CHUNK * MapValue::BYTES);
     let mut cursor = table
@@ -245,7 +250,7 @@ pub(crate) fn insert_run(
 /// pass (cheaper than a removal each); what else they held goes back.
 pub(crate) fn extract_in(
     table: &mut Table<(u64, u64), &'static [u8]>,
-    volume: u64,
+    volume: crate::ids::VolumeId,
     (first, end): (u64, u64),
     limit: usize,
     dies: impl Fn(&MapValue) -> bool,
@@ -352,7 +357,7 @@ pub(crate) fn convert_legacy(txn: &redb::WriteTransaction) -> Result<u64> {
             let (key, value) = item.map_err(kv_error)?;
             let (volume, grain) = key.value();
             let value = MapValue::decode(value.value())?;
-            let (row_key, at) = row_of(volume, grain);
+            let (row_key, at) = row_of(crate::ids::VolumeId::new(volume), grain);
             if current.as_ref().is_some_and(|(k, _)| *k != row_key) {
                 let (k, row) = current.take().expect("a row");
                 write_row(&mut rows, k, &row)?;
@@ -396,7 +401,7 @@ mod tests {
 
     fn grains(
         table: &Table<(u64, u64), &'static [u8]>,
-        volume: u64,
+        volume: crate::ids::VolumeId,
         first: u64,
         end: u64,
     ) -> Vec<(u64, MapValue)> {
@@ -404,7 +409,7 @@ mod tests {
             .unwrap()
             .map(|item| {
                 let (v, grain, value) = item.unwrap();
-                assert_eq!(v, volume);
+                assert_eq!(v, volume.get());
                 (grain, value)
             })
             .collect()
@@ -437,31 +442,46 @@ mod tests {
         with_table(|table| {
             let mut model = std::collections::BTreeMap::new();
             let run: Vec<_> = (5..40).map(|g| value(1, 100 + g)).collect();
-            insert_run(table, 7, 5, &run).unwrap();
+            insert_run(table, crate::ids::VolumeId::new(7), 5, &run).unwrap();
             for (i, v) in run.iter().enumerate() {
                 model.insert(5 + i as u64, *v);
             }
-            insert_run(table, 8, 0, &[value(1, 1)]).unwrap();
-            assert_eq!(set(table, 7, 3, value(2, 3)).unwrap(), None);
+            insert_run(table, crate::ids::VolumeId::new(8), 0, &[value(1, 1)]).unwrap();
+            assert_eq!(
+                set(table, crate::ids::VolumeId::new(7), 3, value(2, 3)).unwrap(),
+                None
+            );
             model.insert(3, value(2, 3));
             assert_eq!(
-                set(table, 7, 20, value(2, 20)).unwrap(),
+                set(table, crate::ids::VolumeId::new(7), 20, value(2, 20)).unwrap(),
                 Some(value(1, 120))
             );
             model.insert(20, value(2, 20));
             let expect = |model: &std::collections::BTreeMap<u64, MapValue>, a: u64, b: u64| {
                 model.range(a..b).map(|(g, v)| (*g, *v)).collect::<Vec<_>>()
             };
-            assert_eq!(grains(table, 7, 0, 64), expect(&model, 0, 64));
-            assert_eq!(grains(table, 7, 6, 17), expect(&model, 6, 17));
-            assert!(any_in(table, 7, 39, 40).unwrap());
-            assert!(!any_in(table, 7, 40, 64).unwrap());
-            assert!(!any_in(table, 7, 4, 5).unwrap());
-            assert!(!any_in(table, 7, 20, 20).unwrap(), "an empty range");
-            assert_eq!(grains(table, 7, 30, 10), vec![]);
+            assert_eq!(
+                grains(table, crate::ids::VolumeId::new(7), 0, 64),
+                expect(&model, 0, 64)
+            );
+            assert_eq!(
+                grains(table, crate::ids::VolumeId::new(7), 6, 17),
+                expect(&model, 6, 17)
+            );
+            assert!(any_in(table, crate::ids::VolumeId::new(7), 39, 40).unwrap());
+            assert!(!any_in(table, crate::ids::VolumeId::new(7), 40, 64).unwrap());
+            assert!(!any_in(table, crate::ids::VolumeId::new(7), 4, 5).unwrap());
+            assert!(
+                !any_in(table, crate::ids::VolumeId::new(7), 20, 20).unwrap(),
+                "an empty range"
+            );
+            assert_eq!(grains(table, crate::ids::VolumeId::new(7), 30, 10), vec![]);
 
             // Seq 1 only, at most 10, from grain 10 on.
-            let removed = extract_in(table, 7, (10, 64), 10, |v| v.seq == 1).unwrap();
+            let removed = extract_in(table, crate::ids::VolumeId::new(7), (10, 64), 10, |v| {
+                v.seq == 1
+            })
+            .unwrap();
             let wanted: Vec<_> = expect(&model, 10, 64)
                 .into_iter()
                 .filter(|(_, v)| v.seq == 1)
@@ -471,14 +491,28 @@ mod tests {
             for (g, _) in &removed {
                 model.remove(g);
             }
-            assert_eq!(grains(table, 7, 0, 64), expect(&model, 0, 64));
+            assert_eq!(
+                grains(table, crate::ids::VolumeId::new(7), 0, 64),
+                expect(&model, 0, 64)
+            );
             // The rest, whole rows too: their rows go.
-            let removed = extract_in(table, 7, (0, 64), usize::MAX, |_| true).unwrap();
+            let removed = extract_in(
+                table,
+                crate::ids::VolumeId::new(7),
+                (0, 64),
+                usize::MAX,
+                |_| true,
+            )
+            .unwrap();
             assert_eq!(removed, expect(&model, 0, 64));
-            assert_eq!(grains(table, 7, 0, u64::MAX), vec![]);
+            assert_eq!(
+                grains(table, crate::ids::VolumeId::new(7), 0, u64::MAX),
+                vec![]
+            );
             assert_eq!(table.len().unwrap(), 1, "only volume 8's row is left");
             // A run over a grain still mapped is refused.
-            let err = insert_run(table, 8, 0, &[value(3, 3)]).unwrap_err();
+            let err =
+                insert_run(table, crate::ids::VolumeId::new(8), 0, &[value(3, 3)]).unwrap_err();
             assert!(matches!(err, EngineError::Corruption(_)));
         });
     }
@@ -536,21 +570,21 @@ mod tests {
                     let end = first + len;
                     match op {
                         0 => {
-                            extract_in(table, volume, (first, end), usize::MAX, |_| true).unwrap();
+                            extract_in(table, crate::ids::VolumeId::new(volume), (first, end), usize::MAX, |_| true).unwrap();
                             let values: Vec<_> = (first..end).map(|g| value(seq, g * 7 + seq)).collect();
-                            insert_run(table, volume, first, &values).unwrap();
+                            insert_run(table, crate::ids::VolumeId::new(volume), first, &values).unwrap();
                             for (g, v) in (first..end).zip(values) {
                                 model.insert((volume, g), v);
                             }
                         }
                         1 => {
                             let v = value(seq, first + 1000);
-                            let old = set(table, volume, first, v).unwrap();
+                            let old = set(table, crate::ids::VolumeId::new(volume), first, v).unwrap();
                             assert_eq!(old, model.insert((volume, first), v));
                         }
                         _ => {
                             let dies = |v: &MapValue| v.seq % 4 != seq_mod;
-                            let got = extract_in(table, volume, (first, end), limit, dies).unwrap();
+                            let got = extract_in(table, crate::ids::VolumeId::new(volume), (first, end), limit, dies).unwrap();
                             let want: Vec<_> = model
                                 .range((volume, first)..(volume, end))
                                 .filter(|(_, v)| dies(v))
@@ -568,7 +602,7 @@ mod tests {
                             .range((volume, 0)..(volume, u64::MAX))
                             .map(|(&(_, g), &v)| (g, v))
                             .collect();
-                        assert_eq!(grains(table, volume, 0, u64::MAX), want);
+                        assert_eq!(grains(table, crate::ids::VolumeId::new(volume), 0, u64::MAX), want);
                     }
                 }
                 let everything: Vec<_> = all(table).unwrap().map(|item| item.unwrap()).collect();

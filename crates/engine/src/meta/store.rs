@@ -181,15 +181,21 @@ mod tests {
                 target: crate::meta::schema::GrainTarget::Pattern(seq),
                 seq,
             };
-            crate::meta::point_rows::set(&mut maps, 1, grain, value).unwrap();
+            crate::meta::point_rows::set(&mut maps, crate::ids::VolumeId::new(1), grain, value)
+                .unwrap();
         }
         kv.commit(txn, ChangedMappings::Everything).unwrap();
     }
 
     fn seq_of(view: &ReadView, grain: u64) -> Option<u64> {
-        let found = crate::meta::point_rows::range(view.maps(), 1, grain, grain + 1)
-            .unwrap()
-            .next()?;
+        let found = crate::meta::point_rows::range(
+            view.maps(),
+            crate::ids::VolumeId::new(1),
+            grain,
+            grain + 1,
+        )
+        .unwrap()
+        .next()?;
         Some(found.unwrap().2.seq)
     }
 

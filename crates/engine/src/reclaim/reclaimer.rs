@@ -396,18 +396,18 @@ impl Engine {
             ws.doomed_containers
                 .iter()
                 .find(|(_, &c)| c == container.id)
-                .map(|(&id, _)| (id, ws.mapping_count(id)))
+                .map(|(&id, _)| (id, ws.mapping_count(crate::ids::VolumeId::new(id))))
         };
         match doomed {
             // Without tokens only what holds no dead data (history, records) goes.
             Some((volume, 0)) => {
                 return self
-                    .reclaim_doomed_step(volume, IDLE_BATCH_MAPPINGS)
+                    .reclaim_doomed_step(crate::ids::VolumeId::new(volume), IDLE_BATCH_MAPPINGS)
                     .map(Some)
             }
             Some((volume, _)) if limit_grains > 0 => {
                 return self
-                    .reclaim_doomed_step(volume, limit_grains as usize)
+                    .reclaim_doomed_step(crate::ids::VolumeId::new(volume), limit_grains as usize)
                     .map(Some)
             }
             _ => {}
@@ -519,10 +519,12 @@ impl Engine {
                     let died = st.take_seq();
                     st.keep_range_history(t, vol.id, start, range, died)?;
                 }
-                t.ranges()?.remove((vol.id, start)).map_err(kv_error)?;
+                t.ranges()?
+                    .remove((vol.id.get(), start))
+                    .map_err(kv_error)?;
             } else {
                 t.ranges()?
-                    .insert((vol.id, start), &finished.encode()[..])
+                    .insert((vol.id.get(), start), &finished.encode()[..])
                     .map_err(kv_error)?;
             }
             Ok(())
@@ -538,7 +540,7 @@ impl Engine {
 
     /// Drops a batch of a deleted volume's mappings; forgets the volume when none
     /// are left.
-    fn reclaim_doomed_step(&self, volume: u64, limit: usize) -> Result<u64> {
+    fn reclaim_doomed_step(&self, volume: crate::ids::VolumeId, limit: usize) -> Result<u64> {
         assert!(limit > 0 && limit <= IDLE_BATCH_MAPPINGS);
         let mut ws = self.committer.writer.lock();
         let mut released = 0;
@@ -557,7 +559,7 @@ impl Engine {
             if grains.len() < limit {
                 for item in t
                     .history()?
-                    .range((volume, 0, 0)..=(volume, u64::MAX, u64::MAX))
+                    .range((volume.get(), 0, 0)..=(volume.get(), u64::MAX, u64::MAX))
                     .map_err(kv_error)?
                     .take(limit - grains.len())
                 {
@@ -572,7 +574,7 @@ impl Engine {
             if grains.len() + versions.len() < limit {
                 let kept: Vec<(u64, u64, u64)> = t
                     .range_history()?
-                    .range((volume, 0, 0)..=(volume, u64::MAX, u64::MAX))
+                    .range((volume.get(), 0, 0)..=(volume.get(), u64::MAX, u64::MAX))
                     .map_err(kv_error)?
                     .map(|item| item.map(|(k, _)| k.value()))
                     .collect::<std::result::Result<_, _>>()
@@ -582,23 +584,25 @@ impl Engine {
                 }
                 let starts: Vec<u64> = t
                     .ranges()?
-                    .range((volume, 0)..=(volume, u64::MAX))
+                    .range((volume.get(), 0)..=(volume.get(), u64::MAX))
                     .map_err(kv_error)?
                     .map(|item| item.map(|(k, _)| k.value().1))
                     .collect::<std::result::Result<_, _>>()
                     .map_err(kv_error)?;
                 for s in starts {
-                    t.ranges()?.remove((volume, s)).map_err(kv_error)?;
+                    t.ranges()?.remove((volume.get(), s)).map_err(kv_error)?;
                 }
-                t.doomed()?.remove(volume).map_err(kv_error)?;
-                t.doomed_containers()?.remove(volume).map_err(kv_error)?;
+                t.doomed()?.remove(volume.get()).map_err(kv_error)?;
+                t.doomed_containers()?
+                    .remove(volume.get())
+                    .map_err(kv_error)?;
                 return Ok(true);
             }
             Ok(false)
         })?;
         if finished {
-            ws.doomed.remove(&volume);
-            ws.doomed_containers.remove(&volume);
+            ws.doomed.remove(&volume.get());
+            ws.doomed_containers.remove(&volume.get());
         }
         self.commit_pending_if_full(&mut ws)?;
         Ok(released)

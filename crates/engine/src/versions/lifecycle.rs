@@ -134,11 +134,13 @@ impl Engine {
             t.volumes()?.remove(name).map_err(kv_error)?;
             if retained {
                 let json = serde_json::to_vec(&rec).expect("volume record serialises");
-                t.retained()?.insert(rec.id, &json[..]).map_err(kv_error)?;
+                t.retained()?
+                    .insert(rec.id.get(), &json[..])
+                    .map_err(kv_error)?;
             } else {
-                t.doomed()?.insert(rec.id, grains).map_err(kv_error)?;
+                t.doomed()?.insert(rec.id.get(), grains).map_err(kv_error)?;
                 t.doomed_containers()?
-                    .insert(rec.id, rec.container)
+                    .insert(rec.id.get(), rec.container)
                     .map_err(kv_error)?;
             }
             st.records_written += 2;
@@ -151,10 +153,13 @@ impl Engine {
         shared.eradicated.store(true, Ordering::SeqCst);
         shared.release_usage();
         if retained {
-            self.catalog.retained.lock().insert(rec.id, rec);
+            self.catalog
+                .retained
+                .lock()
+                .insert(crate::ids::VolumeId::new(rec.id.get()), rec);
         } else {
-            ws.doomed.insert(shared.id, grains);
-            ws.doomed_containers.insert(shared.id, rec.container);
+            ws.doomed.insert(shared.id.get(), grains);
+            ws.doomed_containers.insert(shared.id.get(), rec.container);
         }
         drop((ws, view));
         self.catalog.destroyed.write().remove(name);
@@ -163,7 +168,7 @@ impl Engine {
         Ok(())
     }
 
-    pub(crate) fn snapshots_of(&self, volume_id: u64) -> Vec<Arc<SnapshotShared>> {
+    pub(crate) fn snapshots_of(&self, volume_id: crate::ids::VolumeId) -> Vec<Arc<SnapshotShared>> {
         self.catalog
             .snapshots
             .read()
@@ -274,7 +279,7 @@ impl Engine {
             return Ok(());
         }
         // Looked up before the writer mutex: the volume maps rank above it.
-        let volume = self.volume_by_id(snapshot.volume_id);
+        let volume = self.volume_by_id(snapshot.volume_id.get());
         let mut ws = self.committer.writer.lock();
         self.transact(&mut ws, true, |st, t, _| {
             t.snapshots()?.remove(snapshot.id).map_err(kv_error)?;
@@ -288,16 +293,16 @@ impl Engine {
         // Out of the map together with its seq (see `commit_snapshots`).
         self.catalog.snapshots.write().remove(&snapshot.id);
         drop(ws);
-        self.version_jobs
-            .sweep_pending
-            .lock()
-            .insert(snapshot.volume_id, SweepCursor::START);
+        self.version_jobs.sweep_pending.lock().insert(
+            crate::ids::VolumeId::new(snapshot.volume_id.get()),
+            SweepCursor::START,
+        );
         self.release_retained_if_unneeded(snapshot.volume_id)?;
         Ok(())
     }
 
     /// The seqs of a volume's snapshots (pins included), in order.
-    fn sorted_snapshot_seqs(&self, volume_id: u64) -> Vec<u64> {
+    fn sorted_snapshot_seqs(&self, volume_id: crate::ids::VolumeId) -> Vec<u64> {
         let mut seqs: Vec<u64> = self.snapshots_of(volume_id).iter().map(|s| s.seq).collect();
         seqs.sort_unstable();
         seqs
@@ -315,12 +320,12 @@ impl Engine {
         let found = volumes
             .values()
             .chain(destroyed.values())
-            .find(|v| v.id == id);
+            .find(|v| v.id == crate::ids::VolumeId::new(id));
         found.cloned()
     }
 
     /// A retained volume whose last snapshot went is handed to the reclaimer.
-    fn release_retained_if_unneeded(&self, volume_id: u64) -> Result<()> {
+    fn release_retained_if_unneeded(&self, volume_id: crate::ids::VolumeId) -> Result<()> {
         if !self.catalog.retained.lock().contains_key(&volume_id)
             || !self.snapshots_of(volume_id).is_empty()
         {
@@ -337,15 +342,17 @@ impl Engine {
         };
         let mut ws = self.committer.writer.lock();
         self.transact(&mut ws, false, |_, t, _| {
-            t.retained()?.remove(volume_id).map_err(kv_error)?;
-            t.doomed()?.insert(volume_id, grains).map_err(kv_error)?;
+            t.retained()?.remove(volume_id.get()).map_err(kv_error)?;
+            t.doomed()?
+                .insert(volume_id.get(), grains)
+                .map_err(kv_error)?;
             t.doomed_containers()?
-                .insert(volume_id, container)
+                .insert(volume_id.get(), container)
                 .map_err(kv_error)?;
             Ok(())
         })?;
-        ws.doomed.insert(volume_id, grains);
-        ws.doomed_containers.insert(volume_id, container);
+        ws.doomed.insert(volume_id.get(), grains);
+        ws.doomed_containers.insert(volume_id.get(), container);
         Ok(())
     }
 
@@ -429,8 +436,10 @@ impl Engine {
             return Ok(false);
         };
         // Looked up before the writer mutex: the volume maps rank above it.
-        let shared = self.volume_by_id(volume);
-        let gone_seqs = shared.is_none().then(|| self.sorted_snapshot_seqs(volume));
+        let shared = self.volume_by_id(volume.get());
+        let gone_seqs = shared
+            .is_none()
+            .then(|| self.sorted_snapshot_seqs(crate::ids::VolumeId::new(volume.get())));
         crate::testing::sync_points::at(crate::testing::sync_points::Point::SweepBeforeWriterLock);
         let mut ws = self.committer.writer.lock();
         // Which snapshots there are is read here, under the writer mutex, from
@@ -452,7 +461,7 @@ impl Engine {
                 let mut last = None;
                 for item in t
                     .history()?
-                    .range((volume, from.0, from.1)..=(volume, u64::MAX, u64::MAX))
+                    .range((volume.get(), from.0, from.1)..=(volume.get(), u64::MAX, u64::MAX))
                     .map_err(kv_error)?
                     .take(SWEEP_BATCH)
                 {
@@ -466,7 +475,7 @@ impl Engine {
                 }
                 for (grain, version, target) in &dead {
                     t.history()?
-                        .remove((volume, *grain, *version))
+                        .remove((volume.get(), *grain, *version))
                         .map_err(kv_error)?;
                     st.release_history(t, *target)?;
                 }
@@ -479,7 +488,7 @@ impl Engine {
                 let mut last = None;
                 for item in t
                     .range_history()?
-                    .range((volume, from.0, from.1)..=(volume, u64::MAX, u64::MAX))
+                    .range((volume.get(), from.0, from.1)..=(volume.get(), u64::MAX, u64::MAX))
                     .map_err(kv_error)?
                     .take(SWEEP_BATCH)
                 {
@@ -493,7 +502,7 @@ impl Engine {
                 }
                 for (start, seq) in dead {
                     t.range_history()?
-                        .remove((volume, start, seq))
+                        .remove((volume.get(), start, seq))
                         .map_err(kv_error)?;
                 }
                 next.ranges = last.and_then(|(g, v)| successor(g, v));

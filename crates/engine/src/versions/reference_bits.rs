@@ -20,7 +20,7 @@ const BATCH_GRAINS: u64 = 1 << 16;
 /// A range of a volume whose bits follow a reference record with this seq.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PendingBits {
-    pub volume: u64,
+    pub volume: crate::ids::VolumeId,
     pub start: u64,
     pub end: u64,
     pub seq: u64,
@@ -36,7 +36,7 @@ impl Engine {
 
     /// Whether a volume's bits may still be estimates: a job is queued for it, or
     /// being worked on (the job has left the queue but not yet written its bits).
-    pub(crate) fn bits_unsettled(&self, volume: u64) -> bool {
+    pub(crate) fn bits_unsettled(&self, volume: crate::ids::VolumeId) -> bool {
         let pending = self.version_jobs.bits_pending.lock();
         pending.iter().any(|p| p.volume == volume)
             || *self.version_jobs.bits_in_progress.lock() == Some(volume)
@@ -44,9 +44,9 @@ impl Engine {
 
     /// Every volume whose bits may still be estimates, in one pass over the queue
     /// (for reports over all volumes).
-    pub(crate) fn unsettled_volumes(&self) -> std::collections::HashSet<u64> {
+    pub(crate) fn unsettled_volumes(&self) -> std::collections::HashSet<crate::ids::VolumeId> {
         let pending = self.version_jobs.bits_pending.lock();
-        let mut volumes: std::collections::HashSet<u64> =
+        let mut volumes: std::collections::HashSet<crate::ids::VolumeId> =
             pending.iter().map(|p| p.volume).collect();
         volumes.extend(*self.version_jobs.bits_in_progress.lock());
         volumes
@@ -80,7 +80,8 @@ impl Engine {
             let Some(job) = pending.pop_front() else {
                 return Ok(false);
             };
-            *self.version_jobs.bits_in_progress.lock() = Some(job.volume);
+            *self.version_jobs.bits_in_progress.lock() =
+                Some(crate::ids::VolumeId::new(job.volume.get()));
             job
         };
         let result = self.settle(job);
@@ -89,7 +90,7 @@ impl Engine {
     }
 
     fn settle(&self, job: PendingBits) -> Result<bool> {
-        let Some(volume) = self.volume_by_id(job.volume) else {
+        let Some(volume) = self.volume_by_id(job.volume.get()) else {
             return Ok(true); // eradicated meanwhile
         };
         let view = volume.view.read();

@@ -46,7 +46,10 @@ pub(crate) struct Run {
 
 /// Which mappings to read.
 pub(crate) enum Source<'v> {
-    Live { volume: u64, ranges: &'v RangeMap },
+    Live {
+        volume: crate::ids::VolumeId,
+        ranges: &'v RangeMap,
+    },
     Snapshot(Arc<SnapshotShared>),
 }
 
@@ -202,7 +205,7 @@ impl<'e> Reader<'e> {
     /// Live point mappings of grains [first, end), in order, at most `limit`.
     fn live_points(
         &mut self,
-        volume: u64,
+        volume: crate::ids::VolumeId,
         first: u64,
         end: u64,
         limit: u64,
@@ -262,7 +265,7 @@ impl<'e> Reader<'e> {
             self.kv_ops += 1;
             let versions = self
                 .history()?
-                .range((volume, first, 0)..(volume, end, 0))
+                .range((volume.get(), first, 0)..(volume.get(), end, 0))
                 .map_err(kv_error)?;
             for item in versions {
                 let (key, value) = item.map_err(kv_error)?;

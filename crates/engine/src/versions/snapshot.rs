@@ -33,7 +33,7 @@ use crate::{Engine, EngineError, Result, VolumeShared};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotRec {
     pub id: u64,
-    pub volume_id: u64,
+    pub volume_id: crate::ids::VolumeId,
     pub volume_name: String,
     /// `None` for pins.
     pub name: Option<String>,
@@ -57,7 +57,7 @@ pub(crate) struct SnapshotState {
 /// A snapshot in memory.
 pub(crate) struct SnapshotShared {
     pub id: u64,
-    pub volume_id: u64,
+    pub volume_id: crate::ids::VolumeId,
     pub volume_name: String,
     pub seq: u64,
     pub size_bytes: u64,
@@ -307,9 +307,9 @@ impl Engine {
             let seq = st.take_seq();
             let mut recs = Vec::with_capacity(members.len());
             for ((volume, name), view) in members.iter().zip(&views) {
-                st.next_volume_id += 1;
+                st.next_volume_id = st.next_volume_id.next();
                 let rec = SnapshotRec {
-                    id: st.next_volume_id,
+                    id: st.next_volume_id.get(),
                     volume_id: volume.id,
                     volume_name: volume.name.clone(),
                     name: name.clone(),

@@ -465,7 +465,7 @@ fn transact_job(
         bits.push(is_data(target));
         values.push(MapValue { seq, target });
         if let Some(pending) = effects.pending.as_mut() {
-            pending.push((job.volume.id, grain, held));
+            pending.push((job.volume.id.get(), grain, held));
         }
     }
     if run {

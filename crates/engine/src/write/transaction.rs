@@ -46,7 +46,7 @@ pub struct WriterState {
     pub clean_segment: Option<SegmentId>,
     pub next_block_id: BlockId,
     pub next_seq: u64,
-    pub next_volume_id: u64,
+    pub next_volume_id: crate::ids::VolumeId,
     pub next_segment_id: SegmentId,
     /// Segments written since the last sync.
     pub dirty_segments: BTreeSet<SegmentId>,
@@ -133,8 +133,8 @@ impl std::fmt::Debug for OpenTxn {
 }
 
 impl WriterState {
-    pub fn mapping_count(&self, volume: u64) -> u64 {
-        self.mapping_counts.get(&volume).copied().unwrap_or(0)
+    pub fn mapping_count(&self, volume: crate::ids::VolumeId) -> u64 {
+        self.mapping_counts.get(&volume.get()).copied().unwrap_or(0)
     }
 
     pub fn used_bytes(&self) -> u64 {
@@ -400,7 +400,7 @@ pub fn persist_writer_state(txn: &WriteTransaction, ws: &mut WriterState) -> Res
     for (name, value) in [
         ("next_block_id", ws.next_block_id.get()),
         ("next_seq", ws.next_seq),
-        ("next_volume_id", ws.next_volume_id),
+        ("next_volume_id", ws.next_volume_id.get()),
         ("next_segment_id", u64::from(ws.next_segment_id.get())),
     ] {
         counters.insert(name, value).map_err(kv_error)?;
@@ -421,7 +421,7 @@ pub fn persist_writer_state(txn: &WriteTransaction, ws: &mut WriterState) -> Res
 pub struct TxState {
     pub next_block_id: BlockId,
     pub next_seq: u64,
-    pub next_volume_id: u64,
+    pub next_volume_id: crate::ids::VolumeId,
     pub next_segment_id: SegmentId,
     pub open_segment: SegmentId,
     pub clean_segment: Option<SegmentId>,
@@ -1269,7 +1269,7 @@ impl TxState {
     pub fn set_mapping(
         &mut self,
         t: &mut Tables,
-        volume: u64,
+        volume: crate::ids::VolumeId,
         grain: u64,
         value: MapValue,
         snapshot_seqs: &[u64],
@@ -1279,7 +1279,7 @@ impl TxState {
         self.records_written += 1;
         match old {
             Some(old) => self.retire(t, volume, grain, old, value.seq, snapshot_seqs)?,
-            None => *self.mapping_delta.entry(volume).or_default() += 1,
+            None => *self.mapping_delta.entry(volume.get()).or_default() += 1,
         }
         Ok(())
     }
@@ -1291,7 +1291,7 @@ impl TxState {
     pub fn insert_mappings(
         &mut self,
         t: &mut Tables,
-        volume: u64,
+        volume: crate::ids::VolumeId,
         first: u64,
         values: &[MapValue],
     ) -> Result<()> {
@@ -1300,7 +1300,7 @@ impl TxState {
         for (grain, value) in (first..end).zip(values) {
             t.changed.add(volume, grain, Some(*value));
         }
-        *self.mapping_delta.entry(volume).or_default() += values.len() as i64;
+        *self.mapping_delta.entry(volume.get()).or_default() += values.len() as i64;
         self.records_written += values.len() as u64;
         Ok(())
     }
@@ -1316,7 +1316,7 @@ impl TxState {
     pub fn remove_mappings_in(
         &mut self,
         t: &mut Tables,
-        volume: u64,
+        volume: crate::ids::VolumeId,
         (first, end): (u64, u64),
         limit: usize,
         death: Death,
@@ -1331,7 +1331,7 @@ impl TxState {
         let mut released = Vec::with_capacity(removed.len());
         for (grain, old) in removed {
             self.records_written += 1;
-            *self.mapping_delta.entry(volume).or_default() -= 1;
+            *self.mapping_delta.entry(volume.get()).or_default() -= 1;
             if schema::visible_to_any(death.snapshot_seqs, old.seq, death.seq) {
                 self.retire(t, volume, grain, old, death.seq, death.snapshot_seqs)?;
             } else {
@@ -1348,7 +1348,7 @@ impl TxState {
     fn retire(
         &mut self,
         t: &mut Tables,
-        volume: u64,
+        volume: crate::ids::VolumeId,
         grain: u64,
         old: MapValue,
         died_seq: u64,
@@ -1370,7 +1370,7 @@ impl TxState {
             target: old.target,
         };
         t.history()?
-            .insert((volume, grain, old.seq), &kept.encode()[..])
+            .insert((volume.get(), grain, old.seq), &kept.encode()[..])
             .map_err(kv_error)?;
         self.records_written += 1;
         Ok(())
@@ -1380,14 +1380,14 @@ impl TxState {
     pub fn keep_range_history(
         &mut self,
         t: &mut Tables,
-        volume: u64,
+        volume: crate::ids::VolumeId,
         start: u64,
         rec: RangeRec,
         died_seq: u64,
     ) -> Result<()> {
         let kept = RangeHistValue { rec, died_seq };
         t.range_history()?
-            .insert((volume, start, rec.seq), &kept.encode()[..])
+            .insert((volume.get(), start, rec.seq), &kept.encode()[..])
             .map_err(kv_error)?;
         self.records_written += 1;
         Ok(())

@@ -75,9 +75,14 @@ impl PendingWrites {
     }
 
     /// The pending grains of `volume` in `[first, end)`, in order.
-    pub fn range(&self, volume: u64, first: u64, end: u64) -> Vec<(u64, PendingGrain)> {
+    pub fn range(
+        &self,
+        volume: crate::ids::VolumeId,
+        first: u64,
+        end: u64,
+    ) -> Vec<(u64, PendingGrain)> {
         let volumes = self.volumes.read();
-        let Some(grains) = volumes.get(&volume) else {
+        let Some(grains) = volumes.get(&volume.get()) else {
             return Vec::new();
         };
         grains
@@ -101,14 +106,21 @@ mod tests {
             (1, 10, PendingGrain::Pattern(10)),
         ]);
         assert_eq!(
-            pending.range(1, 3, 10),
+            pending.range(crate::ids::VolumeId::new(1), 3, 10),
             vec![(3, PendingGrain::Pattern(3)), (9, PendingGrain::Pattern(9))]
         );
-        assert!(pending.range(3, 0, u64::MAX).is_empty());
+        assert!(pending
+            .range(crate::ids::VolumeId::new(3), 0, u64::MAX)
+            .is_empty());
         // A later write of the same grain replaces the earlier one.
         pending.insert([(1, 3, PendingGrain::Pattern(33))]);
-        assert_eq!(pending.range(1, 3, 4), vec![(3, PendingGrain::Pattern(33))]);
+        assert_eq!(
+            pending.range(crate::ids::VolumeId::new(1), 3, 4),
+            vec![(3, PendingGrain::Pattern(33))]
+        );
         pending.clear();
-        assert!(pending.range(1, 0, u64::MAX).is_empty());
+        assert!(pending
+            .range(crate::ids::VolumeId::new(1), 0, u64::MAX)
+            .is_empty());
     }
 }

@@ -977,8 +977,7 @@ async fn prometheus_metrics(State(state): State<ApiState>) -> Result<Response, A
         Ok((c.space()?, c.list_containers()?, volumes))
     })
     .await?;
-    let mut text = metrics::render(&space);
-    text.push_str(&metrics::render_containers(&containers, &volumes));
+    let text = metrics::render(&space, &containers, &volumes);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 

@@ -10,12 +10,9 @@ use lacuna_engine::{Engine, EngineConfig};
 use serde_json::Value;
 use tower::ServiceExt;
 
-/// The daemon's host registry and its `HostControl` (the API crate cannot depend
-/// on the binary, so the file is compiled in here as it is): the host routes run
-/// against the real thing, persisting to the fixture's directory.
-#[allow(dead_code)]
-#[path = "../../lacuna/src/hosts.rs"]
-mod hosts;
+// The daemon's host registry and its `HostControl`: the host routes run against
+// the real thing, persisting to the fixture's directory.
+use lacuna_hosts as hosts;
 
 struct Fixture {
     app: axum::Router,

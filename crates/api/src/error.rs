@@ -86,8 +86,10 @@ fn engine_status(e: &EngineError) -> StatusCode {
 }
 
 /// The JSON body of every error response.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[schema(as = Error)]
 pub struct ErrorBody {
+    /// What went wrong, for a person to read
     pub error: String,
 }
 

@@ -8,39 +8,65 @@
 
 use lacuna_engine::EngineError;
 use serde::{Deserialize, Serialize};
+use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Type};
+use utoipa::ToSchema;
 
 /// Logical block sizes a LUN may be presented with: 512 (512e) and 4096 (4Kn).
 pub const BLOCK_SIZES: [u32; 2] = [512, 4096];
 /// Block size of a LUN when the connect request names none.
 pub const DEFAULT_BLOCK_SIZE_BYTES: u32 = 512;
 
-/// A host as the API shows it: never its CHAP secrets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A host as the API shows it: nothing it could log in with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct HostInfo {
     pub name: String,
-    /// iSCSI initiator names (iqn.…, eui.… or naa.…) that log in as this host.
+    /// Initiator names that log in as this host
     pub iqns: Vec<String>,
-    /// One-way CHAP: the user the initiator authenticates as; `null` without CHAP.
+    /// One-way CHAP user; null without CHAP
+    #[schema(required = true)]
     pub chap_user: Option<String>,
-    /// Mutual CHAP: the user the target authenticates to the initiator as.
+    /// Mutual CHAP user; null without mutual CHAP
+    #[schema(required = true)]
     pub mutual_chap_user: Option<String>,
-    /// The host has an NBD TLS pre-shared key (its PSK identity is its name).
+    /// The host has an NBD TLS pre-shared key (never shown)
     #[serde(default)]
+    #[schema(required = true)]
     pub nbd_psk: bool,
-    /// What the host sees, by ascending LUN.
+    /// What the host sees, by ascending LUN
     pub luns: Vec<LunInfo>,
 }
 
 /// One LUN of a host.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LunInfo {
+    #[schema(maximum = 16383)]
     pub lun: u64,
-    /// `VOL`, or `VOL@SNAP` for a snapshot (then `read_only`).
+    /// VOL, or VOL@SNAP for a snapshot
     pub volume: String,
+    /// Logical block size presented: one of [`BLOCK_SIZES`]
+    #[schema(schema_with = presented_block_size)]
     pub block_size_bytes: u32,
+    /// Presented as removable medium
     pub removable: bool,
-    /// A snapshot LUN: writes are refused (write-protected).
+    /// A snapshot LUN: write-protected
     pub read_only: bool,
+}
+
+/// One of [`BLOCK_SIZES`], as a schema (`schema_with` leaves doc comments out).
+fn block_size(description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .enum_values(Some(BLOCK_SIZES))
+        .description(Some(description))
+}
+
+fn presented_block_size() -> ObjectBuilder {
+    block_size("Logical block size presented")
+}
+
+fn requested_block_size() -> ObjectBuilder {
+    block_size("Logical block size presented: 512 (512e) or 4096 (4Kn)")
+        .default(Some(DEFAULT_BLOCK_SIZE_BYTES.into()))
 }
 
 impl LunInfo {
@@ -112,27 +138,57 @@ pub struct NewLun {
     pub removable: bool,
 }
 
-/// Body of `POST /v1/hosts`. `Debug` hides the secrets.
-#[derive(Clone, Default, Serialize, Deserialize)]
+/// Body of `POST /v1/hosts`.
+#[derive(Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateHostRequest {
+    /// 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.'); also the host's NBD TLS-PSK identity
     pub name: String,
-    /// Empty for an NBD-only host (then `nbd_psk_key` is needed).
+    /// iSCSI initiator names that log in as this host, none of them another host's; may be
+    /// empty (or absent) only with `nbd_psk_key`.
     #[serde(default)]
+    #[schema(schema_with = initiator_names)]
     pub iqns: Vec<String>,
+    /// One-way CHAP: the user the initiator authenticates as (needs chap_secret)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 255)]
     pub chap_user: Option<String>,
+    /// One-way CHAP secret; never returned
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 12, max_length = 255, write_only)]
     pub chap_secret: Option<String>,
+    /// Mutual CHAP: the user the target authenticates to the initiator as (needs one-way CHAP
+    /// and mutual_chap_secret)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 255)]
     pub mutual_chap_user: Option<String>,
+    /// Mutual CHAP secret; never returned
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 12, max_length = 255, write_only)]
     pub mutual_chap_secret: Option<String>,
-    /// NBD TLS pre-shared key, hex (16 to 64 bytes); the PSK identity is `name`.
+    /// NBD TLS pre-shared key in hex (16 to 64 bytes); NBD clients that prove it with the host's
+    /// name as PSK identity open the volumes connected to the host. Never returned
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^([0-9a-fA-F]{2}){16,64}$", write_only)]
     pub nbd_psk_key: Option<String>,
 }
 
+/// The initiator names of a host, as a schema.
+fn initiator_names() -> ArrayBuilder {
+    const DESCRIPTION: &str = "iSCSI initiator names that log in as this host, none of them \
+        another host's; may be empty (or absent) only with nbd_psk_key";
+    let name = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .max_length(Some(223))
+        .description(Some("iqn.…, eui.… or naa.…"));
+    ArrayBuilder::new()
+        .items(name)
+        .max_items(Some(64))
+        .unique_items(true)
+        .description(Some(DESCRIPTION))
+}
+
+/// Hides the secrets.
 impl std::fmt::Debug for CreateHostRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let hidden = |secret: &Option<String>| secret.as_ref().map(|_| "<hidden>");
@@ -181,14 +237,16 @@ impl CreateHostRequest {
     }
 }
 
-/// Body of `PUT /v1/hosts/{host}/nbd-psk`. `Debug` hides the key.
-#[derive(Clone, Serialize, Deserialize)]
+/// Body of `PUT /v1/hosts/{host}/nbd-psk`.
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetNbdPskRequest {
-    /// Hex, 16 to 64 bytes (as psktool writes it after `identity:`).
+    /// NBD TLS pre-shared key in hex (16 to 64 bytes, as psktool writes it after 'identity:')
+    #[schema(pattern = "^([0-9a-fA-F]{2}){16,64}$", write_only)]
     pub key: String,
 }
 
+/// Hides the key.
 impl std::fmt::Debug for SetNbdPskRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("SetNbdPskRequest { key: <hidden> }")
@@ -196,19 +254,22 @@ impl std::fmt::Debug for SetNbdPskRequest {
 }
 
 /// Body of `POST /v1/hosts/{host}/connect`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectVolumeRequest {
-    /// `VOL`, or `VOL@SNAP` for a read-only snapshot LUN.
+    /// VOL, or VOL@SNAP for a read-only snapshot LUN
     pub volume: String,
-    /// The LUN; the lowest free one when absent.
+    /// The LUN (default: the lowest free one)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(maximum = 16383)]
     pub lun: Option<u64>,
-    /// 512 (default) or 4096.
+    /// Logical block size presented: 512 (512e) or 4096 (4Kn)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = requested_block_size)]
     pub block_size_bytes: Option<u32>,
-    /// false when absent.
+    /// Present as removable medium (eject and load with START STOP UNIT)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(default = false)]
     pub removable: Option<bool>,
 }
 
@@ -232,10 +293,10 @@ impl ConnectVolumeRequest {
 }
 
 /// Body of `POST /v1/hosts/{host}/disconnect`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DisconnectVolumeRequest {
-    /// The volume (or `VOL@SNAP`) to take away from the host, whatever its LUN.
+    /// The volume or VOL@SNAP to take away, whatever its LUN
     pub volume: String,
 }
 

@@ -8,45 +8,10 @@
 //! The API listens on loopback by default and speaks plain HTTP; put a TLS proxy in
 //! front of it to expose it further.
 //!
-//! Routes (the served OpenAPI document at `/v1/openapi.json` is the reference):
-//!
-//! | method | path                              | does                                  |
-//! |--------|-----------------------------------|---------------------------------------|
-//! | GET    | `/healthz`                        | liveness, no token needed             |
-//! | GET    | `/v1/volumes[?destroyed=true]`    | list live (or destroyed) volumes      |
-//! | POST   | `/v1/volumes`                     | create `{name, size_bytes, provisioning?, container?}` or clone `{name, source, provisioning?, container?}` |
-//! | GET    | `/v1/volumes/{name}`              | one volume, live or destroyed         |
-//! | PATCH  | `/v1/volumes/{name}`              | resize `{size_bytes}`                 |
-//! | DELETE | `/v1/volumes/{name}`              | destroy (recoverable for a while)     |
-//! | POST   | `/v1/volumes/{name}/recover`      | bring a destroyed volume back         |
-//! | POST   | `/v1/volumes/{name}/eradicate`    | eradicate a destroyed volume now      |
-//! | POST   | `/v1/volumes/{name}/restore`      | revert to a snapshot `{snapshot}`     |
-//! | POST   | `/v1/volumes/{name}/copy`         | range copy to a volume                |
-//! | GET    | `/v1/snapshots[?volume=V&destroyed=true]` | list snapshots                |
-//! | POST   | `/v1/snapshots`                   | snapshot `{volumes, name?, group?}`   |
-//! | GET    | `/v1/snapshots/{VOL@S}`           | one snapshot, live or destroyed       |
-//! | DELETE | `/v1/snapshots/{VOL@S}`           | destroy (recoverable for a while)     |
-//! | POST   | `/v1/snapshots/{VOL@S}/recover`   | bring a destroyed snapshot back       |
-//! | POST   | `/v1/snapshots/{VOL@S}/eradicate` | eradicate a destroyed snapshot now    |
-//! | GET    | `/v1/containers`                  | list storage containers (`default` first) |
-//! | POST   | `/v1/containers`                  | create `{name, quota_bytes?, reclaim?, reclaim_burst_bytes?, compression?, dedup?}` |
-//! | GET    | `/v1/containers/{container}`      | one container: policy, usage, reclaim counters |
-//! | PATCH  | `/v1/containers/{container}`      | change policies (same fields but `name`; `"quota_bytes": null` removes the quota) |
-//! | DELETE | `/v1/containers/{container}`      | delete an empty container (not `default`) |
-//! | POST   | `/v1/containers/{container}/reclaim` | work the reclaim backlog off now, whatever the policy |
-//! | GET    | `/v1/array/space`                 | array-wide space report               |
-//! | GET    | `/metrics`                        | Prometheus text: array, per-container and per-volume figures |
-//! | POST   | `/v1/array/scrub`                 | start a scrub pass `{rate_bytes_per_s?}` (or join the running one) |
-//! | GET    | `/v1/array/scrub`                 | the running and the last scrub pass   |
-//! | GET    | `/v1/hosts`                       | list hosts (never their CHAP secrets) |
-//! | POST   | `/v1/hosts`                       | create `{name, iqns, chap_user?, chap_secret?, mutual_chap_user?, mutual_chap_secret?, nbd_psk_key?}` |
-//! | GET    | `/v1/hosts/{host}`                | one host, with its LUNs               |
-//! | DELETE | `/v1/hosts/{host}`                | delete (its initiators lose every LUN)|
-//! | POST   | `/v1/hosts/{host}/connect`        | map `{volume, lun?, block_size_bytes?, removable?}`, answers the LUN |
-//! | POST   | `/v1/hosts/{host}/disconnect`     | unmap `{volume}`                      |
-//! | PUT    | `/v1/hosts/{host}/nbd-psk`        | set the NBD TLS key `{key}` (hex)     |
-//! | DELETE | `/v1/hosts/{host}/nbd-psk`        | remove the NBD TLS key                |
-//! | GET    | `/v1/openapi.json`                | this API's OpenAPI 3.0 document       |
+//! The routes, their bodies, answers and statuses are described by the OpenAPI
+//! document the API serves at `GET /v1/openapi.json` ([`openapi::document`]). It is
+//! derived from the same list of routes the router is built from
+//! ([`openapi::operations`] lists them), so the two cannot disagree.
 //!
 //! Errors are `{"error": "message"}` with 400 (invalid argument, body or query),
 //! 401 (token), 404 (no such volume, snapshot, container, host or route), 409
@@ -61,9 +26,6 @@
 //! presented until it is recovered. CHAP secrets are accepted on create only and
 //! never appear in an answer, an error message or the log.
 
-// The OpenAPI document is one large `json!` literal.
-#![recursion_limit = "256"]
-
 mod control;
 mod error;
 mod extract;
@@ -71,6 +33,7 @@ mod hosts;
 pub mod metrics;
 pub mod openapi;
 mod requests;
+mod schemas;
 mod token;
 
 use std::sync::Arc;
@@ -79,7 +42,6 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use lacuna_engine::scrub::{ScrubStart, ScrubStatus};
 use lacuna_engine::{
@@ -87,6 +49,13 @@ use lacuna_engine::{
     VolumeInfo,
 };
 use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use schemas::{
+    BadRequest, Conflict, ContainerPath, HostPath, InsufficientStorage, InternalError, NotFound,
+    NotImplemented, SnapshotPath, VolumePath,
+};
 
 pub use control::ControlPlane;
 pub use error::{ApiError, ErrorBody};
@@ -137,66 +106,62 @@ impl ApiState {
 }
 
 /// Body of `GET /healthz`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Health {
+    #[schema(schema_with = ok)]
     pub status: String,
+}
+
+/// The one status `GET /healthz` answers, as a schema.
+fn ok() -> utoipa::openapi::schema::ObjectBuilder {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(["ok"]))
+}
+
+/// The routes anyone may call. With [`authenticated_routes`], the one list of
+/// the API's routes: the router and the OpenAPI document are both built from it.
+fn open_routes() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::default().routes(routes!(healthz))
+}
+
+/// The routes behind the token; each `routes!` serves one path.
+fn authenticated_routes() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::default()
+        .routes(routes!(list_volumes, create_volume))
+        .routes(routes!(show_volume, resize_volume, delete_volume))
+        .routes(routes!(recover_volume))
+        .routes(routes!(eradicate_volume))
+        .routes(routes!(restore_volume))
+        .routes(routes!(copy_range))
+        .routes(routes!(list_snapshots, create_snapshots))
+        .routes(routes!(show_snapshot, delete_snapshot))
+        .routes(routes!(recover_snapshot))
+        .routes(routes!(eradicate_snapshot))
+        .routes(routes!(list_containers, create_container))
+        .routes(routes!(show_container, update_container, delete_container))
+        .routes(routes!(reclaim_container))
+        .routes(routes!(array_space))
+        .routes(routes!(scrub_status, start_scrub))
+        .routes(routes!(prometheus_metrics))
+        .routes(routes!(list_hosts, create_host))
+        .routes(routes!(show_host, delete_host))
+        .routes(routes!(connect_volume))
+        .routes(routes!(disconnect_volume))
+        .routes(routes!(set_nbd_psk, remove_nbd_psk))
+        .routes(routes!(openapi_document))
 }
 
 /// The API as an axum router, state applied.
 pub fn router(state: ApiState) -> Router {
-    let authenticated = Router::new()
-        .route("/v1/volumes", get(list_volumes).post(create_volume))
-        .route(
-            "/v1/volumes/{name}",
-            get(show_volume).patch(resize_volume).delete(delete_volume),
-        )
-        .route("/v1/volumes/{name}/recover", post(recover_volume))
-        .route("/v1/volumes/{name}/eradicate", post(eradicate_volume))
-        .route("/v1/volumes/{name}/restore", post(restore_volume))
-        .route("/v1/volumes/{name}/copy", post(copy_range))
-        .route("/v1/snapshots", get(list_snapshots).post(create_snapshots))
-        .route(
-            "/v1/snapshots/{snapshot}",
-            get(show_snapshot).delete(delete_snapshot),
-        )
-        .route("/v1/snapshots/{snapshot}/recover", post(recover_snapshot))
-        .route(
-            "/v1/snapshots/{snapshot}/eradicate",
-            post(eradicate_snapshot),
-        )
-        .route(
-            "/v1/containers",
-            get(list_containers).post(create_container),
-        )
-        .route(
-            "/v1/containers/{container}",
-            get(show_container)
-                .patch(update_container)
-                .delete(delete_container),
-        )
-        .route(
-            "/v1/containers/{container}/reclaim",
-            post(reclaim_container),
-        )
-        .route("/v1/array/space", get(array_space))
-        .route("/v1/array/scrub", get(scrub_status).post(start_scrub))
-        .route("/metrics", get(prometheus_metrics))
-        .route("/v1/hosts", get(list_hosts).post(create_host))
-        .route("/v1/hosts/{host}", get(show_host).delete(delete_host))
-        .route("/v1/hosts/{host}/connect", post(connect_volume))
-        .route("/v1/hosts/{host}/disconnect", post(disconnect_volume))
-        .route(
-            "/v1/hosts/{host}/nbd-psk",
-            axum::routing::put(set_nbd_psk).delete(remove_nbd_psk),
-        )
-        .route("/v1/openapi.json", get(openapi_document))
+    let (authenticated, _) = authenticated_routes().split_for_parts();
+    let authenticated = authenticated
         .method_not_allowed_fallback(method_not_allowed)
         // Unknown paths also need the token, so probing reveals nothing.
         .fallback(no_route)
         .layer(middleware::from_fn_with_state(state.clone(), require_token));
-    let open = Router::new()
-        .route("/healthz", get(healthz))
-        .method_not_allowed_fallback(method_not_allowed);
+    let (open, _) = open_routes().split_for_parts();
+    let open = open.method_not_allowed_fallback(method_not_allowed);
     open.merge(authenticated)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -252,13 +217,25 @@ where
         .map_err(ApiError::from)
 }
 
+/// Liveness check
+#[utoipa::path(
+    get, path = "/healthz", operation_id = "health",
+    responses((status = 200, description = "The daemon is serving requests", body = Health))
+)]
 async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".to_string(),
     })
 }
 
-/// Answers a JSON array of live (or destroyed) volumes, sorted by name.
+/// List live volumes (or destroyed ones), sorted by name
+#[utoipa::path(
+    get, path = "/v1/volumes", operation_id = "listVolumes", params(ListVolumesQuery),
+    responses(
+        (status = 200, description = "The volumes, sorted by name", body = Vec<schemas::VolumeInfo>),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn list_volumes(
     State(state): State<ApiState>,
     QueryParams(query): QueryParams<ListVolumesQuery>,
@@ -269,8 +246,25 @@ async fn list_volumes(
     ))
 }
 
-/// Creates a volume, or clones one when `source` is given (then `size_bytes`, if
-/// sent, must equal the source's size: a clone has its source's size).
+/// Create a volume, or clone one
+///
+/// Without 'source': a new volume of 'size_bytes' (required). With 'source' (VOL or VOL@SNAP): an
+/// instant, writable clone that is independent from then on; it has the source's size, so
+/// 'size_bytes' is best omitted and, if sent, must equal the source's size (else 400).
+/// 'provisioning' (default thin) applies to either; a thick type the array cannot reserve gets 507.
+/// 'container' (default: 'default' for a new volume, the source's container for a clone) must exist
+/// (else 404); a thick volume its quota cannot hold gets 507.
+#[utoipa::path(
+    post, path = "/v1/volumes", operation_id = "createVolume",
+    request_body(content = CreateVolumeRequest, example = json!({"name": "v", "size_bytes": 512})),
+    responses(
+        (status = 201, description = "The new volume", body = schemas::VolumeInfo),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 500, response = InternalError),
+        (status = 507, response = InsufficientStorage),
+    )
+)]
 async fn create_volume(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<CreateVolumeRequest>,
@@ -331,6 +325,15 @@ fn check_clone_size(c: &dyn ControlPlane, source: &str, wanted: u64) -> Result<(
     }
 }
 
+/// One volume, live or destroyed (then destroyed_unix_s and eradicate_at_unix_s are set)
+#[utoipa::path(
+    get, path = "/v1/volumes/{name}", operation_id = "getVolume", params(VolumePath),
+    responses(
+        (status = 200, description = "The volume", body = schemas::VolumeInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn show_volume(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
@@ -338,6 +341,17 @@ async fn show_volume(
     Ok(Json(blocking(&state, move |c| c.volume_info(&name)).await?))
 }
 
+/// Grow or shrink a volume (shrinking discards the data beyond the new end)
+#[utoipa::path(
+    patch, path = "/v1/volumes/{name}", operation_id = "resizeVolume", params(VolumePath),
+    request_body(content = ResizeVolumeRequest, example = json!({"size_bytes": 512})),
+    responses(
+        (status = 200, description = "The resized volume", body = schemas::VolumeInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 507, response = InsufficientStorage),
+    )
+)]
 async fn resize_volume(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
@@ -347,6 +361,16 @@ async fn resize_volume(
     Ok(Json(info))
 }
 
+/// Destroy a volume: hosts lose it at once; it stays recoverable, with its snapshots, until its
+/// eradicate_at_unix_s, then its space is reclaimed in the background
+#[utoipa::path(
+    delete, path = "/v1/volumes/{name}", operation_id = "deleteVolume", params(VolumePath),
+    responses(
+        (status = 204, description = "Destroyed"),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn delete_volume(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
@@ -355,7 +379,16 @@ async fn delete_volume(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Answers the recovered volume.
+/// Bring a destroyed volume back, with its snapshots
+#[utoipa::path(
+    post, path = "/v1/volumes/{name}/recover", operation_id = "recoverVolume", params(VolumePath),
+    responses(
+        (status = 200, description = "The recovered volume", body = schemas::VolumeInfo),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn recover_volume(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
@@ -368,6 +401,16 @@ async fn recover_volume(
     Ok(Json(info))
 }
 
+/// Eradicate a destroyed volume now (400 if it is not destroyed); its space goes to the background
+/// reclaimer, except what clones and copies still read
+#[utoipa::path(
+    post, path = "/v1/volumes/{name}/eradicate", operation_id = "eradicateVolume", params(VolumePath),
+    responses(
+        (status = 204, description = "Eradicated"),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn eradicate_volume(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
@@ -376,6 +419,17 @@ async fn eradicate_volume(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Revert a volume to one of its snapshots (metadata only); the volume takes the snapshot's size
+#[utoipa::path(
+    post, path = "/v1/volumes/{name}/restore", operation_id = "restoreVolume", params(VolumePath),
+    request_body(content = RestoreVolumeRequest, example = json!({"snapshot": "s"})),
+    responses(
+        (status = 200, description = "The restored volume", body = schemas::VolumeInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 507, response = InsufficientStorage),
+    )
+)]
 async fn restore_volume(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
@@ -385,6 +439,21 @@ async fn restore_volume(
     Ok(Json(info))
 }
 
+/// Point-in-time copy of a byte range of this volume to a volume (the same one allowed, ranges may
+/// overlap): metadata only where grain-aligned (the engine side of SCSI EXTENDED COPY)
+#[utoipa::path(
+    post, path = "/v1/volumes/{name}/copy", operation_id = "copyRange", params(VolumePath),
+    request_body(
+        content = CopyRangeRequest,
+        example = json!({"offset_bytes": 0, "length_bytes": 512, "destination": "v", "destination_offset_bytes": 0})
+    ),
+    responses(
+        (status = 200, description = "What was copied by reference and as data", body = schemas::CopyReport),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 507, response = InsufficientStorage),
+    )
+)]
 async fn copy_range(
     State(state): State<ApiState>,
     PathParam(source): PathParam,
@@ -403,6 +472,16 @@ async fn copy_range(
     Ok(Json(report))
 }
 
+/// List named snapshots in creation order; destroyed ones (and those of destroyed volumes) only
+/// with destroyed=true
+#[utoipa::path(
+    get, path = "/v1/snapshots", operation_id = "listSnapshots", params(ListSnapshotsQuery),
+    responses(
+        (status = 200, description = "The snapshots, in creation order", body = Vec<schemas::SnapshotInfo>),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn list_snapshots(
     State(state): State<ApiState>,
     QueryParams(query): QueryParams<ListSnapshotsQuery>,
@@ -414,6 +493,23 @@ async fn list_snapshots(
     Ok(Json(list))
 }
 
+/// Snapshot one volume, or several at one instant with respect to writes (a consistency group)
+///
+/// Two phases: prepare (checks, writes flow) and commit (writes to the members are held). The
+/// answer
+/// reports both durations; commit_window_us is how long writes were held. Every snapshot gets
+/// 'name', else the group's name, else snap-<unix time>.
+#[utoipa::path(
+    post, path = "/v1/snapshots", operation_id = "createSnapshots",
+    request_body(content = CreateSnapshotsRequest, example = json!({"volumes": ["v"], "name": "s"})),
+    responses(
+        (status = 201, description = "The snapshots taken", body = schemas::GroupSnapshot),
+        (status = 404, response = NotFound),
+        (status = 409, response = Conflict),
+        (status = 500, response = InternalError),
+        (status = 507, response = InsufficientStorage),
+    )
+)]
 async fn create_snapshots(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<CreateSnapshotsRequest>,
@@ -426,6 +522,15 @@ async fn create_snapshots(
     Ok((StatusCode::CREATED, Json(taken)))
 }
 
+/// One snapshot, live or destroyed
+#[utoipa::path(
+    get, path = "/v1/snapshots/{snapshot}", operation_id = "getSnapshot", params(SnapshotPath),
+    responses(
+        (status = 200, description = "The snapshot", body = schemas::SnapshotInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn show_snapshot(
     State(state): State<ApiState>,
     PathParam(full_name): PathParam,
@@ -435,6 +540,15 @@ async fn show_snapshot(
     ))
 }
 
+/// Destroy a snapshot: hidden from hosts and lists, recoverable until its eradicate_at_unix_s
+#[utoipa::path(
+    delete, path = "/v1/snapshots/{snapshot}", operation_id = "deleteSnapshot", params(SnapshotPath),
+    responses(
+        (status = 204, description = "Destroyed"),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn delete_snapshot(
     State(state): State<ApiState>,
     PathParam(full_name): PathParam,
@@ -443,7 +557,15 @@ async fn delete_snapshot(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Answers the recovered snapshot.
+/// Bring a destroyed snapshot back (400 if it is not destroyed)
+#[utoipa::path(
+    post, path = "/v1/snapshots/{snapshot}/recover", operation_id = "recoverSnapshot", params(SnapshotPath),
+    responses(
+        (status = 200, description = "The recovered snapshot", body = schemas::SnapshotInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn recover_snapshot(
     State(state): State<ApiState>,
     PathParam(full_name): PathParam,
@@ -456,6 +578,16 @@ async fn recover_snapshot(
     Ok(Json(info))
 }
 
+/// Eradicate a destroyed snapshot now (400 if it is not destroyed); what clones and copies still
+/// read is kept
+#[utoipa::path(
+    post, path = "/v1/snapshots/{snapshot}/eradicate", operation_id = "eradicateSnapshot", params(SnapshotPath),
+    responses(
+        (status = 204, description = "Eradicated"),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn eradicate_snapshot(
     State(state): State<ApiState>,
     PathParam(full_name): PathParam,
@@ -464,12 +596,34 @@ async fn eradicate_snapshot(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// List storage containers by creation ('default' first), with policies, usage and reclaim counters
+#[utoipa::path(
+    get, path = "/v1/containers", operation_id = "listContainers",
+    responses(
+        (status = 200, description = "The containers", body = Vec<schemas::ContainerInfo>),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn list_containers(
     State(state): State<ApiState>,
 ) -> Result<Json<Vec<ContainerInfo>>, ApiError> {
     Ok(Json(blocking(&state, |c| c.list_containers()).await?))
 }
 
+/// Create a storage container: the quota, reclaim rate and data reduction its volumes share
+///
+/// Policies left out take the defaults: no quota, reclaim 'unlimited' with a 256 MiB burst, lz4
+/// compression, dedup on. A quota of 0 is refused (400). Volumes join with 'container' on create or
+/// clone.
+#[utoipa::path(
+    post, path = "/v1/containers", operation_id = "createContainer",
+    request_body(content = CreateContainerRequest, example = json!({"name": "c", "reclaim": "low"})),
+    responses(
+        (status = 201, description = "The new container", body = schemas::ContainerInfo),
+        (status = 409, response = Conflict),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn create_container(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<CreateContainerRequest>,
@@ -479,6 +633,16 @@ async fn create_container(
     Ok((StatusCode::CREATED, Json(info)))
 }
 
+/// One container: policy, usage and the reclaim counters (UNMAP/TRIM commands, bytes unmapped and
+/// reclaimed, current rate, backlog, ETA)
+#[utoipa::path(
+    get, path = "/v1/containers/{container}", operation_id = "getContainer", params(ContainerPath),
+    responses(
+        (status = 200, description = "The container", body = schemas::ContainerInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn show_container(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
@@ -488,12 +652,26 @@ async fn show_container(
     ))
 }
 
-/// An empty change is refused: it is a client that meant to change something.
+/// Change a container's policies; fields left out are kept, "quota_bytes": null removes the quota
+///
+/// A new reclaim policy applies at once. A new codec or dedup setting applies to data written from
+/// then on. A lower quota than what is used refuses new data until usage falls below it. An empty
+/// body is refused (400).
+#[utoipa::path(
+    patch, path = "/v1/containers/{container}", operation_id = "updateContainer", params(ContainerPath),
+    request_body(content = UpdateContainerRequest, example = json!({"quota_bytes": null})),
+    responses(
+        (status = 200, description = "The changed container", body = schemas::ContainerInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn update_container(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
     JsonBody(body): JsonBody<UpdateContainerRequest>,
 ) -> Result<Json<ContainerInfo>, ApiError> {
+    // An empty change is a client that meant to change something.
     if body.is_empty() {
         return Err(ApiError::BadRequest(
             "invalid request body: nothing to change (give quota_bytes, reclaim, reclaim_burst_bytes, compression or dedup)"
@@ -505,6 +683,16 @@ async fn update_container(
     Ok(Json(info))
 }
 
+/// Delete an empty container (400 for 'default' or while it holds volumes, destroyed ones included,
+/// or space still being reclaimed)
+#[utoipa::path(
+    delete, path = "/v1/containers/{container}", operation_id = "deleteContainer", params(ContainerPath),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn delete_container(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
@@ -513,7 +701,16 @@ async fn delete_container(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Answers the container as the drain starts (`reclaim.draining` set).
+/// Work the container's reclaim backlog off now, whatever its policy (even 'off'); answers at once
+/// with reclaim.draining set until the backlog is empty
+#[utoipa::path(
+    post, path = "/v1/containers/{container}/reclaim", operation_id = "reclaimContainer", params(ContainerPath),
+    responses(
+        (status = 200, description = "The container as the drain starts", body = schemas::ContainerInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn reclaim_container(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
@@ -523,17 +720,38 @@ async fn reclaim_container(
     ))
 }
 
+/// Array-wide space report
+#[utoipa::path(
+    get, path = "/v1/array/space", operation_id = "getArraySpace",
+    responses(
+        (status = 200, description = "Space figures", body = schemas::SpaceReport),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn array_space(State(state): State<ApiState>) -> Result<Json<SpaceReport>, ApiError> {
     Ok(Json(blocking(&state, |c| c.space()).await?))
 }
 
-/// Begins a scrub pass and runs it on the blocking pool (it outlives the
-/// request); answers the pass begun, or the one running already.
+/// Start a scrub pass: read back and verify every stored record, at a rate if given; answers the
+/// pass running already if there is one
+#[utoipa::path(
+    post, path = "/v1/array/scrub", operation_id = "startScrub",
+    request_body(content = ScrubRequest, example = json!({"rate_bytes_per_s": 1000000})),
+    responses(
+        (
+            status = 202,
+            description = "The pass begun (started: true) or the one running already (started: false)",
+            body = schemas::ScrubStart
+        ),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn start_scrub(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<ScrubRequest>,
 ) -> Result<(StatusCode, Json<ScrubStart>), ApiError> {
     let start = blocking(&state, move |c| c.begin_scrub(body.rate_bytes_per_s)).await?;
+    // The pass runs on the blocking pool: it outlives the request.
     if start.started {
         let control = state.control.clone();
         let pass = start.report.pass;
@@ -546,14 +764,53 @@ async fn start_scrub(
     Ok((StatusCode::ACCEPTED, Json(start)))
 }
 
+/// The running scrub pass (progress), the last finished one (its findings) and the background
+/// schedule
+#[utoipa::path(
+    get, path = "/v1/array/scrub", operation_id = "getScrub",
+    responses(
+        (status = 200, description = "Scrub status", body = schemas::ScrubStatus),
+        (status = 400, response = BadRequest),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn scrub_status(State(state): State<ApiState>) -> Result<Json<ScrubStatus>, ApiError> {
     Ok(Json(blocking(&state, |c| c.scrub_status()).await?))
 }
 
+/// List hosts, sorted by name (CHAP users, never secrets)
+#[utoipa::path(
+    get, path = "/v1/hosts", operation_id = "listHosts",
+    responses(
+        (status = 200, description = "The hosts, sorted by name", body = Vec<HostInfo>),
+        (status = 500, response = InternalError),
+        (status = 501, response = NotImplemented),
+    )
+)]
 async fn list_hosts(State(state): State<ApiState>) -> Result<Json<Vec<HostInfo>>, ApiError> {
     Ok(Json(hosts_blocking(&state, |h| h.list_hosts()).await?))
 }
 
+/// Create a host: initiator names that share access, optionally with CHAP, and/or an NBD TLS
+/// pre-shared key
+///
+/// Each initiator name belongs to at most one host (else 400). CHAP secrets are 12 to 255
+/// characters; a user needs its secret and a secret its user; mutual CHAP needs one-way CHAP.
+/// Secrets are stored by the daemon (mode 0600) and never returned. The host sees nothing until
+/// volumes are connected to it.
+#[utoipa::path(
+    post, path = "/v1/hosts", operation_id = "createHost",
+    request_body(
+        content = CreateHostRequest,
+        example = json!({"name": "h", "iqns": ["iqn.2024-01.org.example:h"]})
+    ),
+    responses(
+        (status = 201, description = "The new host", body = HostInfo),
+        (status = 409, response = Conflict),
+        (status = 500, response = InternalError),
+        (status = 501, response = NotImplemented),
+    )
+)]
 async fn create_host(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<CreateHostRequest>,
@@ -563,6 +820,16 @@ async fn create_host(
     Ok((StatusCode::CREATED, Json(info)))
 }
 
+/// One host, with its LUNs
+#[utoipa::path(
+    get, path = "/v1/hosts/{host}", operation_id = "getHost", params(HostPath),
+    responses(
+        (status = 200, description = "The host", body = HostInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 501, response = NotImplemented),
+    )
+)]
 async fn show_host(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
@@ -572,6 +839,17 @@ async fn show_host(
     ))
 }
 
+/// Delete a host: its initiators lose every LUN at once (live sessions get REPORTED LUNS DATA HAS
+/// CHANGED); the volumes are untouched
+#[utoipa::path(
+    delete, path = "/v1/hosts/{host}", operation_id = "deleteHost", params(HostPath),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 501, response = NotImplemented),
+    )
+)]
 async fn delete_host(
     State(state): State<ApiState>,
     PathParam(name): PathParam,
@@ -580,7 +858,23 @@ async fn delete_host(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Answers the LUN made.
+/// Connect a volume (or a snapshot VOL@SNAP, read-only) to a host at a LUN
+///
+/// The lowest free LUN unless 'lun' is given (0 to 16383). 400 if the LUN is taken, the volume is
+/// already connected to this host, the block size is not 512 or 4096, or the host has 1024 LUNs;
+/// 404
+/// if the host, or the volume or snapshot, does not exist (a destroyed one counts as absent). Live
+/// sessions of the host's initiators see the new LUN at once.
+#[utoipa::path(
+    post, path = "/v1/hosts/{host}/connect", operation_id = "connectVolume", params(HostPath),
+    request_body(content = ConnectVolumeRequest, example = json!({"volume": "v"})),
+    responses(
+        (status = 200, description = "The LUN made", body = LunInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 501, response = NotImplemented),
+    )
+)]
 async fn connect_volume(
     State(state): State<ApiState>,
     PathParam(host): PathParam,
@@ -592,6 +886,17 @@ async fn connect_volume(
     ))
 }
 
+/// Take a volume (or snapshot) away from a host, whatever its LUN (400 if it is not connected)
+#[utoipa::path(
+    post, path = "/v1/hosts/{host}/disconnect", operation_id = "disconnectVolume", params(HostPath),
+    request_body(content = DisconnectVolumeRequest, example = json!({"volume": "v"})),
+    responses(
+        (status = 204, description = "Disconnected"),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 501, response = NotImplemented),
+    )
+)]
 async fn disconnect_volume(
     State(state): State<ApiState>,
     PathParam(host): PathParam,
@@ -601,6 +906,24 @@ async fn disconnect_volume(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Set (or replace) the host's NBD TLS pre-shared key; its PSK identity is the host's name
+///
+/// NBD clients that start TLS with this identity and key may list and open the volumes and
+/// snapshots connected to the host. Open NBD connections keep running; new ones need the new key.
+/// 400 for a key that is not 16 to 64 bytes of hex.
+#[utoipa::path(
+    put, path = "/v1/hosts/{host}/nbd-psk", operation_id = "setHostNbdPsk", params(HostPath),
+    request_body(
+        content = SetNbdPskRequest,
+        example = json!({"key": "00112233445566778899aabbccddeeff"})
+    ),
+    responses(
+        (status = 200, description = "The host", body = HostInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 501, response = NotImplemented),
+    )
+)]
 async fn set_nbd_psk(
     State(state): State<ApiState>,
     PathParam(host): PathParam,
@@ -611,6 +934,16 @@ async fn set_nbd_psk(
     ))
 }
 
+/// Remove the host's NBD TLS key (400 if the host has no initiator either: it would have no way in)
+#[utoipa::path(
+    delete, path = "/v1/hosts/{host}/nbd-psk", operation_id = "removeHostNbdPsk", params(HostPath),
+    responses(
+        (status = 200, description = "The host", body = HostInfo),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+        (status = 501, response = NotImplemented),
+    )
+)]
 async fn remove_nbd_psk(
     State(state): State<ApiState>,
     PathParam(host): PathParam,
@@ -620,8 +953,23 @@ async fn remove_nbd_psk(
     ))
 }
 
-/// The space report, then every container's and volume's figures, in
-/// Prometheus text format (token required, like the rest).
+/// The space report in Prometheus text format (0.0.4): gauges for space, counters for writes,
+/// unmaps and reclaim; then per container (label container) usage, quota, reclaim counters, current
+/// rate, backlog, ETA, rate limit and policy, and per volume (labels volume, container) unmap,
+/// reclaim and backlog figures
+///
+/// lacuna_container_reclaim_eta_seconds has no sample for a container whose backlog never empties
+/// (reclaim off) or whose rate cannot be told yet;
+/// lacuna_container_reclaim_rate_limit_bytes_per_second
+/// is 0 for off and +Inf for unlimited; lacuna_container_quota_bytes has no sample without a quota;
+/// lacuna_container_reclaim_policy{container,policy} is always 1.
+#[utoipa::path(
+    get, path = "/metrics", operation_id = "getMetrics",
+    responses(
+        (status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain"),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn prometheus_metrics(State(state): State<ApiState>) -> Result<Response, ApiError> {
     let (space, containers, volumes) = blocking(&state, |c| {
         let mut volumes = c.list_volumes(false)?;
@@ -629,11 +977,15 @@ async fn prometheus_metrics(State(state): State<ApiState>) -> Result<Response, A
         Ok((c.space()?, c.list_containers()?, volumes))
     })
     .await?;
-    let mut text = metrics::render(&space);
-    text.push_str(&metrics::render_containers(&containers, &volumes));
+    let text = metrics::render(&space, &containers, &volumes);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
+/// This document
+#[utoipa::path(
+    get, path = "/v1/openapi.json", operation_id = "getOpenApi",
+    responses((status = 200, description = "OpenAPI 3.0 document", body = Object))
+)]
 async fn openapi_document() -> Json<serde_json::Value> {
     Json(openapi::document())
 }

@@ -1,34 +1,90 @@
 //! `GET /metrics`: the array's figures in the Prometheus text exposition format
 //! (version 0.0.4), so a scraper can graph space, reduction and reclaim without
-//! parsing the JSON API.
+//! parsing the JSON API. The figures are read from the engine at each scrape
+//! and encoded by `prometheus-client` as constant samples.
 
-use std::fmt::Write;
+use std::fmt;
 
 use lacuna_engine::{ContainerInfo, ReclaimPolicy, SpaceReport, VolumeInfo};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    prometheus_text, CounterValueEncoder, DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue,
+    EncodeMetric, GaugeValueEncoder,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
-/// One sample: name, help text, type, value.
-struct Metric {
-    name: &'static str,
-    help: &'static str,
-    kind: &'static str,
-    value: f64,
+/// The text of `GET /metrics`: the space report, then every container's and
+/// volume's figures.
+pub fn render(space: &SpaceReport, containers: &[ContainerInfo], volumes: &[VolumeInfo]) -> String {
+    let mut families = array_families(space);
+    families.extend(container_families(containers, volumes));
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape(families)));
+    let mut text = String::new();
+    prometheus_text::encode(&mut text, &registry).expect("writing to a String cannot fail");
+    text
 }
 
-/// Renders the space report as Prometheus text.
-pub fn render(space: &SpaceReport) -> String {
-    let gauge = |name, help, value: u64| Metric {
+/// A sample's labels, in the order they are written.
+type Labels = Vec<(&'static str, String)>;
+
+/// One metric family: HELP and TYPE once, then its samples. A counter's name
+/// ends in `_total` (prometheus-client adds the suffix to what it is given).
+#[derive(Debug)]
+struct Family {
+    name: &'static str,
+    kind: MetricType,
+    help: &'static str,
+    samples: Vec<(Labels, Value)>,
+}
+
+/// The families of one scrape, as constant samples.
+#[derive(Debug)]
+struct Scrape(Vec<Family>);
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        for family in &self.0 {
+            let name = match family.kind {
+                MetricType::Counter => family
+                    .name
+                    .strip_suffix("_total")
+                    .expect("a counter's name ends in _total"),
+                _ => family.name,
+            };
+            let mut metric = encoder.encode_descriptor(name, family.help, None, family.kind)?;
+            for (labels, value) in &family.samples {
+                let sample = metric.encode_family(labels)?;
+                match family.kind {
+                    MetricType::Counter => ConstCounter::new(*value).encode(sample)?,
+                    _ => ConstGauge::new(*value).encode(sample)?,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An unlabelled family of one sample.
+fn single(name: &'static str, kind: MetricType, help: &'static str, value: Value) -> Family {
+    Family {
         name,
+        kind,
         help,
-        kind: "gauge",
-        value: value as f64,
-    };
-    let counter = |name, help, value: u64| Metric {
-        name,
-        help,
-        kind: "counter",
-        value: value as f64,
-    };
-    let metrics = [
+        samples: vec![(Labels::new(), value)],
+    }
+}
+
+/// The space report's families.
+fn array_families(space: &SpaceReport) -> Vec<Family> {
+    let gauge = |name, help, value: u64| single(name, MetricType::Gauge, help, Value::Int(value));
+    let counter =
+        |name, help, value: u64| single(name, MetricType::Counter, help, Value::Int(value));
+    let ratio = |name, help, value: f64| single(name, MetricType::Gauge, help, Value::Float(value));
+    vec![
         gauge(
             "lacuna_capacity_bytes",
             "Physical capacity of the array.",
@@ -172,93 +228,45 @@ pub fn render(space: &SpaceReport) -> String {
             "Segment reads the filesystem failed (EIO).",
             space.read_errors,
         ),
-    ];
-    let mut out = String::new();
-    for m in metrics {
-        // Writing to a String cannot fail.
-        let _ = writeln!(out, "# HELP {} {}", m.name, m.help);
-        let _ = writeln!(out, "# TYPE {} {}", m.name, m.kind);
-        let _ = writeln!(out, "{} {}", m.name, m.value);
-    }
-    let ratios = [
-        (
+        ratio(
             "lacuna_data_reduction_ratio",
             "Logical data / live physical bytes.",
             space.data_reduction_ratio,
         ),
-        (
+        ratio(
             "lacuna_write_amplification_ratio",
             "Media written / host written bytes.",
             space.write_amplification,
         ),
-    ];
-    for (name, help, value) in ratios {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} gauge");
-        let _ = writeln!(out, "{name} {value}");
-    }
-    out
+    ]
 }
 
-/// A sample's value: integers are printed exactly (byte counters pass 2^53
-/// long before they pass u64), rates and times as floats.
+/// A sample's value: integers are written exactly (byte counters pass 2^53
+/// long before they pass u64), rates and times as floats (`+Inf`, `-Inf` and
+/// `NaN` spelt so); a float with no fraction as an integer (`25000000`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Value {
     Int(u64),
     Float(f64),
 }
 
-impl Value {
-    /// The exposition format spells the special floats `+Inf`, `-Inf`, `NaN`.
-    fn text(self) -> String {
-        match self {
-            Value::Int(n) => n.to_string(),
-            Value::Float(x) if x.is_nan() => "NaN".to_string(),
-            Value::Float(x) if x == f64::INFINITY => "+Inf".to_string(),
-            Value::Float(x) if x == f64::NEG_INFINITY => "-Inf".to_string(),
-            Value::Float(x) => x.to_string(),
+impl EncodeGaugeValue for Value {
+    fn encode(&self, encoder: &mut GaugeValueEncoder) -> fmt::Result {
+        match *self {
+            Value::Int(n) => EncodeGaugeValue::encode(&n, encoder),
+            Value::Float(x) if x.fract() == 0.0 && x.abs() < i64::MAX as f64 => {
+                EncodeGaugeValue::encode(&(x as i64), encoder)
+            }
+            Value::Float(x) => EncodeGaugeValue::encode(&x, encoder),
         }
     }
 }
 
-/// A label value escaped per the text format: backslash, double quote and line
-/// feed are the three characters that need it.
-pub fn escape_label_value(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-fn labels(pairs: &[(&str, &str)]) -> String {
-    let inner: Vec<String> = pairs
-        .iter()
-        .map(|(name, value)| format!("{name}=\"{}\"", escape_label_value(value)))
-        .collect();
-    format!("{{{}}}", inner.join(","))
-}
-
-/// One labelled family: HELP and TYPE once, then a sample per item that has a
-/// value (`None` leaves the item's sample out: the value is unknown).
-fn family<T>(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    items: &[T],
-    sample: impl Fn(&T) -> Option<(String, Value)>,
-) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-    for item in items {
-        if let Some((labels, value)) = sample(item) {
-            let _ = writeln!(out, "{name}{labels} {}", value.text());
+impl EncodeCounterValue for Value {
+    fn encode(&self, encoder: &mut CounterValueEncoder) -> fmt::Result {
+        match *self {
+            Value::Int(n) => EncodeCounterValue::encode(&n, encoder),
+            Value::Float(x) => EncodeCounterValue::encode(&x, encoder),
         }
     }
 }
@@ -284,166 +292,239 @@ pub fn rate_limit_bytes_per_s(policy: ReclaimPolicy) -> f64 {
 /// `off` and +Inf for `unlimited`; `lacuna_container_quota_bytes` is left out
 /// for a container without a quota; `lacuna_container_reclaim_policy` is an
 /// info series (value 1) whose `policy` label is the policy as the CLI prints it.
-pub fn render_containers(containers: &[ContainerInfo], volumes: &[VolumeInfo]) -> String {
-    let mut out = String::new();
-    let by_container = |c: &ContainerInfo| labels(&[("container", &c.name)]);
+fn container_families(containers: &[ContainerInfo], volumes: &[VolumeInfo]) -> Vec<Family> {
+    let by_container = |c: &ContainerInfo| vec![("container", c.name.clone())];
     type ContainerFigure = fn(&ContainerInfo) -> Option<Value>;
-    let container_families: [(&str, &str, &str, ContainerFigure); 13] = [
+    let container_families: [(&str, MetricType, &str, ContainerFigure); 13] = [
         (
             "lacuna_container_volumes",
-            "gauge",
+            MetricType::Gauge,
             "Volumes in the container (live and destroyed-recoverable).",
             |c| Some(Value::Int(c.volume_count)),
         ),
         (
             "lacuna_container_provisioned_bytes",
-            "gauge",
+            MetricType::Gauge,
             "Sum of the container's volume sizes.",
             |c| Some(Value::Int(c.provisioned_bytes)),
         ),
         (
             "lacuna_container_used_bytes",
-            "gauge",
+            MetricType::Gauge,
             "Bytes counted against the quota: written data plus thick reservations.",
             |c| Some(Value::Int(c.used_bytes)),
         ),
         (
             "lacuna_container_quota_bytes",
-            "gauge",
+            MetricType::Gauge,
             "The container's quota (no sample when it has none).",
             |c| c.policy.quota_bytes.map(Value::Int),
         ),
         (
             "lacuna_container_unmap_commands_total",
-            "counter",
+            MetricType::Counter,
             "Unmap requests received by the container's volumes (UNMAP, TRIM, unmapping WRITE SAME / WRITE ZEROES).",
             |c| Some(Value::Int(c.reclaim.stats.unmap_commands)),
         ),
         (
             "lacuna_container_unmapped_bytes_total",
-            "counter",
+            MetricType::Counter,
             "Logical bytes those unmap requests covered.",
             |c| Some(Value::Int(c.reclaim.stats.unmapped_bytes)),
         ),
         (
             "lacuna_container_reclaimed_bytes_total",
-            "counter",
+            MetricType::Counter,
             "Bytes of dead data the reclaimer released for the container.",
             |c| Some(Value::Int(c.reclaim.stats.reclaimed_bytes)),
         ),
         (
             "lacuna_container_reclaim_bytes_per_second",
-            "gauge",
+            MetricType::Gauge,
             "Bytes reclaimed per second over the last 2 s (sliding window).",
             |c| Some(Value::Float(c.reclaim.current_bytes_per_s)),
         ),
         (
             "lacuna_container_reclaim_backlog_bytes",
-            "gauge",
+            MetricType::Gauge,
             "Dead bytes not yet reclaimed.",
             |c| Some(Value::Int(c.reclaim.stats.backlog_bytes)),
         ),
         (
             "lacuna_container_reclaim_eta_seconds",
-            "gauge",
+            MetricType::Gauge,
             "Estimated seconds until the backlog is empty (no sample when it never will be, reclaim off, or cannot be told yet).",
             |c| c.reclaim.eta_s.map(Value::Float),
         ),
         (
             "lacuna_container_reclaim_rate_limit_bytes_per_second",
-            "gauge",
+            MetricType::Gauge,
             "Reclaim rate the policy allows: 0 for off, +Inf for unlimited.",
             |c| Some(Value::Float(rate_limit_bytes_per_s(c.reclaim.policy))),
         ),
         (
             "lacuna_container_reclaim_burst_bytes",
-            "gauge",
+            MetricType::Gauge,
             "Reclaim allowance spent before the rate applies, refilled while idle.",
             |c| Some(Value::Int(c.reclaim.burst_bytes)),
         ),
         (
             "lacuna_container_reclaim_draining",
-            "gauge",
+            MetricType::Gauge,
             "1 while 'reclaim --now' works the backlog off regardless of the policy.",
             |c| Some(Value::Int(u64::from(c.reclaim.draining))),
         ),
     ];
-    for (name, kind, help, figure) in container_families {
-        family(&mut out, name, kind, help, containers, |c| {
-            figure(c).map(|v| (by_container(c), v))
-        });
-    }
-    family(
-        &mut out,
-        "lacuna_container_reclaim_policy",
-        "gauge",
-        "The reclaim policy in force (off, low, unlimited or a rate such as 2000MB/s), as the label; always 1.",
-        containers,
-        |c| {
-            let policy = c.reclaim.policy.to_string();
-            let labels = labels(&[("container", &c.name), ("policy", &policy)]);
-            Some((labels, Value::Int(1)))
-        },
-    );
-    let by_volume = |v: &VolumeInfo| labels(&[("volume", &v.name), ("container", &v.container)]);
+    let mut families: Vec<Family> = container_families
+        .into_iter()
+        .map(|(name, kind, help, figure)| Family {
+            name,
+            kind,
+            help,
+            samples: containers
+                .iter()
+                .filter_map(|c| figure(c).map(|v| (by_container(c), v)))
+                .collect(),
+        })
+        .collect();
+    families.push(Family {
+        name: "lacuna_container_reclaim_policy",
+        kind: MetricType::Gauge,
+        help: "The reclaim policy in force (off, low, unlimited or a rate such as 2000MB/s), as the label; always 1.",
+        samples: containers
+            .iter()
+            .map(|c| {
+                let labels = vec![
+                    ("container", c.name.clone()),
+                    ("policy", c.reclaim.policy.to_string()),
+                ];
+                (labels, Value::Int(1))
+            })
+            .collect(),
+    });
+    let by_volume = |v: &VolumeInfo| {
+        vec![
+            ("volume", v.name.clone()),
+            ("container", v.container.clone()),
+        ]
+    };
     type VolumeFigure = fn(&VolumeInfo) -> u64;
-    let volume_families: [(&str, &str, &str, VolumeFigure); 4] = [
+    let volume_families: [(&str, MetricType, &str, VolumeFigure); 4] = [
         (
             "lacuna_volume_unmap_commands_total",
-            "counter",
+            MetricType::Counter,
             "Unmap requests the volume received.",
             |v| v.reclaim.unmap_commands,
         ),
         (
             "lacuna_volume_unmapped_bytes_total",
-            "counter",
+            MetricType::Counter,
             "Logical bytes the volume's unmap requests covered.",
             |v| v.reclaim.unmapped_bytes,
         ),
         (
             "lacuna_volume_reclaimed_bytes_total",
-            "counter",
+            MetricType::Counter,
             "Bytes of the volume's dead data the reclaimer released.",
             |v| v.reclaim.reclaimed_bytes,
         ),
         (
             "lacuna_volume_reclaim_backlog_bytes",
-            "gauge",
+            MetricType::Gauge,
             "The volume's dead bytes not yet reclaimed.",
             |v| v.reclaim.backlog_bytes,
         ),
     ];
-    for (name, kind, help, figure) in volume_families {
-        family(&mut out, name, kind, help, volumes, |v| {
-            Some((by_volume(v), Value::Int(figure(v))))
-        });
-    }
-    out
+    families.extend(
+        volume_families
+            .into_iter()
+            .map(|(name, kind, help, figure)| Family {
+                name,
+                kind,
+                help,
+                samples: volumes
+                    .iter()
+                    .map(|v| (by_volume(v), Value::Int(figure(v))))
+                    .collect(),
+            }),
+    );
+    families
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The text of one family, encoded.
+    fn encoded(family: Family) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Scrape(vec![family])));
+        let mut text = String::new();
+        prometheus_text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    fn sample_text(value: Value) -> String {
+        let text = encoded(single("x", MetricType::Gauge, "X.", value));
+        text.lines()
+            .last()
+            .unwrap()
+            .strip_prefix("x ")
+            .unwrap()
+            .to_string()
+    }
+
     #[test]
     fn label_values_are_escaped() {
-        assert_eq!(escape_label_value("plain-name_1.x"), "plain-name_1.x");
-        assert_eq!(escape_label_value("a\"b"), "a\\\"b");
-        assert_eq!(escape_label_value("a\\b"), "a\\\\b");
-        assert_eq!(escape_label_value("a\nb"), "a\\nb");
+        let sample = |container: &str| {
+            let text = encoded(Family {
+                name: "lacuna_container_reclaim_policy",
+                kind: MetricType::Gauge,
+                help: "Policy.",
+                samples: vec![(
+                    vec![
+                        ("container", container.to_string()),
+                        ("policy", "low".into()),
+                    ],
+                    Value::Int(1),
+                )],
+            });
+            text.lines().last().unwrap().to_string()
+        };
+        let line = |escaped: &str| {
+            format!("lacuna_container_reclaim_policy{{container=\"{escaped}\",policy=\"low\"}} 1")
+        };
+        assert_eq!(sample("plain-name_1.x"), line("plain-name_1.x"));
+        assert_eq!(sample("a\"b"), line("a\\\"b"));
+        assert_eq!(sample("a\\b"), line("a\\\\b"));
+        assert_eq!(sample("a\nb"), line("a\\nb"));
+        assert_eq!(sample("c\"1"), line("c\\\"1"));
+    }
+
+    #[test]
+    fn each_family_has_its_help_and_type_and_a_counter_its_total() {
+        let text = encoded(single(
+            "lacuna_read_errors_total",
+            MetricType::Counter,
+            "Segment reads the filesystem failed (EIO).",
+            Value::Int(7),
+        ));
         assert_eq!(
-            labels(&[("container", "c\"1"), ("policy", "low")]),
-            "{container=\"c\\\"1\",policy=\"low\"}"
+            text,
+            "# HELP lacuna_read_errors_total Segment reads the filesystem failed (EIO).\n\
+             # TYPE lacuna_read_errors_total counter\n\
+             lacuna_read_errors_total 7\n"
         );
     }
 
     #[test]
     fn special_floats_use_the_exposition_spelling() {
-        assert_eq!(Value::Float(f64::INFINITY).text(), "+Inf");
-        assert_eq!(Value::Float(f64::NEG_INFINITY).text(), "-Inf");
-        assert_eq!(Value::Float(f64::NAN).text(), "NaN");
-        assert_eq!(Value::Float(12.5).text(), "12.5");
-        assert_eq!(Value::Int(u64::MAX).text(), "18446744073709551615");
+        assert_eq!(sample_text(Value::Float(f64::INFINITY)), "+Inf");
+        assert_eq!(sample_text(Value::Float(f64::NEG_INFINITY)), "-Inf");
+        assert_eq!(sample_text(Value::Float(f64::NAN)), "NaN");
+        assert_eq!(sample_text(Value::Float(12.5)), "12.5");
+        assert_eq!(sample_text(Value::Float(25e6)), "25000000");
+        assert_eq!(sample_text(Value::Int(u64::MAX)), "18446744073709551615");
     }
 
     #[test]

@@ -3,107 +3,145 @@
 
 use lacuna_engine::{Compression, ContainerPolicy, ContainerUpdate, Provisioning, ReclaimPolicy};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::schemas;
 
 /// Body of `POST /v1/volumes`: a new volume (`size_bytes` required), or a clone of
 /// `source` (`VOL` or `VOL@SNAP`; `size_bytes` may be omitted and, if sent, must
 /// equal the source's size).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateVolumeRequest {
+    /// 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')
     pub name: String,
+    /// Volume size: a non-zero multiple of 512, at most 1 PiB. Required without 'source'; with
+    /// 'source', omit it or give the source's size
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<u64>,
-    /// `thin` when absent.
+    /// thin (default: reserves nothing), zeroedthick (reserves the full size so writes never
+    /// lack space) or eagerzeroedthick (zeroedthick, created already zeroed with one metadata
+    /// record)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schemas::Provisioning>, inline)]
     pub provisioning: Option<Provisioning>,
+    /// Clone this: a volume (VOL, as it is now) or a snapshot (VOL@SNAP)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
-    /// The container the new volume (or clone) joins: `default` for a new
-    /// volume, the source's container for a clone, when absent.
+    /// The storage container the volume joins (default: 'default', or for a clone the source's
+    /// container)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
 }
 
 /// Body of `POST /v1/array/scrub`: the pass's rate limit in bytes per second
 /// (unlimited when absent).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScrubRequest {
+    /// Most bytes of records read per second; unlimited when absent
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
     pub rate_bytes_per_s: Option<u64>,
 }
 
 /// Body of `PATCH /v1/volumes/{name}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResizeVolumeRequest {
+    /// New volume size: a non-zero multiple of 512, at most 1 PiB
     pub size_bytes: u64,
 }
 
 /// Body of `POST /v1/volumes/{name}/restore`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RestoreVolumeRequest {
-    /// A snapshot of the volume by its name, or `VOL@NAME`.
+    /// A snapshot of this volume: its NAME or VOL@NAME
     pub snapshot: String,
 }
 
 /// Body of `POST /v1/volumes/{name}/copy`: copies `length_bytes` from the path's
 /// volume at `offset_bytes` to `destination` at `destination_offset_bytes`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CopyRangeRequest {
+    /// Where the range starts in the source volume (the path's)
     pub offset_bytes: u64,
+    /// How many bytes to copy
     pub length_bytes: u64,
+    /// Destination volume (may be the source)
     pub destination: String,
+    /// Where the copy lands in the destination
     pub destination_offset_bytes: u64,
 }
 
 /// Body of `POST /v1/snapshots`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSnapshotsRequest {
+    /// Volumes to snapshot at one instant, each named once
+    #[schema(min_items = 1)]
     pub volumes: Vec<String>,
+    /// Snapshot name for every member (default: the group's name, else snap-<unix time>)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Consistency group name, recorded with each snapshot
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
 }
 
 /// Query of `GET /v1/volumes`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListVolumesQuery {
+    /// true: list the destroyed (recoverable) ones instead of the live ones
     #[serde(default)]
+    #[param(default = false)]
     pub destroyed: bool,
 }
 
 /// Query of `GET /v1/snapshots`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListSnapshotsQuery {
+    /// Only this volume's snapshots (404 if no such volume)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(nullable = false)]
     pub volume: Option<String>,
+    /// true: list the destroyed (recoverable) ones instead of the live ones
     #[serde(default)]
+    #[param(default = false)]
     pub destroyed: bool,
 }
 
 /// Body of `POST /v1/containers`: a container and its policies; every policy
 /// left out takes the array's default (no quota, `unlimited` reclaim with a
 /// 256 MiB burst, lz4, dedup on).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateContainerRequest {
+    /// 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')
     pub name: String,
+    /// Most bytes the volumes may hold: written data plus thick reservations; a write past it
+    /// gets ENOSPC (default: none)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota_bytes: Option<u64>,
-    /// `off`, `low` (25 MB/s), `unlimited`, or a rate such as `2000MB/s`.
+    /// How fast dead space is reclaimed: off, low (25 MB/s), unlimited or a rate such as
+    /// 2000MB/s (default: unlimited)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schemas::ReclaimPolicy>, inline)]
     pub reclaim: Option<ReclaimPolicy>,
+    /// Reclaim allowance spent before the rate applies, refilled while idle (default: 256 MiB)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim_burst_bytes: Option<u64>,
+    /// Codec of new data: lz4, zstd or off (default: lz4)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schemas::Compression>, inline)]
     pub compression: Option<Compression>,
+    /// Deduplicate new data (default: true)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup: Option<bool>,
 }
@@ -126,10 +164,10 @@ impl CreateContainerRequest {
 
 /// Body of `PATCH /v1/containers/{container}`: the policies to change; fields
 /// left out keep their value, and `"quota_bytes": null` removes the quota.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateContainerRequest {
-    /// Absent: keep; `null`: remove the quota; a number: the new quota.
+    /// New quota; null removes it; absent keeps it
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -137,12 +175,19 @@ pub struct UpdateContainerRequest {
         deserialize_with = "deserialize_quota_change"
     )]
     pub quota_bytes: Option<Option<u64>>,
+    /// How fast dead space is reclaimed: off, low (25 MB/s), unlimited or a rate such as
+    /// 2000MB/s (absent: kept)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schemas::ReclaimPolicy>, inline)]
     pub reclaim: Option<ReclaimPolicy>,
+    /// Reclaim allowance spent before the rate applies, refilled while idle (absent: kept)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim_burst_bytes: Option<u64>,
+    /// Codec of new data: lz4, zstd or off (absent: kept)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<schemas::Compression>, inline)]
     pub compression: Option<Compression>,
+    /// Deduplicate new data (absent: kept)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup: Option<bool>,
 }

@@ -813,89 +813,23 @@ fn error_message(response: &Response, status: StatusCode) -> String {
         .to_string()
 }
 
-/// Every operation behind the token: method, path template and a valid body.
-const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
-    ("GET", "/metrics", None),
-    ("GET", "/v1/volumes", None),
-    (
-        "POST",
-        "/v1/volumes",
-        Some(r#"{"name":"v","size_bytes":512}"#),
-    ),
-    ("GET", "/v1/volumes/{name}", None),
-    ("PATCH", "/v1/volumes/{name}", Some(r#"{"size_bytes":512}"#)),
-    ("DELETE", "/v1/volumes/{name}", None),
-    ("POST", "/v1/volumes/{name}/recover", None),
-    ("POST", "/v1/volumes/{name}/eradicate", None),
-    (
-        "POST",
-        "/v1/volumes/{name}/restore",
-        Some(r#"{"snapshot":"s"}"#),
-    ),
-    (
-        "POST",
-        "/v1/volumes/{name}/copy",
-        Some(
-            r#"{"offset_bytes":0,"length_bytes":512,"destination":"v","destination_offset_bytes":0}"#,
-        ),
-    ),
-    ("GET", "/v1/snapshots", None),
-    (
-        "POST",
-        "/v1/snapshots",
-        Some(r#"{"volumes":["v"],"name":"s"}"#),
-    ),
-    ("GET", "/v1/snapshots/{snapshot}", None),
-    ("DELETE", "/v1/snapshots/{snapshot}", None),
-    ("POST", "/v1/snapshots/{snapshot}/recover", None),
-    ("POST", "/v1/snapshots/{snapshot}/eradicate", None),
-    ("GET", "/v1/containers", None),
-    (
-        "POST",
-        "/v1/containers",
-        Some(r#"{"name":"c","reclaim":"low"}"#),
-    ),
-    ("GET", "/v1/containers/{container}", None),
-    (
-        "PATCH",
-        "/v1/containers/{container}",
-        Some(r#"{"quota_bytes":null}"#),
-    ),
-    ("POST", "/v1/containers/{container}/reclaim", None),
-    ("DELETE", "/v1/containers/{container}", None),
-    ("GET", "/v1/array/space", None),
-    ("GET", "/v1/array/scrub", None),
-    (
-        "POST",
-        "/v1/array/scrub",
-        Some(r#"{"rate_bytes_per_s":1000000}"#),
-    ),
-    ("GET", "/v1/hosts", None),
-    (
-        "POST",
-        "/v1/hosts",
-        Some(r#"{"name":"h","iqns":["iqn.2024-01.org.example:h"]}"#),
-    ),
-    ("GET", "/v1/hosts/{host}", None),
-    ("DELETE", "/v1/hosts/{host}", None),
-    (
-        "POST",
-        "/v1/hosts/{host}/connect",
-        Some(r#"{"volume":"v"}"#),
-    ),
-    (
-        "POST",
-        "/v1/hosts/{host}/disconnect",
-        Some(r#"{"volume":"v"}"#),
-    ),
-    (
-        "PUT",
-        "/v1/hosts/{host}/nbd-psk",
-        Some(r#"{"key":"00112233445566778899aabbccddeeff"}"#),
-    ),
-    ("DELETE", "/v1/hosts/{host}/nbd-psk", None),
-    ("GET", "/v1/openapi.json", None),
-];
+/// Every operation behind the token (all but `GET /healthz`), from the API's one
+/// list of routes: method, path template, and the body the OpenAPI document gives
+/// as the operation's example (a valid one).
+fn operations() -> Vec<(String, String, Option<String>)> {
+    let doc = lacuna_api::openapi::document();
+    lacuna_api::openapi::operations()
+        .into_iter()
+        .filter(|(_, path)| path != "/healthz")
+        .map(|(method, path)| {
+            let operation = &doc["paths"][&path][method.as_str().to_ascii_lowercase()];
+            let body = operation
+                .pointer("/requestBody/content/application~1json/example")
+                .map(Value::to_string);
+            (method.to_string(), path, body)
+        })
+        .collect()
+}
 
 fn is_host_route(path: &str) -> bool {
     path.starts_with("/v1/hosts")
@@ -912,9 +846,9 @@ fn concrete(path: &str) -> String {
 #[tokio::test]
 async fn token_is_required_everywhere_but_healthz() {
     let (app, fake, hosts) = app_with_hosts();
-    let mut routes: Vec<(String, String)> = OPERATIONS
+    let mut routes: Vec<(String, String)> = operations()
         .iter()
-        .map(|(m, p, _)| (m.to_string(), concrete(p)))
+        .map(|(m, p, _)| (m.clone(), concrete(p)))
         .collect();
     // Unknown paths too: probing without the token learns nothing.
     routes.push(("GET".into(), "/v1/nothing".into()));
@@ -1242,10 +1176,11 @@ async fn every_engine_error_maps_to_its_status() {
     let clone = r#"{"name":"c","source":"v@s"}"#;
     for (make, status) in cases {
         *fake.fail_with.lock().unwrap() = Some(make);
-        let operations = OPERATIONS
+        let all = operations();
+        let operations = all
             .iter()
-            .filter(|(_, path, _)| *path != "/v1/openapi.json" && !is_host_route(path))
-            .map(|(method, path, body)| (*method, concrete(path), *body))
+            .filter(|(_, path, _)| path != "/v1/openapi.json" && !is_host_route(path))
+            .map(|(method, path, body)| (method.as_str(), concrete(path), body.as_deref()))
             .chain([("POST", "/v1/volumes".to_string(), Some(clone))]);
         for (method, uri, body) in operations {
             let r = send(&app, method, &uri, bearer(), body).await;
@@ -1627,9 +1562,9 @@ async fn every_host_error_maps_to_its_status() {
     ];
     for (make, status) in cases {
         *hosts.fail_with.lock().unwrap() = Some(make);
-        for (method, path, body) in OPERATIONS.iter().filter(|(_, p, _)| is_host_route(p)) {
+        for (method, path, body) in operations().iter().filter(|(_, p, _)| is_host_route(p)) {
             let uri = concrete(path);
-            let r = send(&app, method, &uri, bearer(), *body).await;
+            let r = send(&app, method, &uri, bearer(), body.as_deref()).await;
             assert_eq!(
                 error_message(&r, status),
                 make().to_string(),
@@ -1644,11 +1579,11 @@ async fn every_host_error_maps_to_its_status() {
 #[tokio::test]
 async fn without_host_management_host_routes_answer_501() {
     let app = router(ApiState::new(Arc::new(FakeArray::default()), TOKEN));
-    for (method, path, body) in OPERATIONS.iter().filter(|(_, p, _)| is_host_route(p)) {
+    for (method, path, body) in operations().iter().filter(|(_, p, _)| is_host_route(p)) {
         let uri = concrete(path);
-        let r = send(&app, method, &uri, None, *body).await;
+        let r = send(&app, method, &uri, None, body.as_deref()).await;
         error_message(&r, StatusCode::UNAUTHORIZED);
-        let r = send(&app, method, &uri, bearer(), *body).await;
+        let r = send(&app, method, &uri, bearer(), body.as_deref()).await;
         assert_eq!(
             error_message(&r, StatusCode::NOT_IMPLEMENTED),
             "host management is not available on this server",
@@ -1763,12 +1698,18 @@ async fn openapi_document_matches_router_and_types() {
             );
             // The operation exists: with a token and a valid body it is neither
             // an unknown route nor a wrong method.
-            let body = OPERATIONS
-                .iter()
-                .find(|(m, p, _)| m.eq_ignore_ascii_case(method) && p == path)
-                .and_then(|(_, _, body)| *body);
+            let body = operation
+                .pointer("/requestBody/content/application~1json/example")
+                .map(Value::to_string);
             let uri = concrete(path);
-            let r = send(&app, &method.to_uppercase(), &uri, bearer(), body).await;
+            let r = send(
+                &app,
+                &method.to_uppercase(),
+                &uri,
+                bearer(),
+                body.as_deref(),
+            )
+            .await;
             // Operations run in document order against one fake, so some find
             // the state another left (a snapshot already there, a volume
             // destroyed): any documented answer but a routing failure will do.
@@ -1802,10 +1743,10 @@ async fn openapi_document_matches_router_and_types() {
             }
         }
     }
-    let mut expected: Vec<(String, String)> = OPERATIONS
-        .iter()
-        .map(|(m, p, _)| (p.to_string(), m.to_ascii_lowercase()))
-        .chain([("/healthz".to_string(), "get".to_string())])
+    // The document served lists the routes the router was built from.
+    let mut expected: Vec<(String, String)> = lacuna_api::openapi::operations()
+        .into_iter()
+        .map(|(m, p)| (p, m.as_str().to_ascii_lowercase()))
         .collect();
     expected.sort();
     documented.sort();

@@ -2,7 +2,7 @@
 //! and which volumes each sees at which LUN. A host may also have an NBD
 //! pre-shared key: an NBD client that proves it over TLS, with the host's name as
 //! its PSK identity, may open the volumes connected to the host (see
-//! `nbd_export`).
+//! the daemon's `nbd_export`).
 //!
 //! Kept by the daemon (not the engine, which knows nothing of initiators) in
 //! `<data_dir>/hosts.json`, written atomically (temporary file, fsync, rename) with
@@ -12,8 +12,8 @@
 //! The API and CLI (`lacuna host …`) reach the registry through [`RegistryHosts`],
 //! which also refuses to connect a volume or snapshot that does not exist.
 //!
-//! This file only uses crates the API crate has too, so the API's tests include it
-//! to run the routes against the real registry.
+//! A crate of its own so that the daemon and the API's tests (which run the host
+//! routes against the real registry) both use it.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -87,11 +87,11 @@ impl std::fmt::Debug for NbdPsk {
 impl NbdPsk {
     /// Checks a hex key: an even number of hex digits making
     /// `MIN_PSK_KEY_BYTES..=MAX_PSK_KEY_BYTES` bytes (the message never quotes it).
-    pub fn parse(hex: &str) -> Result<NbdPsk, HostError> {
+    pub fn parse(text: &str) -> Result<NbdPsk, HostError> {
         let (min, max) = (NBD_PSK_MIN_BYTES, NBD_PSK_MAX_BYTES);
-        let hex = hex.trim();
-        let digits = hex.len();
-        if !hex.bytes().all(|b| b.is_ascii_hexdigit()) || !digits.is_multiple_of(2) {
+        let text = text.trim();
+        let digits = text.len();
+        if hex::decode(text).is_err() {
             return Err(HostError::Invalid(
                 "the NBD PSK must be hexadecimal digits, two per byte (as psktool writes it)"
                     .into(),
@@ -104,14 +104,11 @@ impl NbdPsk {
                 2 * max
             )));
         }
-        Ok(NbdPsk(hex.to_ascii_lowercase()))
+        Ok(NbdPsk(text.to_ascii_lowercase()))
     }
 
     pub fn bytes(&self) -> Vec<u8> {
-        (0..self.0.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&self.0[i..i + 2], 16).expect("checked by parse"))
-            .collect()
+        hex::decode(&self.0).expect("checked by parse")
     }
 }
 

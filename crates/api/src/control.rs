@@ -2,8 +2,8 @@
 //! [`Engine`]; tests of routing, auth and error mapping pass a double that can also
 //! produce failures a real engine rarely does (out of space, I/O errors).
 
-use lacuna_engine::scrub::{ScrubReport, ScrubStart, ScrubStatus};
-use lacuna_engine::snapshot::split_full_name;
+use lacuna_engine::integrity::scrub::{ScrubReport, ScrubStart, ScrubStatus};
+use lacuna_engine::versions::snapshot::split_full_name;
 use lacuna_engine::{
     ContainerInfo, ContainerPolicy, ContainerUpdate, CopyReport, Engine, EngineError,
     GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport, VolumeInfo,
@@ -127,7 +127,7 @@ impl ControlPlane for Engine {
         provisioning: Provisioning,
         container: Option<&str>,
     ) -> Result<VolumeInfo, EngineError> {
-        let container = container.unwrap_or(lacuna_engine::container::DEFAULT_CONTAINER);
+        let container = container.unwrap_or(lacuna_engine::space::container::DEFAULT_CONTAINER);
         Engine::create_volume_in(self, name, size_bytes, provisioning, container)
     }
 

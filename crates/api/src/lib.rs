@@ -43,7 +43,7 @@ use axum::http::{header, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use lacuna_engine::scrub::{ScrubStart, ScrubStatus};
+use lacuna_engine::integrity::scrub::{ScrubStart, ScrubStatus};
 use lacuna_engine::{
     ContainerInfo, CopyReport, EngineError, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport,
     VolumeInfo,

@@ -13,7 +13,9 @@ use lacuna_api::{
     router, ApiState, ControlPlane, HostControl, HostControlError, HostInfo, LunInfo, NewHost,
     NewLun, MAX_BODY_BYTES,
 };
-use lacuna_engine::scrub::{AffectedRange, BadRecord, ScrubReport, ScrubStart, ScrubStatus};
+use lacuna_engine::integrity::scrub::{
+    AffectedRange, BadRecord, ScrubReport, ScrubStart, ScrubStatus,
+};
 use lacuna_engine::{
     Compression, ContainerInfo, ContainerPolicy, ContainerReclaim, ContainerUpdate, CopyReport,
     EngineError, GroupSnapshot, Provisioning, ReclaimPolicy, ReclaimStats, SnapshotInfo,

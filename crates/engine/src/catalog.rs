@@ -8,7 +8,7 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 use crate::meta::schema::{self, kv_error, BlockRec, GrainTarget, RangeKind, RangeRec};
-pub use crate::names::validate_name;
+use crate::names::validate_name;
 use crate::space::data_bitmap::DataBitmap;
 use crate::space::provisioning::Provisioning;
 use crate::units::{grains_of, now_unix_s};

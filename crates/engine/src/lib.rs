@@ -52,11 +52,6 @@ pub mod units;
 pub mod versions;
 pub mod write;
 
-// Paths the other crates use (kept while they move to the items re-exported below).
-pub use integrity::scrub;
-pub use space::{container, rate};
-pub use versions::snapshot;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

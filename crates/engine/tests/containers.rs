@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{temp_dir, unique_bytes};
-use lacuna_engine::rate::ManualClock;
+use lacuna_engine::space::rate::ManualClock;
 use lacuna_engine::{
     Compression, ContainerPolicy, ContainerUpdate, Engine, EngineConfig, EngineError, Provisioning,
     ReclaimPolicy,

@@ -415,7 +415,7 @@ fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
 }
 
 fn validate_host(host: &Host) -> Result<(), HostError> {
-    lacuna_engine::catalog::validate_name(&host.name)
+    lacuna_engine::names::validate_name(&host.name)
         .map_err(|e| HostError::Invalid(format!("host name: {e}")))?;
     if host.iqns.is_empty() && host.nbd_psk.is_none() {
         return Err(HostError::Invalid(

@@ -401,7 +401,7 @@ fn type_and_reservation(v: &VolumeInfo) -> String {
 /// " in container C", or nothing for the default container (most arrays have
 /// no other).
 fn in_container(v: &VolumeInfo) -> String {
-    if v.container == lacuna_engine::container::DEFAULT_CONTAINER {
+    if v.container == lacuna_engine::space::container::DEFAULT_CONTAINER {
         String::new()
     } else {
         format!(" in container {}", v.container)

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use lacuna_engine::rate::BYTES_PER_MB;
-use lacuna_engine::scrub::{ScrubReport, ScrubStart, ScrubStatus};
+use lacuna_engine::integrity::scrub::{ScrubReport, ScrubStart, ScrubStatus};
+use lacuna_engine::space::rate::BYTES_PER_MB;
 use serde_json::{json, Value};
 
 use crate::client::{Client, Method};

@@ -239,7 +239,7 @@ impl Engine {
         shared.last_change_seq.store(ws.next_seq, Ordering::SeqCst);
         drop((ws, view));
         if shrinks {
-            self.wake_reclaimer();
+            self.scheduler.wake();
         }
         self.flush()?;
         Ok(self.info_of(&shared))

@@ -114,7 +114,7 @@ impl Engine {
             changed.reclaim_burst_bytes,
             self.clock.now(),
         );
-        self.wake_reclaimer();
+        self.scheduler.wake();
         Ok(self.container_info_of(&shared))
     }
 
@@ -167,7 +167,7 @@ impl Engine {
     pub fn reclaim_container_now(&self, name: &str) -> Result<ContainerInfo> {
         let shared = self.container_named(name)?;
         shared.draining.store(true, Ordering::SeqCst);
-        self.wake_reclaimer();
+        self.scheduler.wake();
         Ok(self.container_info_of(&shared))
     }
 

@@ -382,7 +382,7 @@ impl Engine {
         let mut view = vol.view.write();
         let seq = self.insert_range_locked(vol, &mut view, start, end, kind, bits_from)?;
         drop(view);
-        self.wake_reclaimer();
+        self.scheduler.wake();
         Ok(seq)
     }
 

@@ -375,7 +375,7 @@ impl Engine {
     /// Flushes, stops the reclaimer and waits for it.
     pub fn close(&self) -> Result<()> {
         self.scheduler.shutdown.store(true, Ordering::SeqCst);
-        self.wake_reclaimer();
+        self.scheduler.wake();
         if let Some(handle) = self.scheduler.reclaimer.lock().take() {
             let _ = handle.join();
         }
@@ -505,7 +505,7 @@ impl Engine {
         let freeing: Vec<_> = std::mem::take(&mut ws.pending_free).into_iter().collect();
         let punching = std::mem::take(&mut ws.pending_punch);
         if let Err(error) = self.commit_durably(&mut ws, &freeing) {
-            self.fence(&error);
+            self.committer.fence(&error);
             return Err(error);
         }
         self.space_watch.free_bytes_hint.store(
@@ -628,7 +628,7 @@ impl Engine {
                     format!("syncing segment {segment}"),
                     e,
                 );
-                self.fence(&error);
+                self.committer.fence(&error);
                 Err(error)
             }
         }
@@ -644,20 +644,6 @@ impl Engine {
     }
 
     /// Marks host I/O in progress until the guard drops.
-    fn foreground(&self) -> ForegroundGuard<'_> {
-        self.hosts
-            .foreground_inflight
-            .fetch_add(1, Ordering::SeqCst);
-        self.hosts.foreground_ops.fetch_add(1, Ordering::Relaxed);
-        ForegroundGuard { engine: self }
-    }
-
-    pub(crate) fn wake_reclaimer(&self) {
-        let (flag, condvar) = &self.scheduler.reclaim_wake;
-        *flag.lock() = true;
-        condvar.notify_one();
-    }
-
     /// Runs one write transaction under the writer mutex (which the caller holds).
     pub(crate) fn transact<T>(
         &self,
@@ -693,7 +679,7 @@ impl Engine {
             &WriterState,
         ) -> Result<T>,
     ) -> Result<T> {
-        self.check_fence()?;
+        self.committer.check_fence()?;
         match crate::write::transaction::run_deferred(&self.db, self.store.as_ref(), ws, grains, f)
         {
             Ok((value, records, appended_bytes)) => {
@@ -701,7 +687,7 @@ impl Engine {
                 Ok(value)
             }
             Err(error) => {
-                self.fence(&error);
+                self.committer.fence(&error);
                 Err(error)
             }
         }
@@ -740,12 +726,12 @@ impl Engine {
     /// Commits the write batches' open transaction, if any, and forgets its
     /// pending grains (readers find them committed from now on).
     pub(crate) fn commit_pending(&self, ws: &mut WriterState) -> Result<()> {
-        self.check_fence()?;
+        self.committer.check_fence()?;
         if ws.open_txn.is_none() {
             return Ok(());
         }
         if let Err(error) = crate::write::transaction::commit_open(&self.db, ws) {
-            self.fence(&error);
+            self.committer.fence(&error);
             return Err(error);
         }
         self.committer.pending.clear();
@@ -757,25 +743,6 @@ impl Engine {
     /// writer mutex.
     pub(crate) fn commit_pending_now(&self) -> Result<()> {
         self.commit_pending(&mut self.committer.writer.lock())
-    }
-
-    fn fence(&self, error: &EngineError) {
-        let mut fenced = self.committer.fenced.lock();
-        if fenced.is_none() {
-            tracing::error!(
-                "a write could not be kept ({error}); the array takes no more I/O until it is \
-                 restarted, which recovers it to the last flush"
-            );
-            *fenced = Some(error.to_string());
-        }
-        self.committer.pending.clear();
-    }
-
-    pub(crate) fn check_fence(&self) -> Result<()> {
-        match &*self.committer.fenced.lock() {
-            Some(why) => Err(EngineError::Fenced(why.clone())),
-            None => Ok(()),
-        }
     }
 
     pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
@@ -811,7 +778,7 @@ impl Volume {
     }
 
     fn live(&self) -> Result<()> {
-        self.engine.check_fence()?;
+        self.engine.committer.check_fence()?;
         self.shared.ensure_live()
     }
 
@@ -824,7 +791,7 @@ impl Volume {
     /// Reads `buf.len()` bytes at any byte offset. Holes read as zeroes.
     pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
         self.live()?;
-        let _busy = self.engine.foreground();
+        let _busy = self.engine.hosts.begin();
         self.engine.read(&self.shared, offset_bytes, buf)
     }
 
@@ -857,7 +824,7 @@ impl Volume {
         shared: Option<&bytes::Bytes>,
     ) -> Result<()> {
         self.live()?;
-        let _busy = self.engine.foreground();
+        let _busy = self.engine.hosts.begin();
         self.engine
             .write(&self.shared, offset_bytes, data, shared)?;
         self.engine
@@ -872,7 +839,7 @@ impl Volume {
     /// which write batches hold for microseconds and a durable commit for
     /// milliseconds. Transports use it to run small writes on their own task.
     pub fn write_is_quick(&self, length_bytes: u64) -> bool {
-        self.engine.check_fence().is_ok() && !self.engine.write_may_clean(length_bytes)
+        self.engine.committer.check_fence().is_ok() && !self.engine.write_may_clean(length_bytes)
     }
 
     /// Whether a range copy into this volume, from `source_offset_bytes` of a
@@ -933,19 +900,6 @@ impl Volume {
 }
 
 /// Host I/O in progress (see [`Engine::foreground`]).
-struct ForegroundGuard<'a> {
-    engine: &'a Engine,
-}
-
-impl Drop for ForegroundGuard<'_> {
-    fn drop(&mut self) {
-        self.engine
-            .hosts
-            .foreground_inflight
-            .fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 impl Drop for Engine {
     fn drop(&mut self) {
         self.scheduler.shutdown.store(true, Ordering::SeqCst);

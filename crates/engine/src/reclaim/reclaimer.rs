@@ -627,7 +627,7 @@ mod tests {
         let step = Duration::from_millis(10);
         let ops = engine.hosts.foreground_ops.load(Ordering::Relaxed);
         assert_eq!(engine.pause_owed(step, ops), Duration::ZERO, "hosts idle");
-        let busy = engine.foreground();
+        let busy = engine.hosts.begin();
         let owed = engine.pause_owed(step, ops);
         assert_eq!(owed, step * super::BUSY_BACKOFF_FACTOR);
         assert!(owed > 2 * super::MAX_BUSY_PAUSE, "longer than one sleep");

@@ -2,7 +2,7 @@
 //! The loop itself is `reclaimer::start`; what each step does is in
 //! `reclaimer` and `cleaner`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
@@ -33,4 +33,35 @@ pub(crate) struct HostActivity {
     /// Host ops count when background work last saw it change, and when: big
     /// background steps wait until hosts have been quiet for a while.
     pub foreground_seen: Mutex<(u64, std::time::Instant)>,
+}
+
+impl Scheduler {
+    /// Wakes the background worker to look for work now.
+    pub(crate) fn wake(&self) {
+        let (flag, condvar) = &self.reclaim_wake;
+        *flag.lock() = true;
+        condvar.notify_one();
+    }
+}
+
+impl HostActivity {
+    /// Counts a host request from now until the guard is dropped.
+    pub(crate) fn begin(&self) -> HostRequest<'_> {
+        self.foreground_inflight.fetch_add(1, Ordering::SeqCst);
+        self.foreground_ops.fetch_add(1, Ordering::Relaxed);
+        HostRequest { hosts: self }
+    }
+}
+
+/// A host request in progress (see [`HostActivity::begin`]).
+pub(crate) struct HostRequest<'a> {
+    hosts: &'a HostActivity,
+}
+
+impl Drop for HostRequest<'_> {
+    fn drop(&mut self) {
+        self.hosts
+            .foreground_inflight
+            .fetch_sub(1, Ordering::SeqCst);
+    }
 }

@@ -348,7 +348,7 @@ impl Engine {
         }
         self.insert_range_locked(&vol, &mut view, 0, grains, kind, None)?;
         drop(view);
-        self.wake_reclaimer();
+        self.scheduler.wake();
         self.flush()?;
         self.volume_info(volume)
     }
@@ -468,7 +468,9 @@ mod tests {
         assert!(volume.copy_is_quick(512, 3 * GRAIN_BYTES + 512));
         assert!(!volume.copy_is_quick(0, 512));
         assert!(!volume.copy_is_quick(GRAIN_BYTES + 1024, 2048));
-        engine.fence(&crate::EngineError::InvalidArgument("test".into()));
+        engine
+            .committer
+            .fence(&crate::EngineError::InvalidArgument("test".into()));
         assert!(!volume.copy_is_quick(0, 8 * GRAIN_BYTES));
     }
 }

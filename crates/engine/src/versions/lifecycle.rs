@@ -164,7 +164,7 @@ impl Engine {
         drop((ws, view));
         self.catalog.destroyed.write().remove(name);
         self.flush()?;
-        self.wake_reclaimer();
+        self.scheduler.wake();
         Ok(())
     }
 
@@ -210,7 +210,7 @@ impl Engine {
         let needed = self.referenced_snapshots();
         self.eradicate_snapshot_locked(&snapshot, &needed)?;
         self.flush()?;
-        self.wake_reclaimer();
+        self.scheduler.wake();
         Ok(())
     }
 

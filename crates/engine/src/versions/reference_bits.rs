@@ -31,7 +31,7 @@ impl Engine {
     pub(crate) fn queue_bits(&self, pending: PendingBits) {
         assert!(pending.start < pending.end);
         self.version_jobs.bits_pending.lock().push_back(pending);
-        self.wake_reclaimer();
+        self.scheduler.wake();
     }
 
     /// Whether a volume's bits may still be estimates: a job is queued for it, or

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::write::transaction::WriterState;
+use crate::{EngineError, Result};
 
 /// The write side of the metadata: the writer state behind its mutex, the
 /// queue of host writes waiting for group commit, the writes acknowledged but
@@ -33,4 +34,29 @@ pub(crate) struct Committer {
     pub last_durable: Mutex<std::time::Instant>,
     pub commit_count: AtomicU64,
     pub durable_count: AtomicU64,
+}
+
+impl Committer {
+    /// Stops the array taking I/O: a write batch's shared transaction failed
+    /// after some of its writes were acknowledged (only a restart, back to the
+    /// last durable commit, makes the state whole).
+    pub(crate) fn fence(&self, error: &EngineError) {
+        let mut fenced = self.fenced.lock();
+        if fenced.is_none() {
+            tracing::error!(
+                "a write could not be kept ({error}); the array takes no more I/O until it is \
+                 restarted, which recovers it to the last flush"
+            );
+            *fenced = Some(error.to_string());
+        }
+        self.pending.clear();
+    }
+
+    /// Refuses I/O once the array is fenced.
+    pub(crate) fn check_fence(&self) -> Result<()> {
+        match &*self.fenced.lock() {
+            Some(why) => Err(EngineError::Fenced(why.clone())),
+            None => Ok(()),
+        }
+    }
 }

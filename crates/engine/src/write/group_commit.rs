@@ -113,7 +113,7 @@ impl Drop for FailOnUnwind<'_> {
             return;
         }
         let error = crate::EngineError::Metadata("a write batch's commit panicked".into());
-        self.engine.fence(&error);
+        self.engine.committer.fence(&error);
         for job in self.batch {
             let unanswered = job.done.lock().is_none();
             if unanswered {

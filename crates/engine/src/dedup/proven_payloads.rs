@@ -53,28 +53,20 @@ impl ProvenPayloads {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::BlockId;
 
     #[test]
     fn holds_at_most_the_limit_and_evicts_the_oldest() {
         let mut proven = ProvenPayloads::default();
         for id in 0..(PROVEN_PAYLOADS_MAX as u64 + 10) {
-            proven.insert(
-                crate::ids::BlockId::new(id),
-                vec![id as u8; 8].into_boxed_slice(),
-            );
+            proven.insert(BlockId::new(id), vec![id as u8; 8].into_boxed_slice());
         }
         assert_eq!(proven.len(), PROVEN_PAYLOADS_MAX);
-        assert!(proven.get(crate::ids::BlockId::new(9)).is_none());
-        assert_eq!(
-            proven.get(crate::ids::BlockId::new(10)),
-            Some(&[10u8; 8][..])
-        );
+        assert!(proven.get(BlockId::new(9)).is_none());
+        assert_eq!(proven.get(BlockId::new(10)), Some(&[10u8; 8][..]));
         // Adding a kept id again neither duplicates nor evicts.
-        proven.insert(
-            crate::ids::BlockId::new(10),
-            vec![10u8; 8].into_boxed_slice(),
-        );
+        proven.insert(BlockId::new(10), vec![10u8; 8].into_boxed_slice());
         assert_eq!(proven.len(), PROVEN_PAYLOADS_MAX);
-        assert!(proven.get(crate::ids::BlockId::new(11)).is_some());
+        assert!(proven.get(BlockId::new(11)).is_some());
     }
 }

@@ -383,11 +383,12 @@ impl MapCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::{BlockId, VolumeId};
 
     fn block(seq: u64, id: u64) -> MapValue {
         MapValue {
             seq,
-            target: GrainTarget::Block(crate::ids::BlockId::new(id)),
+            target: GrainTarget::Block(BlockId::new(id)),
         }
     }
 
@@ -400,26 +401,26 @@ mod tests {
         };
         cache.insert(
             0,
-            crate::ids::VolumeId::new(3),
+            VolumeId::new(3),
             (10, 14),
             &[(10, block(5, 77)), (13, pattern)],
         );
         assert_eq!(
-            cache.get(0, crate::ids::VolumeId::new(3), (10, 14)),
+            cache.get(0, VolumeId::new(3), (10, 14)),
             Some(vec![(10, block(5, 77)), (13, pattern)])
         );
         assert_eq!(
-            cache.get(0, crate::ids::VolumeId::new(3), (11, 13)),
+            cache.get(0, VolumeId::new(3), (11, 13)),
             Some(vec![]),
             "known absent"
         );
         assert_eq!(
-            cache.get(0, crate::ids::VolumeId::new(3), (12, 15)),
+            cache.get(0, VolumeId::new(3), (12, 15)),
             None,
             "grain 14 unknown"
         );
         assert_eq!(
-            cache.get(0, crate::ids::VolumeId::new(4), (10, 11)),
+            cache.get(0, VolumeId::new(4), (10, 11)),
             None,
             "another volume"
         );
@@ -433,39 +434,35 @@ mod tests {
         let cache = MapCache::new(100);
         cache.insert(
             0,
-            crate::ids::VolumeId::new(1),
+            VolumeId::new(1),
             (0, 4),
             &[(0, block(1, 1)), (1, block(1, 2))],
         );
         let mut changed = ChangedMappings::NONE;
-        changed.add(crate::ids::VolumeId::new(1), 1, Some(block(2, 3)));
-        changed.add(crate::ids::VolumeId::new(1), 1, Some(block(3, 4)));
-        changed.add(crate::ids::VolumeId::new(1), 2, Some(block(3, 5)));
-        changed.add(crate::ids::VolumeId::new(1), 0, None);
-        changed.add(crate::ids::VolumeId::new(1), 7, Some(block(3, 6)));
+        changed.add(VolumeId::new(1), 1, Some(block(2, 3)));
+        changed.add(VolumeId::new(1), 1, Some(block(3, 4)));
+        changed.add(VolumeId::new(1), 2, Some(block(3, 5)));
+        changed.add(VolumeId::new(1), 0, None);
+        changed.add(VolumeId::new(1), 7, Some(block(3, 6)));
         cache.committed(cache.begin_commit(), changed, true, || 1);
+        assert_eq!(cache.get(0, VolumeId::new(1), (0, 1)), None, "older view");
         assert_eq!(
-            cache.get(0, crate::ids::VolumeId::new(1), (0, 1)),
-            None,
-            "older view"
-        );
-        assert_eq!(
-            cache.get(1, crate::ids::VolumeId::new(1), (0, 4)),
+            cache.get(1, VolumeId::new(1), (0, 4)),
             Some(vec![(1, block(3, 4)), (2, block(3, 5))]),
             "the last change of each key; grain 3 as it was"
         );
         assert_eq!(
-            cache.get(1, crate::ids::VolumeId::new(1), (7, 8)),
+            cache.get(1, VolumeId::new(1), (7, 8)),
             Some(vec![(7, block(3, 6))])
         );
-        cache.insert(0, crate::ids::VolumeId::new(1), (1, 2), &[(1, block(1, 2))]);
+        cache.insert(0, VolumeId::new(1), (1, 2), &[(1, block(1, 2))]);
         assert_eq!(
-            cache.get(1, crate::ids::VolumeId::new(1), (1, 2)),
+            cache.get(1, VolumeId::new(1), (1, 2)),
             Some(vec![(1, block(3, 4))]),
             "stale insert refused"
         );
         let mut changed = ChangedMappings::NONE;
-        changed.add(crate::ids::VolumeId::new(1), 9, Some(block(4, 9)));
+        changed.add(VolumeId::new(1), 9, Some(block(4, 9)));
         cache.committed(cache.begin_commit(), changed, false, || 2);
         assert_eq!(cache.len(), 0, "a failed commit forgets everything");
         cache.committed(
@@ -487,37 +484,29 @@ mod tests {
         let large = |seq: u64| {
             let mut changed = ChangedMappings::NONE;
             for grain in 0..grains {
-                changed.add(
-                    crate::ids::VolumeId::new(1),
-                    grain,
-                    Some(block(seq, grain + 1)),
-                );
+                changed.add(VolumeId::new(1), grain, Some(block(seq, grain + 1)));
             }
             changed
         };
-        cache.insert(0, crate::ids::VolumeId::new(1), (0, grains), &[]);
+        cache.insert(0, VolumeId::new(1), (0, grains), &[]);
         cache.committed(cache.begin_commit(), large(5), true, || 1);
         assert_eq!(cache.inner.lock().generation, BETWEEN_GENERATIONS);
         assert_eq!(
-            cache.get(1, crate::ids::VolumeId::new(1), (0, 1)),
+            cache.get(1, VolumeId::new(1), (0, 1)),
             None,
             "not yet applied"
         );
-        cache.insert(1, crate::ids::VolumeId::new(1), (0, 1), &[]);
-        assert_eq!(
-            cache.get(1, crate::ids::VolumeId::new(1), (0, 1)),
-            None,
-            "nor added to"
-        );
+        cache.insert(1, VolumeId::new(1), (0, 1), &[]);
+        assert_eq!(cache.get(1, VolumeId::new(1), (0, 1)), None, "nor added to");
         cache.apply_deferred();
         let all = cache
-            .get(1, crate::ids::VolumeId::new(1), (0, grains))
+            .get(1, VolumeId::new(1), (0, grains))
             .expect("all cached");
         assert_eq!(all.len() as u64, grains);
         assert!(all.iter().all(|&(g, v)| v == block(5, g + 1)));
         cache.apply_deferred();
         assert_eq!(
-            cache.get(1, crate::ids::VolumeId::new(1), (0, 1)),
+            cache.get(1, VolumeId::new(1), (0, 1)),
             Some(vec![(0, block(5, 1))])
         );
 
@@ -526,30 +515,30 @@ mod tests {
         cache.committed(cache.begin_commit(), large(6), true, || 2);
         cache.committed(cache.begin_commit(), ChangedMappings::NONE, true, || 3);
         let mut small = ChangedMappings::NONE;
-        small.add(crate::ids::VolumeId::new(1), 0, Some(block(7, 70)));
+        small.add(VolumeId::new(1), 0, Some(block(7, 70)));
         cache.committed(cache.begin_commit(), small, true, || 4);
         assert_eq!(
-            cache.get(4, crate::ids::VolumeId::new(1), (0, 1)),
+            cache.get(4, VolumeId::new(1), (0, 1)),
             None,
             "not yet applied"
         );
         cache.apply_deferred();
         assert_eq!(
-            cache.get(3, crate::ids::VolumeId::new(1), (0, 1)),
+            cache.get(3, VolumeId::new(1), (0, 1)),
             None,
             "an older view"
         );
         assert_eq!(
-            cache.get(4, crate::ids::VolumeId::new(1), (0, 1)),
+            cache.get(4, VolumeId::new(1), (0, 1)),
             Some(vec![(0, block(7, 70))])
         );
         assert_eq!(
-            cache.get(4, crate::ids::VolumeId::new(1), (1, 2)),
+            cache.get(4, VolumeId::new(1), (1, 2)),
             Some(vec![(1, block(6, 2))])
         );
         assert_eq!(
             cache
-                .get(4, crate::ids::VolumeId::new(1), (0, grains))
+                .get(4, VolumeId::new(1), (0, grains))
                 .map(|all| all.len() as u64),
             Some(grains)
         );
@@ -559,10 +548,10 @@ mod tests {
         cache.committed(cache.begin_commit(), ChangedMappings::NONE, false, || 6);
         cache.apply_deferred();
         assert_eq!(cache.len(), 0);
-        assert_eq!(cache.get(6, crate::ids::VolumeId::new(1), (0, 1)), None);
-        cache.insert(6, crate::ids::VolumeId::new(1), (0, 1), &[]);
+        assert_eq!(cache.get(6, VolumeId::new(1), (0, 1)), None);
+        cache.insert(6, VolumeId::new(1), (0, 1), &[]);
         assert_eq!(
-            cache.get(6, crate::ids::VolumeId::new(1), (0, 1)),
+            cache.get(6, VolumeId::new(1), (0, 1)),
             Some(vec![]),
             "at the new generation"
         );
@@ -571,17 +560,14 @@ mod tests {
     #[test]
     fn starts_over_when_full_and_skips_keys_it_cannot_hold() {
         let cache = MapCache::new(8);
-        cache.insert(0, crate::ids::VolumeId::new(1), (0, 8), &[]);
+        cache.insert(0, VolumeId::new(1), (0, 8), &[]);
         assert_eq!(cache.len(), 8);
-        cache.insert(0, crate::ids::VolumeId::new(1), (8, 10), &[]);
+        cache.insert(0, VolumeId::new(1), (8, 10), &[]);
         assert_eq!(cache.len(), 2, "started over");
-        cache.insert(0, crate::ids::VolumeId::new(1 << VOLUME_BITS), (0, 1), &[]);
-        assert_eq!(
-            cache.get(0, crate::ids::VolumeId::new(1 << VOLUME_BITS), (0, 1)),
-            None
-        );
+        cache.insert(0, VolumeId::new(1 << VOLUME_BITS), (0, 1), &[]);
+        assert_eq!(cache.get(0, VolumeId::new(1 << VOLUME_BITS), (0, 1)), None);
         let off = MapCache::new(0);
-        off.insert(0, crate::ids::VolumeId::new(1), (0, 1), &[]);
+        off.insert(0, VolumeId::new(1), (0, 1), &[]);
         assert_eq!(off.len(), 0);
     }
 
@@ -697,7 +683,7 @@ mod tests {
     fn too_many_changes_count_as_everything() {
         let mut changed = ChangedMappings::NONE;
         for grain in 0..=MAX_LISTED_CHANGES as u64 {
-            changed.add(crate::ids::VolumeId::new(1), grain, None);
+            changed.add(VolumeId::new(1), grain, None);
         }
         assert!(matches!(changed, ChangedMappings::Everything));
     }

@@ -370,11 +370,12 @@ pub(crate) fn cursor_insert_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::BlockId;
 
     #[test]
     fn encodings_round_trip() {
         for target in [
-            GrainTarget::Block(crate::ids::BlockId::new(7)),
+            GrainTarget::Block(BlockId::new(7)),
             GrainTarget::Pattern(u64::MAX),
         ] {
             let v = MapValue { seq: 99, target };

@@ -159,6 +159,7 @@ impl Kv {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::{BlockId, VolumeId};
     use crate::meta::schema::MapValue;
 
     fn kv() -> (tempfile::TempDir, Kv) {
@@ -181,21 +182,15 @@ mod tests {
                 target: crate::meta::schema::GrainTarget::Pattern(seq),
                 seq,
             };
-            crate::meta::point_rows::set(&mut maps, crate::ids::VolumeId::new(1), grain, value)
-                .unwrap();
+            crate::meta::point_rows::set(&mut maps, VolumeId::new(1), grain, value).unwrap();
         }
         kv.commit(txn, ChangedMappings::Everything).unwrap();
     }
 
     fn seq_of(view: &ReadView, grain: u64) -> Option<u64> {
-        let found = crate::meta::point_rows::range(
-            view.maps(),
-            crate::ids::VolumeId::new(1),
-            grain,
-            grain + 1,
-        )
-        .unwrap()
-        .next()?;
+        let found = crate::meta::point_rows::range(view.maps(), VolumeId::new(1), grain, grain + 1)
+            .unwrap()
+            .next()?;
         Some(found.unwrap().2.seq)
     }
 
@@ -229,10 +224,7 @@ mod tests {
             .write(5 * GRAIN_BYTES, &unique_bytes(grain, 2))
             .unwrap();
         engine.flush().unwrap();
-        engine
-            .caches
-            .locations
-            .forget(crate::ids::BlockId::new(old_block));
+        engine.caches.locations.forget(BlockId::new(old_block));
         let reader = volume.clone();
         sync_points::set(Point::KvCommitted, move || {
             let mut read = vec![0u8; grain];

@@ -329,6 +329,7 @@ impl<'a> Filler<'a> {
 
 #[cfg(test)]
 mod tests {
+    use crate::ids::BlockId;
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
@@ -525,10 +526,7 @@ mod tests {
         let (id, right) = rows[10];
         let mut wrong = right;
         wrong.crc ^= 1;
-        engine
-            .caches
-            .locations
-            .insert(crate::ids::BlockId::new(id), &wrong);
+        engine.caches.locations.insert(BlockId::new(id), &wrong);
         let errors = engine.stats.checksum_errors.load(Ordering::Relaxed);
         assert_eq!(read(&volume, 0, GRAINS * GRAIN_BYTES), data);
         assert_eq!(
@@ -539,7 +537,7 @@ mod tests {
         let cached = engine
             .caches
             .locations
-            .get(crate::ids::BlockId::new(id))
+            .get(BlockId::new(id))
             .expect("looked up again");
         assert_eq!(
             cached.crc, right.crc,

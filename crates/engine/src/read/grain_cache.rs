@@ -24,11 +24,11 @@
 //! algorithm (a grain read since the hand last passed gets another turn), so
 //! the grains reads keep using stay while one-off repeats pass through.
 
-use crate::ids::BlockId;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::ids::BlockId;
 use crate::GRAIN_BYTES;
 
 /// Shards, so concurrent readers seldom take the same lock.
@@ -172,6 +172,7 @@ fn noted_slot(id: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::BlockId;
 
     fn grain(seed: u8) -> Vec<u8> {
         (0..GRAIN_BYTES as usize)
@@ -181,20 +182,18 @@ mod tests {
 
     fn kept(cache: &HotGrains, id: u64) -> Option<Vec<u8>> {
         let mut out = vec![0u8; GRAIN_BYTES as usize];
-        cache
-            .copy_out(crate::ids::BlockId::new(id), 0, &mut out)
-            .then_some(out)
+        cache.copy_out(BlockId::new(id), 0, &mut out).then_some(out)
     }
 
     #[test]
     fn a_grain_is_kept_when_read_a_second_time_and_copies_out_any_part() {
         let cache = HotGrains::new(64);
-        cache.offer(crate::ids::BlockId::new(7), &grain(3));
+        cache.offer(BlockId::new(7), &grain(3));
         assert_eq!(kept(&cache, 7), None, "read once: only noted");
-        cache.offer(crate::ids::BlockId::new(7), &grain(3));
+        cache.offer(BlockId::new(7), &grain(3));
         assert_eq!(kept(&cache, 7), Some(grain(3)));
         let mut part = vec![0u8; 100];
-        assert!(cache.copy_out(crate::ids::BlockId::new(7), 3990, &mut part));
+        assert!(cache.copy_out(BlockId::new(7), 3990, &mut part));
         assert_eq!(part, grain(3)[3990..4090]);
         assert_eq!(kept(&cache, 8), None);
     }
@@ -206,20 +205,20 @@ mod tests {
         let cache = HotGrains::new(2 * SHARDS);
         let id = |n: u64| n * SHARDS as u64;
         for n in 1..=2 {
-            cache.offer(crate::ids::BlockId::new(id(n)), &grain(n as u8));
-            cache.offer(crate::ids::BlockId::new(id(n)), &grain(n as u8));
+            cache.offer(BlockId::new(id(n)), &grain(n as u8));
+            cache.offer(BlockId::new(id(n)), &grain(n as u8));
         }
         assert!(kept(&cache, id(1)).is_some());
         // Block 1 was just read (referenced), block 2 was not: 3 replaces 2.
-        cache.offer(crate::ids::BlockId::new(id(3)), &grain(3));
-        cache.offer(crate::ids::BlockId::new(id(3)), &grain(3));
+        cache.offer(BlockId::new(id(3)), &grain(3));
+        cache.offer(BlockId::new(id(3)), &grain(3));
         assert_eq!(kept(&cache, id(2)), None);
         assert_eq!(kept(&cache, id(1)), Some(grain(1)));
         assert_eq!(kept(&cache, id(3)), Some(grain(3)));
         assert_eq!(cache.len(), 2);
         // Every kept grain referenced: the hand clears them all and takes one.
-        cache.offer(crate::ids::BlockId::new(id(4)), &grain(4));
-        cache.offer(crate::ids::BlockId::new(id(4)), &grain(4));
+        cache.offer(BlockId::new(id(4)), &grain(4));
+        cache.offer(BlockId::new(id(4)), &grain(4));
         assert_eq!(kept(&cache, id(4)), Some(grain(4)));
         assert_eq!(cache.len(), 2);
     }
@@ -227,8 +226,8 @@ mod tests {
     #[test]
     fn a_cache_of_size_zero_keeps_nothing() {
         let cache = HotGrains::new(0);
-        cache.offer(crate::ids::BlockId::new(5), &grain(1));
-        cache.offer(crate::ids::BlockId::new(5), &grain(1));
+        cache.offer(BlockId::new(5), &grain(1));
+        cache.offer(BlockId::new(5), &grain(1));
         assert_eq!(kept(&cache, 5), None);
         assert_eq!(cache.len(), 0);
     }

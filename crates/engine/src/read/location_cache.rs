@@ -15,9 +15,9 @@
 //! sees them, are cached; the engine also forgets a block wherever it moves or
 //! frees it, so stale entries are rare, not relied on.
 
-use crate::ids::BlockId;
 use parking_lot::Mutex;
 
+use crate::ids::BlockId;
 use crate::ids::SegmentId;
 use crate::meta::schema::BlockRec;
 
@@ -142,9 +142,9 @@ mod tests {
     #[test]
     fn a_location_reads_back_until_forgotten() {
         let cache = BlockLocations::new(1024);
-        assert!(cache.get(crate::ids::BlockId::new(5)).is_none());
-        cache.insert(crate::ids::BlockId::new(5), &rec(u32::MAX, u32::MAX - 1));
-        let got = cache.get(crate::ids::BlockId::new(5)).expect("cached");
+        assert!(cache.get(BlockId::new(5)).is_none());
+        cache.insert(BlockId::new(5), &rec(u32::MAX, u32::MAX - 1));
+        let got = cache.get(BlockId::new(5)).expect("cached");
         assert_eq!(
             (got.segment, got.offset_bytes),
             (SegmentId::new(u32::MAX), u32::MAX - 1)
@@ -154,16 +154,13 @@ mod tests {
             (4096, 0x8001, 0xdead_beef)
         );
         assert_eq!(got.record_bytes(), rec(0, 0).record_bytes());
-        cache.insert(crate::ids::BlockId::new(5), &rec(3, 0));
+        cache.insert(BlockId::new(5), &rec(3, 0));
         assert_eq!(
-            cache
-                .get(crate::ids::BlockId::new(5))
-                .expect("cached")
-                .segment,
+            cache.get(BlockId::new(5)).expect("cached").segment,
             SegmentId::new(3)
         );
-        cache.forget(crate::ids::BlockId::new(5));
-        assert!(cache.get(crate::ids::BlockId::new(5)).is_none());
+        cache.forget(BlockId::new(5));
+        assert!(cache.get(BlockId::new(5)).is_none());
     }
 
     #[test]
@@ -171,31 +168,30 @@ mod tests {
         let limit = SHARDS as u64 * 16;
         let cache = BlockLocations::new(limit as usize);
         for id in 1..=10 * limit {
-            cache.insert(crate::ids::BlockId::new(id), &rec(1, id as u32));
+            cache.insert(BlockId::new(id), &rec(1, id as u32));
         }
         for id in 1..=10 * limit {
-            let kept = cache
-                .get(crate::ids::BlockId::new(id))
-                .map(|r| r.offset_bytes);
+            let kept = cache.get(BlockId::new(id)).map(|r| r.offset_bytes);
             let recent = id > 9 * limit;
             assert_eq!(kept, recent.then_some(id as u32), "id {id}");
         }
         // Forgetting an id whose slot a newer one took leaves the newer one.
-        cache.forget(crate::ids::BlockId::new(1));
-        assert!(cache.get(crate::ids::BlockId::new(1 + 9 * limit)).is_some());
+        cache.forget(BlockId::new(1));
+        assert!(cache.get(BlockId::new(1 + 9 * limit)).is_some());
     }
 
     #[test]
     fn a_zero_limit_turns_the_cache_off() {
         let cache = BlockLocations::new(0);
-        cache.insert(crate::ids::BlockId::new(1), &rec(1, 0));
-        assert!(cache.get(crate::ids::BlockId::new(1)).is_none());
-        cache.forget(crate::ids::BlockId::new(1));
+        cache.insert(BlockId::new(1), &rec(1, 0));
+        assert!(cache.get(BlockId::new(1)).is_none());
+        cache.forget(BlockId::new(1));
     }
 }
 
 #[cfg(test)]
 mod engine_tests {
+    use crate::ids::BlockId;
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
 
@@ -247,10 +243,7 @@ mod engine_tests {
         let cached_ops = kv_ops() - before;
         let rows = crate::testing::test_data::block_rows(&engine);
         for (id, _) in &rows {
-            engine
-                .caches
-                .locations
-                .forget(crate::ids::BlockId::new(*id));
+            engine.caches.locations.forget(BlockId::new(*id));
         }
         let before = kv_ops();
         assert_eq!(read_all(&volume), written);
@@ -279,7 +272,7 @@ mod engine_tests {
             let cached = engine
                 .caches
                 .locations
-                .get(crate::ids::BlockId::new(*id))
+                .get(BlockId::new(*id))
                 .expect("cached by the write or the read");
             assert_eq!(
                 (cached.segment, cached.offset_bytes),
@@ -296,10 +289,7 @@ mod engine_tests {
                 let other = &rows[(i + 1) % rows.len()].1;
                 wrong.offset_bytes = other.offset_bytes;
             }
-            engine
-                .caches
-                .locations
-                .insert(crate::ids::BlockId::new(*id), &wrong);
+            engine.caches.locations.insert(BlockId::new(*id), &wrong);
         }
         assert_eq!(read_all(&volume), written);
         assert_eq!(errors(&engine), before, "a stale entry is not an error");
@@ -307,7 +297,7 @@ mod engine_tests {
             let cached = engine
                 .caches
                 .locations
-                .get(crate::ids::BlockId::new(*id))
+                .get(BlockId::new(*id))
                 .expect("looked up again");
             assert_eq!(cached.offset_bytes, rec.offset_bytes);
         }
@@ -344,11 +334,7 @@ mod engine_tests {
         assert_eq!(moved.len() as u64, GRAINS / 2, "the surviving blocks moved");
         for (id, _) in &moved {
             assert!(
-                engine
-                    .caches
-                    .locations
-                    .get(crate::ids::BlockId::new(*id))
-                    .is_none(),
+                engine.caches.locations.get(BlockId::new(*id)).is_none(),
                 "the cleaner forgets what it moves"
             );
         }
@@ -357,10 +343,7 @@ mod engine_tests {
         // An old location put back: its segment is gone.
         for (id, _) in &moved {
             let (_, was) = old_rows.iter().find(|(old, _)| old == id).unwrap();
-            engine
-                .caches
-                .locations
-                .insert(crate::ids::BlockId::new(*id), was);
+            engine.caches.locations.insert(BlockId::new(*id), was);
         }
         assert_eq!(read_all(&volume), expected);
         assert_eq!(errors(&engine), before);

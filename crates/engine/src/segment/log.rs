@@ -617,6 +617,7 @@ fn read_exact_at_cached(file: &File, buf: &mut [u8], offset_bytes: u64) -> io::R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::BlockId;
     use proptest::prelude::*;
 
     /// A read that comes as a segment is removed does not open its file again
@@ -700,7 +701,7 @@ mod tests {
             let header = RecordHeader {
                 flags,
                 payload_len: 5,
-                block_id: crate::ids::BlockId::new(42),
+                block_id: BlockId::new(42),
             };
             let mut out = Vec::new();
             let crc = encode_record(header, b"hello", known_crc, &mut out);
@@ -721,7 +722,7 @@ mod tests {
         let header = RecordHeader {
             flags: 0,
             payload_len: 3,
-            block_id: crate::ids::BlockId::new(7),
+            block_id: BlockId::new(7),
         };
         let crc = encode_record(header, b"abc", None, &mut zeroed);
         zeroed[12..16].fill(0);

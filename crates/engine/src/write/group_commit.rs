@@ -484,6 +484,7 @@ fn transact_job(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::BlockId;
     use crate::write::uncommitted::MAX_OPEN_GRAINS;
     use crate::GRAIN_BYTES;
 
@@ -1033,7 +1034,7 @@ mod tests {
             .writer
             .lock()
             .proven
-            .get(crate::ids::BlockId::new(id))
+            .get(BlockId::new(id))
             .is_some());
         // Damage the stored payload: a later hit is decided in memory, so it
         // still shares (read from the file, the bytes would differ).

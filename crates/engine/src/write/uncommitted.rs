@@ -95,6 +95,7 @@ impl PendingWrites {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::VolumeId;
 
     #[test]
     fn range_returns_only_the_volumes_grains_in_order() {
@@ -106,21 +107,17 @@ mod tests {
             (1, 10, PendingGrain::Pattern(10)),
         ]);
         assert_eq!(
-            pending.range(crate::ids::VolumeId::new(1), 3, 10),
+            pending.range(VolumeId::new(1), 3, 10),
             vec![(3, PendingGrain::Pattern(3)), (9, PendingGrain::Pattern(9))]
         );
-        assert!(pending
-            .range(crate::ids::VolumeId::new(3), 0, u64::MAX)
-            .is_empty());
+        assert!(pending.range(VolumeId::new(3), 0, u64::MAX).is_empty());
         // A later write of the same grain replaces the earlier one.
         pending.insert([(1, 3, PendingGrain::Pattern(33))]);
         assert_eq!(
-            pending.range(crate::ids::VolumeId::new(1), 3, 4),
+            pending.range(VolumeId::new(1), 3, 4),
             vec![(3, PendingGrain::Pattern(33))]
         );
         pending.clear();
-        assert!(pending
-            .range(crate::ids::VolumeId::new(1), 0, u64::MAX)
-            .is_empty());
+        assert!(pending.range(VolumeId::new(1), 0, u64::MAX).is_empty());
     }
 }

@@ -71,7 +71,10 @@ def main():
     try:
         client = ic.Client(tmp)
         for round_number in range(args.rounds):
-            for name, binary in (("A", args.a), ("B", args.b)):
+            # A then B in odd rounds, B then A in even ones: the host drifts
+            # within a round, and whichever build ran first was favoured by it.
+            order = (("A", args.a), ("B", args.b))
+            for name, binary in order if round_number % 2 == 0 else order[::-1]:
                 runs = one_round(binary, client, args, tmp)
                 results[name] += runs
                 shown = ", ".join(f"{iops:.0f}" for iops in runs)

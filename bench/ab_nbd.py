@@ -62,7 +62,10 @@ def main():
     results = {"A": [], "B": []}
     try:
         for round_number in range(args.rounds):
-            for name, binary in (("A", args.a), ("B", args.b)):
+            # A then B in odd rounds, B then A in even ones: the host drifts
+            # within a round, and whichever build ran first was favoured by it.
+            order = (("A", args.a), ("B", args.b))
+            for name, binary in order if round_number % 2 == 0 else order[::-1]:
                 runs = one_round(binary, args, tmp)
                 results[name] += runs
                 shown = ", ".join(f"{iops:.0f} IOPS ({mib_s:.0f} MiB/s)" for iops, mib_s in runs)

@@ -427,11 +427,7 @@ impl Engine {
         let backlog_grains: u64 = {
             let named = self.named_volumes();
             let ws = self.committer.writer.lock();
-            let doomed: u64 = ws
-                .doomed
-                .keys()
-                .map(|id| ws.mapping_count(crate::ids::VolumeId::new(*id)))
-                .sum();
+            let doomed: u64 = ws.doomed.keys().map(|&id| ws.mapping_count(id)).sum();
             doomed + named.iter().map(|v| v.backlog_grains(&ws)).sum::<u64>()
         };
         for v in &volumes {

@@ -2,7 +2,11 @@
 //! live in [`crate::space::container`]).
 
 use crate::meta::schema::kv_error;
-use crate::space::container::*;
+use crate::space::container::{
+    insert_rec, validate_container_name, validate_policy, ContainerInfo, ContainerPolicy,
+    ContainerRec, ContainerReclaim, ContainerShared, ContainerUpdate, ReclaimPolicy,
+    DEFAULT_CONTAINER_ID, MAX_CONTAINERS,
+};
 use crate::{Engine, EngineError, Result};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -242,7 +246,7 @@ impl Engine {
             .doomed_containers
             .iter()
             .filter(|(_, &c)| c == container)
-            .map(|(id, _)| ws.mapping_count(crate::ids::VolumeId::new(*id)))
+            .map(|(&id, _)| ws.mapping_count(id))
             .sum();
         doomed + members.iter().map(|v| v.backlog_grains(&ws)).sum::<u64>()
     }

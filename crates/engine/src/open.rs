@@ -1,11 +1,11 @@
 //! Opening the array: the tables it needs, and recovery of its state from the
 //! last durable commit (volumes, snapshots, segments, the writer's counters).
 
-use crate::catalog::*;
+use crate::catalog::{volume_shared, VolumeRec};
 use crate::meta::mapping_cache::ChangedMappings;
 use crate::meta::schema::{self, kv_error, BlockRec, RangeKind, RangeRec};
 use crate::segment::log::{FileSegmentStore, SegmentId, SegmentStore};
-use crate::units::*;
+use crate::units::grains_of;
 use crate::versions::range_map::RangeMap;
 use crate::versions::snapshot::{SnapshotRec, SnapshotShared};
 use crate::write::transaction::{SegState, WriterState};
@@ -74,7 +74,8 @@ pub(crate) fn recover(
         .map_err(kv_error)?
     {
         let (id, grains) = item.map_err(kv_error)?;
-        ws.doomed.insert(id.value(), grains.value());
+        ws.doomed
+            .insert(crate::ids::VolumeId::new(id.value()), grains.value());
     }
     for item in txn
         .open_table(schema::DOOMED_CONTAINERS)
@@ -83,7 +84,8 @@ pub(crate) fn recover(
         .map_err(kv_error)?
     {
         let (id, container) = item.map_err(kv_error)?;
-        ws.doomed_containers.insert(id.value(), container.value());
+        ws.doomed_containers
+            .insert(crate::ids::VolumeId::new(id.value()), container.value());
     }
     // Volumes doomed before containers existed are charged to the default one.
     for id in ws.doomed.keys() {
@@ -328,12 +330,12 @@ struct LoadedVolumes {
 }
 
 /// Point-mapping records per volume.
-fn count_mappings(txn: &redb::ReadTransaction) -> Result<HashMap<u64, u64>> {
+fn count_mappings(txn: &redb::ReadTransaction) -> Result<HashMap<crate::ids::VolumeId, u64>> {
     let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
-    let mut counts: HashMap<u64, u64> = HashMap::new();
+    let mut counts: HashMap<crate::ids::VolumeId, u64> = HashMap::new();
     for item in crate::meta::point_rows::all(&maps)? {
         let (volume, _, _) = item?;
-        *counts.entry(volume).or_default() += 1;
+        *counts.entry(crate::ids::VolumeId::new(volume)).or_default() += 1;
     }
     Ok(counts)
 }

@@ -47,11 +47,13 @@ impl Engine {
         let history = txn.open_table(schema::HISTORY).map_err(kv_error)?;
         let mut refs: HashMap<BlockId, u64> = HashMap::new();
         let mut history_refs: HashMap<BlockId, u64> = HashMap::new();
-        let mut mapping_counts: HashMap<u64, u64> = HashMap::new();
+        let mut mapping_counts: HashMap<crate::ids::VolumeId, u64> = HashMap::new();
         let mut highest = Highest::default();
         for item in crate::meta::point_rows::all(&maps)? {
             let (volume, _, value) = item?;
-            *mapping_counts.entry(volume).or_default() += 1;
+            *mapping_counts
+                .entry(crate::ids::VolumeId::new(volume))
+                .or_default() += 1;
             highest.seq = highest.seq.max(value.seq);
             if let GrainTarget::Block(id) = value.target {
                 *refs.entry(id).or_default() += 1;
@@ -165,10 +167,10 @@ impl Engine {
         ws: &crate::write::transaction::WriterState,
         maps: &redb::ReadOnlyTable<(u64, u64), &'static [u8]>,
         views: &[VolumeAtCheck],
-        mapping_counts: &HashMap<u64, u64>,
+        mapping_counts: &HashMap<crate::ids::VolumeId, u64>,
     ) -> Result<Vec<String>> {
         let mut problems = Vec::new();
-        let kept: HashMap<u64, u64> = ws.mapping_counts.clone();
+        let kept: HashMap<crate::ids::VolumeId, u64> = ws.mapping_counts.clone();
         if &kept != mapping_counts {
             problems.push(format!(
                 "mapping counts {kept:?} but the table holds {mapping_counts:?}"

@@ -70,7 +70,7 @@ const PATTERN_BIT: u64 = 1 << 63;
 #[derive(Debug)]
 pub(crate) enum ChangedMappings {
     /// (volume, grain, the mapping it was left with), in the order written.
-    Keys(Vec<(u64, u64, Option<MapValue>)>),
+    Keys(Vec<(crate::ids::VolumeId, u64, Option<MapValue>)>),
     /// Too many to list: the cache forgets everything.
     Everything,
 }
@@ -85,7 +85,7 @@ impl ChangedMappings {
             if keys.len() >= MAX_LISTED_CHANGES {
                 *self = ChangedMappings::Everything;
             } else {
-                keys.push((volume.get(), grain, value));
+                keys.push((volume, grain, value));
             }
         }
     }
@@ -123,7 +123,7 @@ struct Inner {
 /// A committed transaction's changes not yet put in, and the generation the
 /// cache reaches once they are.
 struct Deferred {
-    keys: Vec<(u64, u64, Option<MapValue>)>,
+    keys: Vec<(crate::ids::VolumeId, u64, Option<MapValue>)>,
     generation: u64,
 }
 
@@ -367,7 +367,7 @@ impl MapCache {
         for slice in deferred.keys.chunks(CHANGES_PER_SLICE) {
             let mut inner = self.inner.lock();
             for &(volume, grain, value) in slice {
-                self.put(&mut inner, crate::ids::VolumeId::new(volume), grain, value);
+                self.put(&mut inner, volume, grain, value);
             }
         }
         self.inner.lock().generation = deferred.generation;

@@ -396,18 +396,18 @@ impl Engine {
             ws.doomed_containers
                 .iter()
                 .find(|(_, &c)| c == container.id)
-                .map(|(&id, _)| (id, ws.mapping_count(crate::ids::VolumeId::new(id))))
+                .map(|(&id, _)| (id, ws.mapping_count(id)))
         };
         match doomed {
             // Without tokens only what holds no dead data (history, records) goes.
             Some((volume, 0)) => {
                 return self
-                    .reclaim_doomed_step(crate::ids::VolumeId::new(volume), IDLE_BATCH_MAPPINGS)
+                    .reclaim_doomed_step(volume, IDLE_BATCH_MAPPINGS)
                     .map(Some)
             }
             Some((volume, _)) if limit_grains > 0 => {
                 return self
-                    .reclaim_doomed_step(crate::ids::VolumeId::new(volume), limit_grains as usize)
+                    .reclaim_doomed_step(volume, limit_grains as usize)
                     .map(Some)
             }
             _ => {}
@@ -601,8 +601,8 @@ impl Engine {
             Ok(false)
         })?;
         if finished {
-            ws.doomed.remove(&volume.get());
-            ws.doomed_containers.remove(&volume.get());
+            ws.doomed.remove(&volume);
+            ws.doomed_containers.remove(&volume);
         }
         self.commit_pending_if_full(&mut ws)?;
         Ok(released)

@@ -158,8 +158,8 @@ impl Engine {
                 .lock()
                 .insert(crate::ids::VolumeId::new(rec.id.get()), rec);
         } else {
-            ws.doomed.insert(shared.id.get(), grains);
-            ws.doomed_containers.insert(shared.id.get(), rec.container);
+            ws.doomed.insert(shared.id, grains);
+            ws.doomed_containers.insert(shared.id, rec.container);
         }
         drop((ws, view));
         self.catalog.destroyed.write().remove(name);
@@ -351,8 +351,8 @@ impl Engine {
                 .map_err(kv_error)?;
             Ok(())
         })?;
-        ws.doomed.insert(volume_id.get(), grains);
-        ws.doomed_containers.insert(volume_id.get(), container);
+        ws.doomed.insert(volume_id, grains);
+        ws.doomed_containers.insert(volume_id, container);
         Ok(())
     }
 

@@ -68,12 +68,12 @@ pub struct WriterState {
     /// Segments whose accounting changed since the last durable commit.
     pub changed_segments: BTreeSet<SegmentId>,
     /// Deleted volumes still holding mappings: id → grains.
-    pub doomed: BTreeMap<u64, u64>,
+    pub doomed: BTreeMap<crate::ids::VolumeId, u64>,
     /// Doomed volume id → the container their reclaim is charged to.
-    pub doomed_containers: BTreeMap<u64, u64>,
+    pub doomed_containers: BTreeMap<crate::ids::VolumeId, u64>,
     /// Point-mapping records per volume (exact; rebuilt at open): what the
     /// reclaim backlog is worked out from.
-    pub mapping_counts: std::collections::HashMap<u64, u64>,
+    pub mapping_counts: std::collections::HashMap<crate::ids::VolumeId, u64>,
     pub capacity_bytes: u64,
     /// Grains of thick volumes not yet holding data: each holds a reservation of
     /// [`crate::space::provisioning::RESERVED_BYTES_PER_GRAIN`].
@@ -134,7 +134,7 @@ impl std::fmt::Debug for OpenTxn {
 
 impl WriterState {
     pub fn mapping_count(&self, volume: crate::ids::VolumeId) -> u64 {
-        self.mapping_counts.get(&volume.get()).copied().unwrap_or(0)
+        self.mapping_counts.get(&volume).copied().unwrap_or(0)
     }
 
     pub fn used_bytes(&self) -> u64 {
@@ -444,7 +444,7 @@ pub struct TxState {
     /// dedup index (their container's policy).
     pub dedup: bool,
     /// Change of point-mapping records per volume.
-    mapping_delta: BTreeMap<u64, i64>,
+    mapping_delta: BTreeMap<crate::ids::VolumeId, i64>,
     /// Metadata rows inserted or removed (the complexity tests count these).
     pub records_written: u64,
     /// Segments whose live bytes may have reached zero.
@@ -1279,7 +1279,7 @@ impl TxState {
         self.records_written += 1;
         match old {
             Some(old) => self.retire(t, volume, grain, old, value.seq, snapshot_seqs)?,
-            None => *self.mapping_delta.entry(volume.get()).or_default() += 1,
+            None => *self.mapping_delta.entry(volume).or_default() += 1,
         }
         Ok(())
     }
@@ -1300,7 +1300,7 @@ impl TxState {
         for (grain, value) in (first..end).zip(values) {
             t.changed.add(volume, grain, Some(*value));
         }
-        *self.mapping_delta.entry(volume.get()).or_default() += values.len() as i64;
+        *self.mapping_delta.entry(volume).or_default() += values.len() as i64;
         self.records_written += values.len() as u64;
         Ok(())
     }
@@ -1331,7 +1331,7 @@ impl TxState {
         let mut released = Vec::with_capacity(removed.len());
         for (grain, old) in removed {
             self.records_written += 1;
-            *self.mapping_delta.entry(volume.get()).or_default() -= 1;
+            *self.mapping_delta.entry(volume).or_default() -= 1;
             if schema::visible_to_any(death.snapshot_seqs, old.seq, death.seq) {
                 self.retire(t, volume, grain, old, death.seq, death.snapshot_seqs)?;
             } else {

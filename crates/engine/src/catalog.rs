@@ -298,6 +298,33 @@ impl Engine {
             .collect()
     }
 
+    /// The id of the volume, or snapshot (`VOL@SNAP`), of this name, live or
+    /// destroyed: what a grant made to the name binds to. Ids are never reused,
+    /// so a grant holding one can never reach a later object of the same name.
+    pub fn object_id(&self, name: &str) -> Option<u64> {
+        match crate::versions::snapshot::split_full_name(name) {
+            Some((volume, snapshot)) => self.find_snapshot(volume, snapshot).ok().map(|s| s.id),
+            None if name.contains('@') => None,
+            None => self.volume_info(name).ok().map(|v| v.id),
+        }
+    }
+
+    /// Whether a volume or snapshot of this id exists, live or destroyed:
+    /// false once it is eradicated (and forever after: ids are never reused).
+    pub fn object_exists(&self, id: u64) -> bool {
+        let volume_id = crate::ids::VolumeId::new(id);
+        let is_volume = |volumes: &HashMap<String, Arc<VolumeShared>>| {
+            volumes.values().any(|v| v.id == volume_id)
+        };
+        let snapshot = self.catalog.snapshots.read().get(&id).cloned();
+        match snapshot {
+            Some(s) => !s.is_pin() && !s.gone.load(Ordering::SeqCst),
+            None => {
+                is_volume(&self.catalog.volumes.read()) || is_volume(&self.catalog.destroyed.read())
+            }
+        }
+    }
+
     pub fn list_volumes(&self) -> Vec<VolumeInfo> {
         self.list_volumes_in(false)
     }

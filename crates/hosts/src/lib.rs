@@ -114,10 +114,22 @@ impl NbdPsk {
 
 /// What a host sees at one LUN: a volume (or a snapshot `VOL@SNAP`, read-only) and
 /// how it is presented.
+///
+/// A grant names an object, not a name: `object_id` is the id the volume or
+/// snapshot had when it was connected (ids are never reused). A LUN is
+/// presented only while the object of that name still has that id, so a new
+/// volume that reuses an eradicated one's name is reachable by nobody until it
+/// is granted; grants to eradicated objects are dropped
+/// ([`HostRegistry::forget_missing`]).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LunSpec {
     /// `VOL`, or `VOL@SNAP` for a read-only snapshot.
     pub volume: String,
+    /// The id of the volume or snapshot granted. 0 only in a registry written
+    /// before grants kept ids, until [`HostRegistry::bind_unbound`] binds it
+    /// at start-up.
+    #[serde(default)]
+    pub object_id: u64,
     /// Logical block size: 512 (512e, the default) or 4096 (4Kn).
     #[serde(default = "default_block_size")]
     pub block_size_bytes: u32,
@@ -131,9 +143,10 @@ fn default_block_size() -> u32 {
 }
 
 impl LunSpec {
-    pub fn plain(volume: &str) -> LunSpec {
+    pub fn plain(volume: &str, object_id: u64) -> LunSpec {
         LunSpec {
             volume: volume.to_string(),
+            object_id,
             block_size_bytes: 512,
             removable: false,
         }
@@ -208,9 +221,19 @@ impl HostRegistry {
                 })
             }
         };
+        let mut hosts = file.hosts;
+        for host in hosts.values_mut() {
+            let mut iqns: Vec<String> = Vec::with_capacity(host.iqns.len());
+            for iqn in host.iqns.iter().map(|i| normalize_iscsi_name(i)) {
+                if !iqns.contains(&iqn) {
+                    iqns.push(iqn);
+                }
+            }
+            host.iqns = iqns;
+        }
         Ok(HostRegistry {
             path,
-            hosts: Mutex::new(file.hosts),
+            hosts: Mutex::new(hosts),
             generation: AtomicU64::new(1),
             open_access,
         })
@@ -239,11 +262,13 @@ impl HostRegistry {
             .ok_or_else(|| HostError::NotFound(name.to_string()))
     }
 
-    /// The host an initiator belongs to.
+    /// The host an initiator belongs to. iSCSI names compare as RFC 3722
+    /// normalises them: `iqn.2024-01.TEST:A` is `iqn.2024-01.test:a`.
     pub fn host_of(&self, iqn: &str) -> Option<Host> {
+        let iqn = normalize_iscsi_name(iqn);
         self.lock()
             .values()
-            .find(|h| h.iqns.iter().any(|i| i == iqn))
+            .find(|h| h.iqns.contains(&iqn))
             .cloned()
     }
 
@@ -257,12 +282,63 @@ impl HostRegistry {
     }
 
     /// What the NBD client proven to be host `identity` may open: the volumes
-    /// and snapshots connected to it (at any LUN). `None` if the host has gone
-    /// or lost its key since the client connected.
-    pub fn nbd_exports(&self, identity: &str) -> Option<Vec<String>> {
+    /// and snapshots connected to it (at any LUN), as (name, object id): the
+    /// export of that name only while it is still that object. `None` if the
+    /// host has gone or lost its key since the client connected.
+    pub fn nbd_exports(&self, identity: &str) -> Option<Vec<(String, u64)>> {
         let hosts = self.lock();
         let host = hosts.get(identity).filter(|h| h.nbd_psk.is_some())?;
-        Some(host.luns.values().map(|l| l.volume.clone()).collect())
+        Some(
+            host.luns
+                .values()
+                .map(|l| (l.volume.clone(), l.object_id))
+                .collect(),
+        )
+    }
+
+    /// Binds grants from a registry written before grants kept ids to the
+    /// object that now has their name (`resolve`), and drops those whose name
+    /// names nothing. Run once at start-up, before anything is served.
+    pub fn bind_unbound(&self, resolve: impl Fn(&str) -> Option<u64>) -> Result<(), HostError> {
+        let unbound = self
+            .lock()
+            .values()
+            .any(|h| h.luns.values().any(|l| l.object_id == 0));
+        if !unbound {
+            return Ok(());
+        }
+        self.update(|hosts| {
+            for host in hosts.values_mut() {
+                for spec in host.luns.values_mut().filter(|l| l.object_id == 0) {
+                    spec.object_id = resolve(&spec.volume).unwrap_or(0);
+                }
+                host.luns.retain(|_, l| l.object_id != 0);
+            }
+            Ok(())
+        })
+    }
+
+    /// Drops every grant whose object no longer `exists` (eradicated): its
+    /// name may be reused, and the grant must not follow it. Returns how many
+    /// were dropped; persists only when there were some.
+    pub fn forget_missing(&self, exists: impl Fn(u64) -> bool) -> Result<usize, HostError> {
+        let missing = |l: &LunSpec| !exists(l.object_id);
+        let count = |hosts: &BTreeMap<String, Host>| -> usize {
+            hosts
+                .values()
+                .map(|h| h.luns.values().filter(|l| missing(l)).count())
+                .sum()
+        };
+        if count(&self.lock()) == 0 {
+            return Ok(0);
+        }
+        self.update(|hosts| {
+            let dropped = count(hosts);
+            for host in hosts.values_mut() {
+                host.luns.retain(|_, l| !missing(l));
+            }
+            Ok(dropped)
+        })
     }
 
     /// Sets (or with `None` removes) a host's NBD key.
@@ -277,9 +353,11 @@ impl HostRegistry {
         })
     }
 
-    pub fn create(&self, host: Host) -> Result<HostInfo, HostError> {
+    pub fn create(&self, mut host: Host) -> Result<HostInfo, HostError> {
+        host.iqns = host.iqns.iter().map(|i| normalize_iscsi_name(i)).collect();
         validate_host(&host)?;
         self.update(|hosts| {
+            check_chap_secrets_distinct(&host, hosts)?;
             if hosts.contains_key(&host.name) {
                 return Err(HostError::Exists(host.name.clone()));
             }
@@ -317,6 +395,7 @@ impl HostRegistry {
                 spec.block_size_bytes
             )));
         }
+        assert!(spec.object_id != 0, "a grant names an object");
         let volume = spec.volume.clone();
         self.update(|hosts| {
             let host = hosts
@@ -414,6 +493,43 @@ fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
+/// An iSCSI name as RFC 3722 compares it. Its stringprep profile maps case and
+/// compatibility forms; the names accepted here are printable ASCII
+/// ([`validate_host`]), for which that is ASCII lower case.
+pub fn normalize_iscsi_name(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+/// RFC 7143 §12.1.3: a secret used to authenticate an initiator must never
+/// authenticate a target, or one direction of mutual CHAP would prove the
+/// other. Checked across every host: any initiator secret against any target
+/// secret.
+fn check_chap_secrets_distinct(
+    host: &Host,
+    others: &BTreeMap<String, Host>,
+) -> Result<(), HostError> {
+    let initiator_secrets = || {
+        others
+            .values()
+            .chain(std::iter::once(host))
+            .filter_map(|h| h.chap.as_ref())
+    };
+    let target_secrets = || {
+        others
+            .values()
+            .chain(std::iter::once(host))
+            .filter_map(|h| h.mutual_chap.as_ref())
+    };
+    let reused = initiator_secrets()
+        .any(|i| target_secrets().any(|t| i.secret.as_bytes() == t.secret.as_bytes()));
+    if reused {
+        return Err(HostError::Invalid(
+            "the mutual CHAP secret (the target's) must differ from every initiator's CHAP secret (RFC 7143 §12.1.3)".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn validate_host(host: &Host) -> Result<(), HostError> {
     lacuna_engine::names::validate_name(&host.name)
         .map_err(|e| HostError::Invalid(format!("host name: {e}")))?;
@@ -479,33 +595,59 @@ impl From<HostError> for HostControlError {
 /// The registry as the API's host control. Connecting checks the volume (or
 /// snapshot) against the engine first: one that does not exist, or is destroyed,
 /// is refused with the engine's not-found error (404), so a typo cannot leave a
-/// LUN that never appears. (A volume destroyed later keeps its LUN in the list,
-/// unpresented until it is recovered.)
+/// LUN that never appears; the grant holds the object's id. A volume destroyed
+/// later keeps its LUN in the list, unpresented until it is recovered; once it
+/// is eradicated the grant is gone.
 pub struct RegistryHosts {
     pub registry: Arc<HostRegistry>,
     pub engine: Arc<Engine>,
 }
 
 impl RegistryHosts {
-    fn check_exists(&self, volume: &str) -> Result<(), EngineError> {
-        if volume.contains('@') {
+    /// The id of the live volume or snapshot `name`.
+    fn live_object_id(&self, name: &str) -> Result<u64, EngineError> {
+        if name.contains('@') {
             // Fails for a destroyed snapshot, or one of a destroyed volume.
-            self.engine.open_snapshot(volume).map(drop)
+            self.engine.open_snapshot(name).map(|s| s.id())
         } else {
-            match self.engine.volume_info(volume)?.destroyed_unix_s {
-                None => Ok(()),
-                Some(_) => Err(EngineError::VolumeNotFound(volume.to_string())),
+            let info = self.engine.volume_info(name)?;
+            match info.destroyed_unix_s {
+                None => Ok(info.id),
+                Some(_) => Err(EngineError::VolumeNotFound(name.to_string())),
             }
         }
+    }
+
+    /// Binds a registry of names (written before grants kept ids) and drops
+    /// grants to eradicated objects: at start-up, before anything is served.
+    pub fn reconcile(&self) -> Result<(), HostError> {
+        self.registry
+            .bind_unbound(|name| self.engine.object_id(name))?;
+        self.forget_eradicated()
+    }
+
+    fn forget_eradicated(&self) -> Result<(), HostError> {
+        let dropped = self
+            .registry
+            .forget_missing(|id| self.engine.object_exists(id))?;
+        if dropped > 0 {
+            tracing::info!(
+                dropped,
+                "grants to eradicated volumes and snapshots dropped"
+            );
+        }
+        Ok(())
     }
 }
 
 impl HostControl for RegistryHosts {
     fn list_hosts(&self) -> Result<Vec<HostInfo>, HostControlError> {
+        self.forget_eradicated()?;
         Ok(self.registry.list())
     }
 
     fn host_info(&self, name: &str) -> Result<HostInfo, HostControlError> {
+        self.forget_eradicated()?;
         Ok(self.registry.get(name)?)
     }
 
@@ -536,9 +678,12 @@ impl HostControl for RegistryHosts {
     fn connect(&self, host: &str, lun: NewLun) -> Result<LunInfo, HostControlError> {
         // An unknown host is the first thing to report, whatever the volume.
         self.registry.get(host)?;
-        self.check_exists(&lun.volume)?;
+        // A grant to an eradicated namesake must not block this one.
+        self.forget_eradicated()?;
+        let object_id = self.live_object_id(&lun.volume)?;
         let spec = LunSpec {
             volume: lun.volume,
+            object_id,
             block_size_bytes: lun.block_size_bytes,
             removable: lun.removable,
         };
@@ -577,7 +722,7 @@ mod tests {
         assert!(reg
             .create(host("esx2", "iqn.1998-01.com.vmware:esx1"))
             .is_err());
-        let plain = LunSpec::plain;
+        let plain = |name| LunSpec::plain(name, 1);
         assert_eq!(reg.connect("esx1", plain("vol-a"), None).unwrap(), 0);
         assert_eq!(reg.connect("esx1", plain("vol-b"), Some(7)).unwrap(), 7);
         assert_eq!(reg.connect("esx1", plain("vol-c"), None).unwrap(), 1);
@@ -655,11 +800,15 @@ mod tests {
         assert!(!text.to_ascii_lowercase().contains("aabbccdd"), "{text}");
         assert_eq!(reg.nbd_key("alice").unwrap()[..2], [0x00, 0x11]);
         assert_eq!(reg.nbd_key("alice").unwrap().len(), 32);
-        assert_eq!(reg.nbd_exports("alice").unwrap(), Vec::<String>::new());
-        reg.connect("alice", LunSpec::plain("vol-a"), None).unwrap();
-        reg.connect("alice", LunSpec::plain("vol-a@s1"), None)
+        assert!(reg.nbd_exports("alice").unwrap().is_empty());
+        reg.connect("alice", LunSpec::plain("vol-a", 3), None)
             .unwrap();
-        assert_eq!(reg.nbd_exports("alice").unwrap(), ["vol-a", "vol-a@s1"]);
+        reg.connect("alice", LunSpec::plain("vol-a@s1", 4), None)
+            .unwrap();
+        assert_eq!(
+            reg.nbd_exports("alice").unwrap(),
+            [("vol-a".to_string(), 3), ("vol-a@s1".to_string(), 4)]
+        );
         assert!(reg.nbd_exports("nobody").is_none());
         // An iSCSI-only host gets a key later, then loses it; an NBD-only host
         // cannot lose its only way in.
@@ -675,6 +824,143 @@ mod tests {
         assert!(reg.set_nbd_psk("nobody", None).is_err());
         let again = HostRegistry::open(dir.path(), false).unwrap();
         assert_eq!(again.nbd_key("alice"), reg.nbd_key("alice"));
+    }
+
+    /// A grant is for the object: eradicating it ends the grant (also across a
+    /// restart), and a new volume that reuses the name is granted to nobody.
+    #[test]
+    fn grants_end_with_their_object_and_do_not_pass_to_a_namesake() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(lacuna_engine::EngineConfig::new(
+            dir.path().join("array"),
+            1 << 30,
+        ))
+        .unwrap();
+        let first = engine.create_volume("r1", 1 << 20).unwrap();
+        engine.create_snapshots(&["r1"], Some("s"), None).unwrap();
+        let hosts = RegistryHosts {
+            registry: Arc::new(HostRegistry::open(dir.path(), false).unwrap()),
+            engine: engine.clone(),
+        };
+        hosts
+            .registry
+            .create(host("hostb", "iqn.2024-01.org:b"))
+            .unwrap();
+        let lun = |volume: &str| NewLun {
+            volume: volume.into(),
+            lun: None,
+            block_size_bytes: 512,
+            removable: false,
+        };
+        hosts.connect("hostb", lun("r1")).unwrap();
+        hosts.connect("hostb", lun("r1@s")).unwrap();
+        let granted = |hosts: &RegistryHosts| -> Vec<String> {
+            let info = hosts.host_info("hostb").unwrap();
+            info.luns.into_iter().map(|l| l.volume).collect()
+        };
+        // Deleting keeps the grants (hidden until a recover).
+        engine.delete_volume("r1").unwrap();
+        assert_eq!(granted(&hosts), ["r1", "r1@s"]);
+        engine.eradicate_volume("r1").unwrap();
+        let second = engine.create_volume("r1", 2 << 20).unwrap();
+        assert_ne!(first.id, second.id);
+        assert!(!engine.object_exists(first.id));
+        assert!(granted(&hosts).is_empty(), "the grants ended with r1");
+        let spec = &hosts.registry.host_of("iqn.2024-01.org:b").unwrap();
+        assert!(spec.luns.is_empty());
+        // A grant kept by a registry that missed the eradication (the file
+        // written before it) never reaches the new r1, and goes at start-up.
+        let mut stale = LunSpec::plain("r1", first.id);
+        stale.block_size_bytes = 4096;
+        hosts.registry.connect("hostb", stale, Some(9)).unwrap();
+        let reopened = RegistryHosts {
+            registry: Arc::new(HostRegistry::open(dir.path(), false).unwrap()),
+            engine: engine.clone(),
+        };
+        assert_eq!(
+            reopened.registry.nbd_exports("hostb"),
+            None,
+            "no key, no NBD"
+        );
+        reopened.reconcile().unwrap();
+        assert!(granted(&reopened).is_empty());
+        engine.close().unwrap();
+    }
+
+    /// A registry written before grants kept ids binds each name to the object
+    /// that has it at start-up, and drops names that name nothing.
+    #[test]
+    fn grants_of_an_older_registry_are_bound_to_their_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(lacuna_engine::EngineConfig::new(
+            dir.path().join("array"),
+            1 << 30,
+        ))
+        .unwrap();
+        let vm1 = engine.create_volume("vm1", 1 << 20).unwrap();
+        let taken = engine.create_snapshots(&["vm1"], Some("s1"), None).unwrap();
+        let old = r#"{"hosts":{"esx1":{"name":"esx1","iqns":["iqn.1998-01.com.VMware:ESX1"],
+            "chap":null,"mutual_chap":null,"luns":{
+            "0":{"volume":"vm1","block_size_bytes":512,"removable":false},
+            "1":{"volume":"vm1@s1"},
+            "2":{"volume":"gone"}}}}}"#;
+        std::fs::write(dir.path().join(HOSTS_FILE_NAME), old).unwrap();
+        let hosts = RegistryHosts {
+            registry: Arc::new(HostRegistry::open(dir.path(), false).unwrap()),
+            engine: engine.clone(),
+        };
+        hosts.reconcile().unwrap();
+        let esx1 = hosts
+            .registry
+            .host_of("IQN.1998-01.com.vmware:esx1")
+            .unwrap();
+        let ids: Vec<(u64, u64)> = esx1.luns.iter().map(|(n, l)| (*n, l.object_id)).collect();
+        assert_eq!(ids, [(0, vm1.id), (1, taken.snapshots[0].id)]);
+        assert_eq!(esx1.iqns, ["iqn.1998-01.com.vmware:esx1"]);
+        let again = HostRegistry::open(dir.path(), false).unwrap();
+        assert_eq!(again.host_of("iqn.1998-01.com.vmware:esx1"), Some(esx1));
+        engine.close().unwrap();
+    }
+
+    /// RFC 3722: iSCSI names differing only in case are one name.
+    #[test]
+    fn iscsi_names_compare_normalised() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = HostRegistry::open(dir.path(), false).unwrap();
+        reg.create(host("a", "iqn.2024-01.TEST:A")).unwrap();
+        assert_eq!(reg.get("a").unwrap().iqns, ["iqn.2024-01.test:a"]);
+        let clash = reg.create(host("b", "iqn.2024-01.test:a")).unwrap_err();
+        assert!(clash.to_string().contains("already belongs"), "{clash}");
+        assert_eq!(reg.host_of("iqn.2024-01.Test:a").unwrap().name, "a");
+        let mut twice = host("c", "iqn.2024-01.org:c");
+        twice.iqns.push("IQN.2024-01.org:C".into());
+        assert!(reg.create(twice).is_err());
+    }
+
+    /// RFC 7143 §12.1.3: the target's secret is never an initiator's.
+    #[test]
+    fn one_secret_for_both_directions_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = HostRegistry::open(dir.path(), false).unwrap();
+        let chap = |secret: &str| {
+            Some(Chap {
+                user: "u".into(),
+                secret: secret.into(),
+            })
+        };
+        let mut same = host("a", "iqn.2024-01.org:a");
+        same.chap = chap("the-same-secret-12");
+        same.mutual_chap = chap("the-same-secret-12");
+        let e = reg.create(same.clone()).unwrap_err();
+        assert!(e.to_string().contains("RFC 7143"), "{e}");
+        same.mutual_chap = chap("a-target-secret-12");
+        reg.create(same).unwrap();
+        // Another host's initiator secret may not be this target secret either.
+        let mut other = host("b", "iqn.2024-01.org:b");
+        other.chap = chap("a-target-secret-12");
+        assert!(reg.create(other.clone()).is_err());
+        other.chap = chap("b-initiator-secret");
+        reg.create(other).unwrap();
     }
 
     /// The API's view: volumes and snapshots are checked against the engine,

@@ -40,6 +40,8 @@ pub enum ChapError {
     MutualRequired,
     #[error("initiator reflected the target's challenge")]
     ReflectedChallenge,
+    #[error("mutual CHAP is configured with one secret for both directions (RFC 7143 §12.1.3 forbids it)")]
+    SharedSecret,
     #[error("no random bytes: {0}")]
     Random(String),
 }
@@ -162,6 +164,11 @@ pub fn verify(
     }
     if !response_ok {
         return Err(ChapError::WrongResponse);
+    }
+    // A target answering with the initiator's own secret proves nothing to it:
+    // whoever knows one direction could answer the other.
+    if target.is_some_and(|t| bool::from(t.secret.ct_eq(&initiator.secret))) {
+        return Err(ChapError::SharedSecret);
     }
     mutual_answer(offered, sent, target, answer)
 }
@@ -330,6 +337,16 @@ mod tests {
         assert_eq!(
             verify(&one_way_offer, &sent, &requirement, &mut Pairs::default()),
             Err(ChapError::MutualRequired)
+        );
+
+        // One secret for both directions is refused even when the answer is right.
+        let shared = ChapRequirement::Mutual {
+            initiator: credentials("alice", "initiator-secret"),
+            target: credentials("target", "initiator-secret"),
+        };
+        assert_eq!(
+            verify(&offer, &sent, &shared, &mut Pairs::default()),
+            Err(ChapError::SharedSecret)
         );
     }
 

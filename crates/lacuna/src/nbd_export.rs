@@ -43,7 +43,9 @@ pub struct VolumeExports {
 /// Which exports a client may use.
 enum Allowed {
     Everything,
-    Only(BTreeSet<String>),
+    /// Exports granted, by (name, object id): a name that now names another
+    /// object than the one granted is not among them.
+    Only(BTreeSet<(String, u64)>),
     /// Anonymous on a closed array.
     Refused,
 }
@@ -65,39 +67,53 @@ impl VolumeExports {
         }
     }
 
-    fn all_exports(&self) -> Vec<ExportSummary> {
-        let volumes = self
-            .engine
-            .list_volumes()
-            .into_iter()
-            .map(|v| ExportSummary {
+    /// Every live volume and snapshot, with its object id.
+    fn all_exports(&self) -> Vec<(ExportSummary, u64)> {
+        let volumes = self.engine.list_volumes().into_iter().map(|v| {
+            let summary = ExportSummary {
                 description: format!("Lacuna volume {} ({} bytes)", v.name, v.size_bytes),
                 name: v.name,
-            });
+            };
+            (summary, v.id)
+        });
         let snapshots = self
             .engine
             .list_snapshots(None, false)
             .unwrap_or_default()
             .into_iter()
-            .map(|s| ExportSummary {
-                description: format!("Lacuna snapshot {} (read-only)", s.full_name),
-                name: s.full_name,
+            .map(|s| {
+                let summary = ExportSummary {
+                    description: format!("Lacuna snapshot {} (read-only)", s.full_name),
+                    name: s.full_name,
+                };
+                (summary, s.id)
             });
         volumes.chain(snapshots).collect()
     }
 
-    fn open_export(&self, name: &str) -> Result<Arc<dyn BlockExport>, OpenError> {
+    /// Opens the export `name`, if it is the object `granted` (any object
+    /// with open access).
+    fn open_export(
+        &self,
+        name: &str,
+        granted: Option<u64>,
+    ) -> Result<Arc<dyn BlockExport>, OpenError> {
+        let is_granted = |id: u64| granted.is_none_or(|g| g == id);
         if name.contains('@') {
             let snapshot = self
                 .engine
                 .open_snapshot(name)
-                .map_err(|_| OpenError::Unknown)?;
+                .ok()
+                .filter(|s| is_granted(s.id()))
+                .ok_or(OpenError::Unknown)?;
             return Ok(Arc::new(SnapshotExport { snapshot }));
         }
         let volume = self
             .engine
             .open_volume(name)
-            .map_err(|_| OpenError::Unknown)?;
+            .ok()
+            .filter(|v| is_granted(v.id()))
+            .ok_or(OpenError::Unknown)?;
         Ok(Arc::new(VolumeExport { volume }))
     }
 }
@@ -105,12 +121,13 @@ impl VolumeExports {
 impl ExportProvider for VolumeExports {
     fn list(&self, client: &Client) -> Vec<ExportSummary> {
         match self.allowed(client) {
-            Allowed::Everything => self.all_exports(),
-            Allowed::Only(names) if names.is_empty() => Vec::new(),
-            Allowed::Only(names) => self
+            Allowed::Everything => self.all_exports().into_iter().map(|(e, _)| e).collect(),
+            Allowed::Only(granted) if granted.is_empty() => Vec::new(),
+            Allowed::Only(granted) => self
                 .all_exports()
                 .into_iter()
-                .filter(|e| names.contains(&e.name))
+                .filter(|(e, id)| granted.contains(&(e.name.clone(), *id)))
+                .map(|(e, _)| e)
                 .collect(),
             Allowed::Refused => Vec::new(),
         }
@@ -118,9 +135,11 @@ impl ExportProvider for VolumeExports {
 
     fn open(&self, client: &Client, name: &str) -> Result<Arc<dyn BlockExport>, OpenError> {
         match self.allowed(client) {
-            Allowed::Everything => self.open_export(name),
-            Allowed::Only(names) if names.contains(name) => self.open_export(name),
-            Allowed::Only(_) => Err(OpenError::Unknown),
+            Allowed::Everything => self.open_export(name, None),
+            Allowed::Only(granted) => match granted.iter().find(|(n, _)| n == name) {
+                Some((_, id)) => self.open_export(name, Some(*id)),
+                None => Err(OpenError::Unknown),
+            },
             Allowed::Refused => Err(OpenError::Denied(ANONYMOUS_REFUSED.to_string())),
         }
     }

@@ -61,8 +61,9 @@ impl EngineBackend {
     }
 
     /// The unit for a LUN, made on first use; `None` when the volume or snapshot
-    /// does not exist (any more). Keyed by id, so a new volume that reuses a
-    /// deleted one's name is a new unit.
+    /// granted does not exist (any more), or its name now names another object
+    /// (the grant is for the object: [`LunSpec`]). Keyed by id, so a new volume
+    /// that reuses a deleted one's name is a new unit.
     fn unit(&self, spec: &LunSpec) -> Option<Arc<dyn LogicalUnit>> {
         let presentation = Presentation {
             block_size_bytes: spec.block_size_bytes,
@@ -71,6 +72,9 @@ impl EngineBackend {
         let (key, make): (UnitKey, Box<dyn FnOnce() -> Arc<dyn LogicalUnit>>) =
             if spec.volume.contains('@') {
                 let snapshot = self.engine.open_snapshot(&spec.volume).ok()?;
+                if snapshot.id() != spec.object_id {
+                    return None;
+                }
                 let key = UnitKey {
                     snapshot: true,
                     id: snapshot.id(),
@@ -84,6 +88,9 @@ impl EngineBackend {
                 )
             } else {
                 let volume = self.engine.open_volume(&spec.volume).ok()?;
+                if volume.id() != spec.object_id {
+                    return None;
+                }
                 let key = UnitKey {
                     snapshot: false,
                     id: volume.id(),
@@ -113,7 +120,7 @@ impl Backend for EngineBackend {
                 volumes
                     .into_iter()
                     .enumerate()
-                    .map(|(lun, (_, name))| (lun as u64, LunSpec::plain(&name)))
+                    .map(|(lun, (id, name))| (lun as u64, LunSpec::plain(&name, id)))
                     .collect()
             }
             None => Vec::new(),

@@ -203,6 +203,13 @@ async fn serve_all(
             target_config.target_name
         );
     }
+    let host_control = Arc::new(RegistryHosts {
+        registry: iscsi.hosts.clone(),
+        engine: engine.clone(),
+    });
+    host_control
+        .reconcile()
+        .context("binding the host registry's grants to volumes")?;
     let backend = Arc::new(EngineBackend::new(
         engine.clone(),
         iscsi.hosts.clone(),
@@ -224,10 +231,6 @@ async fn serve_all(
     ));
     let nbd = nbd_server(engine.clone(), iscsi.hosts.clone(), config)?;
     let nbd = nbd.serve_tcp(nbd_listener);
-    let host_control = Arc::new(RegistryHosts {
-        registry: iscsi.hosts.clone(),
-        engine: engine.clone(),
-    });
     let api_state = lacuna_api::ApiState::new(engine, token).with_hosts(host_control);
     let api = lacuna_api::serve(api_listener, api_state);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -607,3 +607,73 @@ fn a_wrong_chap_secret_fails_and_the_log_names_the_initiator_never_the_secrets()
         );
     }
 }
+
+/// A grant names the object, not the name: a destroyed volume's LUNs (its own
+/// and its snapshot's) are hidden until it is recovered; once it is eradicated
+/// they are gone from REPORT LUNS and `host show`, also across a restart, and a
+/// new volume (and snapshot) of the same name is reachable by nobody until it
+/// is granted.
+#[test]
+fn a_grant_ends_with_its_volume_and_never_passes_to_a_namesake() {
+    const MIB: u64 = 1 << 20;
+    let dir = temp_dir("isolation-grants");
+    let mut daemon = Daemon::start(dir.path());
+    daemon.cli_ok(&["volume", "create", "r1", "--size", "1M"]);
+    daemon.cli_ok(&["snapshot", "create", "r1", "--name", "s"]);
+    daemon.cli_ok(&["host", "create", "hostb", "--iqn", BETA]);
+    daemon.cli_ok(&["host", "connect", "hostb", "r1"]);
+    daemon.cli_ok(&["host", "connect", "hostb", "r1@s"]);
+    assert_eq!(luns_seen(&daemon, BETA), vec![(0, MIB), (1, MIB)]);
+    daemon.cli_ok(&["volume", "delete", "r1"]);
+    assert_eq!(luns_seen(&daemon, BETA), vec![]);
+    daemon.cli_ok(&["volume", "recover", "r1"]);
+    assert_eq!(luns_seen(&daemon, BETA), vec![(0, MIB), (1, MIB)]);
+
+    daemon.cli_ok(&["volume", "delete", "r1"]);
+    daemon.cli_ok(&["volume", "eradicate", "r1"]);
+    daemon.cli_ok(&["volume", "create", "r1", "--size", "2M"]);
+    daemon.cli_ok(&["snapshot", "create", "r1", "--name", "s"]);
+    assert_eq!(
+        luns_seen(&daemon, BETA),
+        vec![],
+        "the namesakes are nobody's"
+    );
+    let shown = daemon.cli_ok(&["host", "show", "hostb"]);
+    assert!(!shown.contains("r1"), "{shown}");
+    daemon.kill();
+    let daemon = Daemon::start(dir.path()).owning(dir);
+    assert_eq!(luns_seen(&daemon, BETA), vec![]);
+    let shown = daemon.cli_ok(&["host", "show", "hostb"]);
+    assert!(!shown.contains("r1"), "{shown}");
+    daemon.cli_ok(&["host", "connect", "hostb", "r1"]);
+    assert_eq!(luns_seen(&daemon, BETA), vec![(0, 2 * MIB)]);
+}
+
+/// RFC 3722: an initiator name in another case is the same initiator, so it
+/// belongs to the same host and sees the same LUNs.
+#[test]
+fn initiator_names_differing_only_in_case_are_one_initiator() {
+    let dir = temp_dir("isolation-case");
+    let daemon = Daemon::start(dir.path()).owning(dir);
+    daemon.cli_ok(&["volume", "create", "a0", "--size", "16M"]);
+    daemon.cli_ok(&["host", "create", "alpha", "--iqn", "iqn.2024-01.TEST:A"]);
+    daemon.cli_ok(&["host", "connect", "alpha", "a0"]);
+    let out = daemon.cli(&["host", "create", "other", "--iqn", "iqn.2024-01.test:a"]);
+    assert!(
+        !out.status.success(),
+        "a second host for the same initiator"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already belongs to host 'alpha'"), "{err}");
+    for spelling in [
+        "iqn.2024-01.test:a",
+        "iqn.2024-01.TEST:A",
+        "IQN.2024-01.Test:a",
+    ] {
+        assert_eq!(
+            luns_seen(&daemon, spelling),
+            vec![(0, 16 << 20)],
+            "{spelling}"
+        );
+    }
+}

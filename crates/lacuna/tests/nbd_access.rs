@@ -387,3 +387,46 @@ fn required_tls_refuses_plain_options_and_malformed_upgrades_close_cleanly() {
     let out = open_results(&daemon, "bob", &["vb"]);
     assert_eq!(out.trim(), "vb ok");
 }
+
+/// A grant names the object, not the name: once a host's volume and snapshot
+/// are eradicated, new ones of the same names are not its exports, in the
+/// listing or when opened, also after a restart; granting them again works.
+#[test]
+fn a_grant_ends_with_its_volume_and_never_passes_to_a_namesake() {
+    let dir = support::temp_dir("nbd-grants");
+    let start = |dir: &Path| Daemon::start_exactly(dir, "2G", &[], &[]);
+    let mut daemon = start(dir.path());
+    daemon.cli_ok(&["volume", "create", "r1", "--size", "1M"]);
+    daemon.cli_ok(&["volume", "create", "keep", "--size", "1M"]);
+    daemon.cli_ok(&["snapshot", "create", "keep", "--name", "s"]);
+    write_psk_file(&daemon.dir.join("hostb.psk"), "hostb", BOB_KEY);
+    daemon.cli_ok(&["host", "create", "hostb", "--nbd-psk-key", BOB_KEY]);
+    for export in ["r1", "keep@s"] {
+        daemon.cli_ok(&["host", "connect", "hostb", export]);
+    }
+    assert_eq!(listed(&tls_uri(&daemon, "hostb", "")), ["keep@s", "r1"]);
+
+    daemon.cli_ok(&["volume", "delete", "r1"]);
+    daemon.cli_ok(&["volume", "eradicate", "r1"]);
+    daemon.cli_ok(&["snapshot", "delete", "keep@s"]);
+    daemon.cli_ok(&["snapshot", "eradicate", "keep@s"]);
+    daemon.cli_ok(&["volume", "create", "r1", "--size", "2M"]);
+    daemon.cli_ok(&["snapshot", "create", "keep", "--name", "s"]);
+    let nobody = |daemon: &Daemon| {
+        assert!(listed(&tls_uri(daemon, "hostb", "")).is_empty());
+        let out = open_results(daemon, "hostb", &["r1", "keep@s"]);
+        assert_eq!(out.trim(), "r1 ENOENT\nkeep@s ENOENT");
+        let shown = daemon.cli_ok(&["host", "show", "hostb"]);
+        assert!(
+            !shown.contains("r1") && !shown.contains("keep@s"),
+            "{shown}"
+        );
+    };
+    nobody(&daemon);
+    daemon.kill();
+    let daemon = start(dir.path()).owning(dir);
+    nobody(&daemon);
+    daemon.cli_ok(&["host", "connect", "hostb", "r1"]);
+    let out = open_results(&daemon, "hostb", &["r1", "keep@s"]);
+    assert_eq!(out.trim(), "r1 ok\nkeep@s ENOENT");
+}

@@ -22,10 +22,49 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(JsonBody(value)),
-            Err(rejection) => Err(json_rejection(rejection)),
+        let value = match Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(Json(value)) => value,
+            Err(rejection) => return Err(json_rejection(rejection)),
+        };
+        check_int64(&value, &mut String::new())?;
+        serde_json::from_value(value)
+            .map(JsonBody)
+            .map_err(|e| ApiError::BadRequest(format!("invalid request body: {e}")))
+    }
+}
+
+/// The document declares every integer `int64`: a body with a larger one
+/// (which a `u64` field would take) is refused for every field alike, saying
+/// which. `path` is the JSON pointer of `value`.
+fn check_int64(value: &serde_json::Value, path: &mut String) -> Result<(), ApiError> {
+    match value {
+        serde_json::Value::Number(n) if n.is_u64() && n.as_i64().is_none() => {
+            Err(ApiError::BadRequest(format!(
+                "invalid request body: {n} at {} is above {}, the largest integer the API takes (int64)",
+                if path.is_empty() { "/" } else { path },
+                i64::MAX
+            )))
         }
+        serde_json::Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let len = path.len();
+                path.push_str(&format!("/{i}"));
+                check_int64(item, path)?;
+                path.truncate(len);
+            }
+            Ok(())
+        }
+        serde_json::Value::Object(fields) => {
+            for (key, item) in fields {
+                let len = path.len();
+                path.push('/');
+                path.push_str(key);
+                check_int64(item, path)?;
+                path.truncate(len);
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 

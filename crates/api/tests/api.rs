@@ -905,3 +905,78 @@ async fn scrub_over_the_api_checks_every_record() {
     assert_eq!(last["bad_records"], 0);
     assert_eq!(last["running"], false);
 }
+
+/// Every integer of a body is an int64, as the document says: a larger one is
+/// refused for any field alike, naming where it is, and changes nothing. A bad
+/// name is reported as the kind of name it is.
+#[tokio::test]
+async fn integers_above_int64_and_bad_names_are_refused_as_what_they_are() {
+    let f = fixture("int64");
+    let t = Some(f.token.as_str());
+    let huge = u64::MAX.to_string();
+    for (uri, body) in [
+        (
+            "/v1/containers",
+            format!(r#"{{"name":"c","quota_bytes":{huge}}}"#),
+        ),
+        (
+            "/v1/volumes",
+            format!(r#"{{"name":"v","size_bytes":{huge}}}"#),
+        ),
+        (
+            "/v1/containers",
+            format!(r#"{{"name":"c","reclaim_burst_bytes":{}}}"#, 1u64 << 63),
+        ),
+    ] {
+        let (status, answer) = call(&f, "POST", uri, t, Some(&body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(
+            error.contains("int64") && error.contains(" at /"),
+            "{error}"
+        );
+    }
+    let (_, containers) = call(&f, "GET", "/v1/containers", t, None).await;
+    assert_eq!(containers.as_array().unwrap().len(), 1, "{containers}");
+    let fits = format!(r#"{{"name":"c","quota_bytes":{}}}"#, i64::MAX);
+    let (status, answer) = call(&f, "POST", "/v1/containers", t, Some(&fits)).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+
+    let (status, _) = call(
+        &f,
+        "POST",
+        "/v1/volumes",
+        t,
+        Some(r#"{"name":"v1","size_bytes":1048576}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    for (uri, body, kind) in [
+        (
+            "/v1/volumes",
+            r#"{"name":"-rf","size_bytes":1048576}"#,
+            "volume",
+        ),
+        (
+            "/v1/snapshots",
+            r#"{"volumes":["v1"],"name":"a b"}"#,
+            "snapshot",
+        ),
+        (
+            "/v1/snapshots",
+            r#"{"volumes":["v1"],"group":".g"}"#,
+            "group",
+        ),
+        ("/v1/containers", r#"{"name":"-c"}"#, "container"),
+        (
+            "/v1/hosts",
+            r#"{"name":"-h","iqns":["iqn.2024-01.org:h"]}"#,
+            "host",
+        ),
+    ] {
+        let (status, answer) = call(&f, "POST", uri, t, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.contains(&format!("invalid {kind} name")), "{error}");
+    }
+}

@@ -8,7 +8,7 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 use crate::meta::schema::{self, kv_error, BlockRec, GrainTarget, RangeKind, RangeRec};
-use crate::names::validate_name;
+use crate::names::{validate_name, NameKind};
 use crate::space::data_bitmap::DataBitmap;
 use crate::space::provisioning::Provisioning;
 use crate::units::{grains_of, now_unix_s};
@@ -96,7 +96,7 @@ impl Engine {
         initial: Option<Initial>,
         container: Arc<crate::space::container::ContainerShared>,
     ) -> Result<VolumeInfo> {
-        validate_name(name)?;
+        validate_name(NameKind::Volume, name)?;
         validate_size(size_bytes)?;
         let counted_bytes = match (&initial, provisioning.is_thick()) {
             (_, true) => size_bytes,

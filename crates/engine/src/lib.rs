@@ -288,19 +288,19 @@ impl Engine {
         let locations =
             crate::read::location_cache::BlockLocations::new(config.block_location_entries);
         let hot = crate::read::grain_cache::HotGrains::new(config.hot_grains);
-        std::fs::create_dir_all(&config.data_dir)
+        // The data directory and everything in it is the daemon's alone: the
+        // directory is 0700 (which guards files an older version made 0644), and
+        // every file is made 0600.
+        crate::segment::log::create_private_dir(&config.data_dir)
             .map_err(|e| EngineError::io(format!("creating {}", config.data_dir.display()), e))?;
         let store = FileSegmentStore::open(&config.data_dir.join("segments"))
             .map_err(|e| EngineError::io("opening the segment directory", e))?;
         let store = Arc::new(store);
-        let db = crate::meta::store::Kv::new(
-            crate::meta::file::open(
-                &config.data_dir.join("metadata.redb"),
-                config.metadata_cache_bytes,
-            )?,
-            store.clone(),
-            config.mapping_cache_entries,
-        );
+        let metadata_path = config.data_dir.join("metadata.redb");
+        let metadata = crate::meta::file::open(&metadata_path, config.metadata_cache_bytes)?;
+        crate::segment::log::make_private_file(&metadata_path)
+            .map_err(|e| EngineError::io(format!("protecting {}", metadata_path.display()), e))?;
+        let db = crate::meta::store::Kv::new(metadata, store.clone(), config.mapping_cache_entries);
         crate::open::ensure_tables(&db)?;
         let containers = crate::space::container::load(&db, config.clock.now())?;
         let recovered = open::recover(&db, &store, config.capacity_bytes, &containers)?;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::temp_dir;
-use lacuna_engine::{Engine, EngineConfig, ExtentState, Provisioning};
+use lacuna_engine::{Engine, EngineConfig, EngineError, ExtentState, Provisioning};
 use proptest::prelude::*;
 
 const VOLUME_BYTES: u64 = 64 * 1024;
@@ -213,6 +213,16 @@ fn apply(engine: &Arc<Engine>, model: &mut Model, op: Op) {
             else {
                 return;
             };
+            // Only from its own snapshots: another volume's is refused, and
+            // the volume is left as it was.
+            if !snap.starts_with(&format!("{volume}@")) {
+                let refused = engine.restore_volume(&volume, &snap).unwrap_err();
+                assert!(
+                    matches!(refused, EngineError::InvalidArgument(_)),
+                    "{refused:?}"
+                );
+                return;
+            }
             engine.restore_volume(&volume, &snap).unwrap();
             let content = model.snapshots[&snap].0.clone();
             model.volumes.insert(volume, content);

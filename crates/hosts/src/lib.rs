@@ -531,8 +531,12 @@ fn check_chap_secrets_distinct(
 }
 
 fn validate_host(host: &Host) -> Result<(), HostError> {
-    lacuna_engine::names::validate_name(&host.name)
-        .map_err(|e| HostError::Invalid(format!("host name: {e}")))?;
+    lacuna_engine::names::validate_name(lacuna_engine::names::NameKind::Host, &host.name).map_err(
+        |e| match e {
+            EngineError::InvalidArgument(message) => HostError::Invalid(message),
+            other => HostError::Invalid(other.to_string()),
+        },
+    )?;
     if host.iqns.is_empty() && host.nbd_psk.is_none() {
         return Err(HostError::Invalid(
             "a host needs at least one initiator name (--iqn) or an NBD key (--nbd-psk-key)".into(),

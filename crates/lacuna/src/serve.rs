@@ -69,6 +69,11 @@ pub fn default_capacity(data_dir: &std::path::Path) -> u64 {
 }
 
 pub fn run(config: ServeConfig) -> anyhow::Result<()> {
+    // Everything the daemon creates is its own alone (docs/SECURITY.md): the
+    // engine makes its files private itself, and this covers the rest (the
+    // API token, the array id, the host registry's temporary file).
+    // SAFETY: umask only sets the process's file mode creation mask.
+    unsafe { libc::umask(0o077) };
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
     let capacity_bytes = config

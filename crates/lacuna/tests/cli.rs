@@ -566,6 +566,16 @@ fn clone_copy_and_restore_round_trip() {
         api.cli_err(&["volume", "restore", "src", "--from-snapshot", "nope"]),
         "lacuna: snapshot 'src@nope' does not exist"
     );
+    // Another volume's snapshot is refused, pointing to copy and clone, and
+    // the volume keeps its content and size.
+    let err = api.cli_err(&["volume", "restore", "c1", "--from-snapshot", "src@gold"]);
+    assert!(
+        err.contains("not a snapshot of volume c1")
+            && err.contains("volume copy")
+            && err.contains("volume clone"),
+        "{err}"
+    );
+    assert_eq!(api.read("c1", 1536, 1024), vec![2u8; 1024]);
 }
 
 #[test]

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -102,9 +102,30 @@ pub struct FileSegmentStore {
     recent_space: crate::segment::fs_space::RecentSpace,
 }
 
+/// Modes of what the engine keeps: the daemon's alone.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// Creates `dir` (and its parents) if needed, and makes it 0700 whatever mode
+/// it had.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR_MODE)
+        .create(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(PRIVATE_DIR_MODE))
+}
+
+/// Makes a file the engine keeps 0600 (one another library created).
+pub fn make_private_file(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(PRIVATE_FILE_MODE))
+}
+
 impl FileSegmentStore {
     pub fn open(dir: &Path) -> io::Result<Self> {
-        fs::create_dir_all(dir)?;
+        create_private_dir(dir)?;
         Ok(FileSegmentStore {
             dir: dir.to_path_buf(),
             files: RwLock::new(HashMap::new()),
@@ -132,6 +153,7 @@ impl FileSegmentStore {
             .write(true)
             .create(create)
             .truncate(false)
+            .mode(PRIVATE_FILE_MODE)
             .open(self.path(segment))?;
         let file = Arc::new(file);
         files.insert(segment, file.clone());

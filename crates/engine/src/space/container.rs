@@ -474,11 +474,7 @@ impl ContainerShared {
 
 /// Container names share the volume alphabet.
 pub(crate) fn validate_container_name(name: &str) -> Result<()> {
-    crate::names::validate_name(name).map_err(|_| {
-        EngineError::InvalidArgument(format!(
-            "invalid container name '{name}': use 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')"
-        ))
-    })
+    crate::names::validate_name(crate::names::NameKind::Container, name)
 }
 
 pub(crate) fn validate_policy(policy: &ContainerPolicy) -> Result<()> {

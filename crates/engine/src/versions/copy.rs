@@ -45,7 +45,7 @@ impl Engine {
         match split_full_name(source) {
             Some((volume, name)) => {
                 let snapshot = self.find_snapshot(volume, name)?;
-                if snapshot.state.lock().destroyed_unix_s.is_some() {
+                if self.snapshot_destroyed_unix_s(&snapshot).is_some() {
                     return Err(EngineError::SnapshotNotFound(source.to_string()));
                 }
                 let live = self.shared_volume(volume).ok();
@@ -325,6 +325,13 @@ impl Engine {
             format!("{volume}@{snapshot}")
         };
         let vol = self.shared_volume(volume)?;
+        if split_full_name(&full).is_some_and(|(of, _)| of != volume) {
+            return Err(EngineError::InvalidArgument(format!(
+                "{full} is not a snapshot of volume {volume}: a volume is restored only from its \
+                 own snapshots; to put another volume's snapshot into {volume} use a range copy \
+                 (volume copy), or clone it to a new volume (volume clone)"
+            )));
+        }
         let _pins = self.catalog.pin_lock.lock();
         let (source, _) = self.resolve_source(&full)?;
         self.check_ref_depth(&source)?;
@@ -384,6 +391,68 @@ mod tests {
         let volume = engine.open_volume(volume).unwrap();
         volume.read(offset_bytes, &mut buf).unwrap();
         buf
+    }
+
+    /// A volume is restored only from its own snapshots: another volume's is
+    /// refused with a pointer to copy and clone, and the volume is unchanged.
+    #[test]
+    fn restore_refuses_another_volumes_snapshot() {
+        let (_dir, engine) = engine_with_source("restore-other");
+        engine
+            .create_snapshots(&["src"], Some("base"), None)
+            .unwrap();
+        let refused = engine.restore_volume("dst", "src@base").unwrap_err();
+        let message = refused.to_string();
+        assert!(
+            matches!(refused, EngineError::InvalidArgument(_)),
+            "{refused:?}"
+        );
+        assert!(
+            message.contains("volume copy") && message.contains("clone"),
+            "{message}"
+        );
+        assert_eq!(engine.volume_info("dst").unwrap().size_bytes, 100 * G);
+        assert!(read(&engine, "dst", 0, 100 * G).iter().all(|&b| b == 0));
+        engine
+            .create_snapshots(&["dst"], Some("own"), None)
+            .unwrap();
+        engine.restore_volume("dst", "dst@own").unwrap();
+        engine.restore_volume("dst", "own").unwrap();
+    }
+
+    /// One rule for a destroyed volume's snapshots: destroyed with it (shown so,
+    /// no source for a clone or copy, not deleted or recovered on their own),
+    /// back when the volume is recovered.
+    #[test]
+    fn a_destroyed_volumes_snapshots_are_destroyed_with_it() {
+        let (_dir, engine) = engine_with_source("destroyed-snapshots");
+        engine.create_snapshots(&["src"], Some("s"), None).unwrap();
+        engine.delete_volume("src").unwrap();
+        let listed = engine.list_snapshots(Some("src"), true).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].destroyed_unix_s.is_some(), "{listed:?}");
+        assert!(engine
+            .list_snapshots(Some("src"), false)
+            .unwrap()
+            .is_empty());
+        let clone = engine.clone_volume("src@s", "c", crate::Provisioning::Thin);
+        assert!(
+            matches!(clone, Err(EngineError::SnapshotNotFound(_))),
+            "{clone:?}"
+        );
+        let copy = engine.copy_range("src", 0, G, "dst", 0);
+        assert!(copy.is_err(), "{copy:?}");
+        assert!(engine.open_snapshot("src@s").is_err());
+        assert!(engine.delete_snapshot("src@s").is_err());
+        assert!(engine.recover_snapshot("src@s").is_err());
+        assert!(engine.eradicate_snapshot("src@s").is_err());
+        engine.recover_volume("src").unwrap();
+        let listed = engine.list_snapshots(Some("src"), false).unwrap();
+        assert!(listed[0].destroyed_unix_s.is_none());
+        engine
+            .clone_volume("src@s", "c", crate::Provisioning::Thin)
+            .unwrap();
+        engine.check_consistency().unwrap();
     }
 
     /// A copy into the tail of a volume that a shrink cuts while the copy

@@ -182,7 +182,7 @@ impl Engine {
     /// recoverable for the retention period.
     pub fn delete_snapshot(&self, full_name: &str) -> Result<()> {
         let snapshot = self.named_snapshot(full_name)?;
-        if snapshot.state.lock().destroyed_unix_s.is_some() {
+        if self.snapshot_destroyed_unix_s(&snapshot).is_some() {
             return Err(EngineError::SnapshotNotFound(full_name.to_string()));
         }
         self.set_snapshot_destroyed(&snapshot, Some(now_unix_s()))
@@ -190,6 +190,7 @@ impl Engine {
 
     pub fn recover_snapshot(&self, full_name: &str) -> Result<()> {
         let snapshot = self.named_snapshot(full_name)?;
+        self.check_volume_live(&snapshot, full_name)?;
         if snapshot.state.lock().destroyed_unix_s.is_none() {
             return Err(EngineError::InvalidArgument(format!(
                 "snapshot '{full_name}' is not destroyed"
@@ -201,6 +202,7 @@ impl Engine {
     /// Eradicates a destroyed snapshot now.
     pub fn eradicate_snapshot(&self, full_name: &str) -> Result<()> {
         let snapshot = self.named_snapshot(full_name)?;
+        self.check_volume_live(&snapshot, full_name)?;
         if snapshot.state.lock().destroyed_unix_s.is_none() {
             return Err(EngineError::InvalidArgument(format!(
                 "snapshot '{full_name}' is not destroyed: delete it first, then eradicate"
@@ -212,6 +214,18 @@ impl Engine {
         self.flush()?;
         self.scheduler.wake();
         Ok(())
+    }
+
+    /// A snapshot of a destroyed volume comes and goes with the volume.
+    fn check_volume_live(&self, snapshot: &SnapshotShared, full_name: &str) -> Result<()> {
+        if self.shared_volume(&snapshot.volume_name).is_ok() {
+            return Ok(());
+        }
+        Err(EngineError::InvalidArgument(format!(
+            "the volume of '{full_name}' is destroyed: its snapshots come back with it \
+             (volume recover {}) and are eradicated with it",
+            snapshot.volume_name
+        )))
     }
 
     fn named_snapshot(&self, full_name: &str) -> Result<Arc<SnapshotShared>> {

@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::schema::kv_error;
-use crate::names::validate_name;
+use crate::names::{validate_name, NameKind};
 use crate::space::report::Extent;
 use crate::units::now_unix_s;
 use crate::versions::range_map::RangeMap;
@@ -246,14 +246,14 @@ impl Engine {
             return Err(EngineError::InvalidArgument("no volume to snapshot".into()));
         }
         if let Some(group) = group {
-            validate_name(group)?;
+            validate_name(NameKind::Group, group)?;
         }
         let name = match (name, group) {
             (Some(n), _) => n.to_string(),
             (None, Some(g)) => g.to_string(),
             (None, None) => format!("snap-{}", now_unix_s()),
         };
-        validate_name(&name)?;
+        validate_name(NameKind::Snapshot, &name)?;
         let mut members = Vec::new();
         for volume in volumes {
             let shared = self.shared_volume(volume)?;
@@ -348,8 +348,28 @@ impl Engine {
         Ok((taken, window))
     }
 
+    /// When the snapshot was destroyed: its own deletion, or its volume's. One
+    /// rule everywhere: a destroyed volume's snapshots are destroyed with it
+    /// (hidden from hosts and live lists, no source for a clone, copy or
+    /// restore, eradicated with it) until the volume is recovered.
+    pub(crate) fn snapshot_destroyed_unix_s(&self, s: &SnapshotShared) -> Option<u64> {
+        let own = s.state.lock().destroyed_unix_s;
+        own.or_else(|| {
+            let volume = self
+                .catalog
+                .destroyed
+                .read()
+                .get(&s.volume_name)
+                .filter(|v| v.id == s.volume_id)
+                .cloned()?;
+            let at = *volume.destroyed_unix_s.lock();
+            at
+        })
+    }
+
     pub(crate) fn snapshot_info(&self, s: &SnapshotShared) -> SnapshotInfo {
-        let state = s.state.lock().clone();
+        let mut state = s.state.lock().clone();
+        state.destroyed_unix_s = self.snapshot_destroyed_unix_s(s);
         let name = state.name.unwrap_or_else(|| format!("#{}", s.id));
         SnapshotInfo {
             id: s.id,

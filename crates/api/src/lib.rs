@@ -27,13 +27,13 @@
 //! never appear in an answer, an error message or the log.
 
 mod control;
+mod doc_only;
 mod error;
 mod extract;
 mod hosts;
 pub mod metrics;
 pub mod openapi;
 mod requests;
-mod schemas;
 mod token;
 
 use std::sync::Arc;
@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use schemas::{
+use doc_only::{
     BadRequest, Conflict, ContainerPath, HostPath, InsufficientStorage, InternalError, NotFound,
     NotImplemented, SnapshotPath, VolumePath,
 };
@@ -232,7 +232,7 @@ async fn healthz() -> Json<Health> {
 #[utoipa::path(
     get, path = "/v1/volumes", operation_id = "listVolumes", params(ListVolumesQuery),
     responses(
-        (status = 200, description = "The volumes, sorted by name", body = Vec<schemas::VolumeInfo>),
+        (status = 200, description = "The volumes, sorted by name", body = Vec<VolumeInfo>),
         (status = 500, response = InternalError),
     )
 )]
@@ -258,7 +258,7 @@ async fn list_volumes(
     post, path = "/v1/volumes", operation_id = "createVolume",
     request_body(content = CreateVolumeRequest, example = json!({"name": "v", "size_bytes": 512})),
     responses(
-        (status = 201, description = "The new volume", body = schemas::VolumeInfo),
+        (status = 201, description = "The new volume", body = VolumeInfo),
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         (status = 500, response = InternalError),
@@ -329,7 +329,7 @@ fn check_clone_size(c: &dyn ControlPlane, source: &str, wanted: u64) -> Result<(
 #[utoipa::path(
     get, path = "/v1/volumes/{name}", operation_id = "getVolume", params(VolumePath),
     responses(
-        (status = 200, description = "The volume", body = schemas::VolumeInfo),
+        (status = 200, description = "The volume", body = VolumeInfo),
         (status = 404, response = NotFound),
         (status = 500, response = InternalError),
     )
@@ -346,7 +346,7 @@ async fn show_volume(
     patch, path = "/v1/volumes/{name}", operation_id = "resizeVolume", params(VolumePath),
     request_body(content = ResizeVolumeRequest, example = json!({"size_bytes": 512})),
     responses(
-        (status = 200, description = "The resized volume", body = schemas::VolumeInfo),
+        (status = 200, description = "The resized volume", body = VolumeInfo),
         (status = 404, response = NotFound),
         (status = 500, response = InternalError),
         (status = 507, response = InsufficientStorage),
@@ -383,7 +383,7 @@ async fn delete_volume(
 #[utoipa::path(
     post, path = "/v1/volumes/{name}/recover", operation_id = "recoverVolume", params(VolumePath),
     responses(
-        (status = 200, description = "The recovered volume", body = schemas::VolumeInfo),
+        (status = 200, description = "The recovered volume", body = VolumeInfo),
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         (status = 500, response = InternalError),
@@ -424,7 +424,7 @@ async fn eradicate_volume(
     post, path = "/v1/volumes/{name}/restore", operation_id = "restoreVolume", params(VolumePath),
     request_body(content = RestoreVolumeRequest, example = json!({"snapshot": "s"})),
     responses(
-        (status = 200, description = "The restored volume", body = schemas::VolumeInfo),
+        (status = 200, description = "The restored volume", body = VolumeInfo),
         (status = 404, response = NotFound),
         (status = 500, response = InternalError),
         (status = 507, response = InsufficientStorage),
@@ -448,7 +448,7 @@ async fn restore_volume(
         example = json!({"offset_bytes": 0, "length_bytes": 512, "destination": "v", "destination_offset_bytes": 0})
     ),
     responses(
-        (status = 200, description = "What was copied by reference and as data", body = schemas::CopyReport),
+        (status = 200, description = "What was copied by reference and as data", body = CopyReport),
         (status = 404, response = NotFound),
         (status = 500, response = InternalError),
         (status = 507, response = InsufficientStorage),
@@ -477,7 +477,7 @@ async fn copy_range(
 #[utoipa::path(
     get, path = "/v1/snapshots", operation_id = "listSnapshots", params(ListSnapshotsQuery),
     responses(
-        (status = 200, description = "The snapshots, in creation order", body = Vec<schemas::SnapshotInfo>),
+        (status = 200, description = "The snapshots, in creation order", body = Vec<SnapshotInfo>),
         (status = 404, response = NotFound),
         (status = 500, response = InternalError),
     )
@@ -503,7 +503,7 @@ async fn list_snapshots(
     post, path = "/v1/snapshots", operation_id = "createSnapshots",
     request_body(content = CreateSnapshotsRequest, example = json!({"volumes": ["v"], "name": "s"})),
     responses(
-        (status = 201, description = "The snapshots taken", body = schemas::GroupSnapshot),
+        (status = 201, description = "The snapshots taken", body = GroupSnapshot),
         (status = 404, response = NotFound),
         (status = 409, response = Conflict),
         (status = 500, response = InternalError),
@@ -526,7 +526,7 @@ async fn create_snapshots(
 #[utoipa::path(
     get, path = "/v1/snapshots/{snapshot}", operation_id = "getSnapshot", params(SnapshotPath),
     responses(
-        (status = 200, description = "The snapshot", body = schemas::SnapshotInfo),
+        (status = 200, description = "The snapshot", body = SnapshotInfo),
         (status = 404, response = NotFound),
         (status = 500, response = InternalError),
     )
@@ -561,7 +561,7 @@ async fn delete_snapshot(
 #[utoipa::path(
     post, path = "/v1/snapshots/{snapshot}/recover", operation_id = "recoverSnapshot", params(SnapshotPath),
     responses(
-        (status = 200, description = "The recovered snapshot", body = schemas::SnapshotInfo),
+        (status = 200, description = "The recovered snapshot", body = SnapshotInfo),
         (status = 404, response = NotFound),
         (status = 500, response = InternalError),
     )
@@ -600,7 +600,7 @@ async fn eradicate_snapshot(
 #[utoipa::path(
     get, path = "/v1/containers", operation_id = "listContainers",
     responses(
-        (status = 200, description = "The containers", body = Vec<schemas::ContainerInfo>),
+        (status = 200, description = "The containers", body = Vec<ContainerInfo>),
         (status = 500, response = InternalError),
     )
 )]
@@ -619,7 +619,7 @@ async fn list_containers(
     post, path = "/v1/containers", operation_id = "createContainer",
     request_body(content = CreateContainerRequest, example = json!({"name": "c", "reclaim": "low"})),
     responses(
-        (status = 201, description = "The new container", body = schemas::ContainerInfo),
+        (status = 201, description = "The new container", body = ContainerInfo),
         (status = 409, response = Conflict),
         (status = 500, response = InternalError),
     )
@@ -638,7 +638,7 @@ async fn create_container(
 #[utoipa::path(
     get, path = "/v1/containers/{container}", operation_id = "getContainer", params(ContainerPath),
     responses(
-        (status = 200, description = "The container", body = schemas::ContainerInfo),
+        (status = 200, description = "The container", body = ContainerInfo),
         (status = 404, response = NotFound),
         (status = 500, response = InternalError),
     )
@@ -661,7 +661,7 @@ async fn show_container(
     patch, path = "/v1/containers/{container}", operation_id = "updateContainer", params(ContainerPath),
     request_body(content = UpdateContainerRequest, example = json!({"quota_bytes": null})),
     responses(
-        (status = 200, description = "The changed container", body = schemas::ContainerInfo),
+        (status = 200, description = "The changed container", body = ContainerInfo),
         (status = 404, response = NotFound),
         (status = 500, response = InternalError),
     )
@@ -706,7 +706,7 @@ async fn delete_container(
 #[utoipa::path(
     post, path = "/v1/containers/{container}/reclaim", operation_id = "reclaimContainer", params(ContainerPath),
     responses(
-        (status = 200, description = "The container as the drain starts", body = schemas::ContainerInfo),
+        (status = 200, description = "The container as the drain starts", body = ContainerInfo),
         (status = 404, response = NotFound),
         (status = 500, response = InternalError),
     )
@@ -724,7 +724,7 @@ async fn reclaim_container(
 #[utoipa::path(
     get, path = "/v1/array/space", operation_id = "getArraySpace",
     responses(
-        (status = 200, description = "Space figures", body = schemas::SpaceReport),
+        (status = 200, description = "Space figures", body = SpaceReport),
         (status = 500, response = InternalError),
     )
 )]
@@ -741,7 +741,7 @@ async fn array_space(State(state): State<ApiState>) -> Result<Json<SpaceReport>,
         (
             status = 202,
             description = "The pass begun (started: true) or the one running already (started: false)",
-            body = schemas::ScrubStart
+            body = ScrubStart
         ),
         (status = 500, response = InternalError),
     )
@@ -769,7 +769,7 @@ async fn start_scrub(
 #[utoipa::path(
     get, path = "/v1/array/scrub", operation_id = "getScrub",
     responses(
-        (status = 200, description = "Scrub status", body = schemas::ScrubStatus),
+        (status = 200, description = "Scrub status", body = ScrubStatus),
         (status = 400, response = BadRequest),
         (status = 500, response = InternalError),
     )

@@ -2,8 +2,8 @@
 //! API's one list of routes (`open_routes` and `authenticated_routes` in the
 //! crate root, the list the router is built from too): each handler's
 //! `#[utoipa::path]` gives its operation, the request types and the engine's
-//! answer types ([`crate::schemas`]) give the schemas, and their doc comments
-//! the descriptions.
+//! answer types (their schemas derived under the engine's `openapi` feature)
+//! give the schemas, and their doc comments the descriptions.
 //!
 //! What the router's layers and extractors do is added here rather than on each
 //! handler: an operation behind the token documents 401, one with a JSON body
@@ -19,7 +19,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{InfoBuilder, OpenApi, Ref, RefOr};
 use utoipa::{OpenApi as _, ToResponse};
 
-use crate::schemas::{
+use crate::doc_only::{
     BadRequest, Conflict, InsufficientStorage, InternalError, NotFound, NotImplemented,
     PayloadTooLarge, Unauthorized, UnsupportedMediaType,
 };
@@ -178,9 +178,9 @@ fn declare_path_parameters_once(item: &mut PathItem) {
 /// Renders utoipa's model (OpenAPI 3.1) as the OpenAPI 3.0.3 this API has
 /// always served: a `null` among a schema's types becomes `nullable`, a nullable
 /// reference (`oneOf` a `null`) and a reference with a description become
-/// `allOf` the reference (an `allOf` of one inline schema, that schema), a
-/// schema's `examples` its `example`. Doc comments are wrapped in the source;
-/// their lines are joined (paragraphs kept).
+/// `allOf` the reference (an `allOf` of one inline schema, that schema; of inline
+/// objects, one object), a schema's `examples` its `example`. Doc comments are
+/// wrapped in the source; their lines are joined (paragraphs kept).
 fn as_openapi_3_0(value: &mut Value) {
     match value {
         Value::Object(map) => {
@@ -197,6 +197,7 @@ fn as_openapi_3_0(value: &mut Value) {
                     map.insert("nullable".into(), true.into());
                 }
             }
+            merge_inline_objects(map);
             // An `allOf` of one schema that is not a reference is that schema.
             if let Some(Value::Array(parts)) = map.get("allOf") {
                 if let [Value::Object(part)] = parts.as_slice() {
@@ -252,6 +253,45 @@ fn nullable_one_of(map: &mut serde_json::Map<String, Value>) {
     }
     map.insert("allOf".into(), json!([schema]));
     map.insert("nullable".into(), true.into());
+}
+
+/// An `allOf` of inline objects, as utoipa renders a struct with a flattened
+/// field (the engine's `ContainerReclaim` and its counters), becomes one object
+/// with their properties and required fields: the same values validate, and
+/// the object lists every field it is sent with. The `allOf`'s own description
+/// stays; the parts' (the flattened type's) go. Parts that are references, are
+/// not plain objects, or name a property twice are left as they are.
+fn merge_inline_objects(map: &mut serde_json::Map<String, Value>) {
+    let Some(Value::Array(parts)) = map.get("allOf") else {
+        return;
+    };
+    let plain_object = |part: &Value| {
+        part.as_object().is_some_and(|part| {
+            part.get("type") == Some(&json!("object"))
+                && part.keys().all(|k| {
+                    ["type", "properties", "required", "description"].contains(&k.as_str())
+                })
+        })
+    };
+    if parts.len() < 2 || !parts.iter().all(plain_object) {
+        return;
+    }
+    let mut properties = serde_json::Map::new();
+    let mut required = Vec::new();
+    for part in parts {
+        for (name, schema) in part["properties"].as_object().into_iter().flatten() {
+            if properties.insert(name.clone(), schema.clone()).is_some() {
+                return;
+            }
+        }
+        required.extend(part["required"].as_array().into_iter().flatten().cloned());
+    }
+    map.remove("allOf");
+    map.insert("type".into(), "object".into());
+    map.insert("properties".into(), properties.into());
+    if !required.is_empty() {
+        map.insert("required".into(), required.into());
+    }
 }
 
 fn join_lines(text: &str) -> String {

@@ -5,8 +5,6 @@ use lacuna_engine::{Compression, ContainerPolicy, ContainerUpdate, Provisioning,
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::schemas;
-
 /// Body of `POST /v1/volumes`: a new volume (`size_bytes` required), or a clone of
 /// `source` (`VOL` or `VOL@SNAP`; `size_bytes` may be omitted and, if sent, must
 /// equal the source's size).
@@ -23,7 +21,7 @@ pub struct CreateVolumeRequest {
     /// lack space) or eagerzeroedthick (zeroedthick, created already zeroed with one metadata
     /// record)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schemas::Provisioning>, inline)]
+    #[schema(inline)]
     pub provisioning: Option<Provisioning>,
     /// Clone this: a volume (VOL, as it is now) or a snapshot (VOL@SNAP)
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,14 +130,14 @@ pub struct CreateContainerRequest {
     /// How fast dead space is reclaimed: off, low (25 MB/s), unlimited or a rate such as
     /// 2000MB/s (default: unlimited)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schemas::ReclaimPolicy>, inline)]
+    #[schema(inline)]
     pub reclaim: Option<ReclaimPolicy>,
     /// Reclaim allowance spent before the rate applies, refilled while idle (default: 256 MiB)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim_burst_bytes: Option<u64>,
     /// Codec of new data: lz4, zstd or off (default: lz4)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schemas::Compression>, inline)]
+    #[schema(inline)]
     pub compression: Option<Compression>,
     /// Deduplicate new data (default: true)
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -178,14 +176,14 @@ pub struct UpdateContainerRequest {
     /// How fast dead space is reclaimed: off, low (25 MB/s), unlimited or a rate such as
     /// 2000MB/s (absent: kept)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schemas::ReclaimPolicy>, inline)]
+    #[schema(inline)]
     pub reclaim: Option<ReclaimPolicy>,
     /// Reclaim allowance spent before the rate applies, refilled while idle (absent: kept)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim_burst_bytes: Option<u64>,
     /// Codec of new data: lz4, zstd or off (absent: kept)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<schemas::Compression>, inline)]
+    #[schema(inline)]
     pub compression: Option<Compression>,
     /// Deduplicate new data (absent: kept)
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -2051,6 +2051,25 @@ async fn openapi_document_matches_router_and_types() {
     }
 }
 
+/// The engine's typed ids serialise as their integers, and so are their
+/// schemas (for fields that inline them rather than name a component).
+#[test]
+fn engine_ids_have_integer_schemas() {
+    use lacuna_engine::ids::{BlockId, SegmentId, VolumeId};
+    use utoipa::PartialSchema;
+    for (schema, value, format) in [
+        (VolumeId::schema(), json!(VolumeId::new(7)), "int64"),
+        (BlockId::schema(), json!(BlockId::new(7)), "int64"),
+        (SegmentId::schema(), json!(SegmentId::new(7)), "int32"),
+    ] {
+        let schema = serde_json::to_value(schema).unwrap();
+        assert_eq!(value, json!(7));
+        assert_eq!(schema["type"], "integer", "{schema}");
+        assert_eq!(schema["format"], format, "{schema}");
+        assert_eq!(schema["minimum"], 0, "{schema}");
+    }
+}
+
 /// The real listener: `serve` answers plain HTTP/1.1 on a TCP socket.
 #[tokio::test]
 async fn serve_answers_on_a_socket() {

@@ -8,7 +8,8 @@ use std::num::ParseIntError;
 use std::str::FromStr;
 
 /// Defines an id type over an integer: ordered, hashable, printed and parsed
-/// as the integer.
+/// as the integer. With the `openapi` feature its schema is the integer's (it
+/// serialises as one), described by the id's doc comment.
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident($int:ty)) => {
         $(#[$doc])*
@@ -16,6 +17,7 @@ macro_rules! id_type {
             Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
             serde::Serialize, serde::Deserialize,
         )]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         #[serde(transparent)]
         pub struct $name($int);
 

@@ -46,66 +46,97 @@ const MAX_PACING_SLEEP: Duration = Duration::from_millis(100);
 const BACKGROUND_PAUSE: Duration = Duration::from_secs(1);
 
 /// One scrub pass, running or finished.
+// This report's doc comments, and those of the others the control plane
+// answers with, are the API's descriptions (see `space::report`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ScrubReport {
-    /// Numbers the passes since the daemon started, from 1.
+    /// Pass number since the daemon started, from 1
     pub pass: u64,
-    /// Started by the background scrub rather than on request.
+    /// Started by the background scrub
+    // Rather than on request.
     pub background: bool,
     pub running: bool,
-    /// The pass's rate limit; `None` when unlimited.
+    /// The pass's rate limit; null when unlimited
+    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
     pub rate_bytes_per_s: Option<u64>,
+    /// When the pass started
     pub started_unix_s: u64,
+    /// When the pass finished; null while running
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub finished_unix_s: Option<u64>,
-    /// Records and their bytes stored when the pass started (the progress total).
+    /// Records stored when the pass started
+    // With `bytes_total`, the progress total.
     pub records_total: u64,
+    /// Bytes of those records
     pub bytes_total: u64,
+    /// Records read back and verified so far
     pub records_checked: u64,
+    /// Bytes of those records
     pub bytes_checked: u64,
+    /// Records that failed (checksum, decoding, fingerprint or read error)
     pub bad_records: u64,
-    /// The first [`MAX_LISTED_BAD_RECORDS`] bad records.
+    /// The first 100 bad records
+    // `MAX_LISTED_BAD_RECORDS`; all are counted in `bad_records`.
     pub bad: Vec<BadRecord>,
-    /// What reads the bad records (the first [`MAX_LISTED_RANGES`] ranges).
+    /// What reads the bad records (at most 1000 ranges); complete once the pass finished
+    // `MAX_LISTED_RANGES`.
     pub affected: Vec<AffectedRange>,
-    /// Why the pass stopped early, if it did.
+    /// Why the pass stopped early; null if it did not
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub error: Option<String>,
 }
 
 /// A record that failed verification.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BadRecord {
+    /// The stored block
     pub block_id: u64,
+    /// Segment file number
     pub segment: u32,
+    /// Where the record starts in the segment
     pub offset_bytes: u64,
     pub reason: String,
 }
 
 /// Bytes of a volume (or only of its snapshots) that read a bad record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AffectedRange {
     pub volume: String,
-    /// The volume itself reads the range (not only its snapshots).
+    /// The volume itself reads the range (false: only its snapshots do)
     pub live: bool,
-    /// Snapshots (`VOL@NAME`) that read the range.
+    /// Snapshots (VOL@NAME) that read the range
     pub snapshots: Vec<String>,
+    /// Start of the range in the volume
     pub offset_bytes: u64,
+    /// Length of the range
     pub length_bytes: u64,
 }
 
-/// The scrub as the control plane sees it.
+/// The running scrub pass, the last finished one and the background schedule.
+// The scrub as the control plane sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ScrubStatus {
+    /// The running pass; null when none runs
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub current: Option<ScrubReport>,
+    /// The last finished pass; null before the first
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last: Option<ScrubReport>,
-    /// Rate of the background scrub, when one is scheduled.
+    /// Rate of the background scrub; null when none is scheduled
+    #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
     pub background_rate_bytes_per_s: Option<u64>,
 }
 
-/// A pass begun, or the one that was running already.
+/// A scrub pass begun, or the one running already.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ScrubStart {
     pub report: ScrubReport,
-    /// False when the report is of a pass that was running already.
+    /// false: a pass was running already and this is it
     pub started: bool,
 }
 

@@ -147,8 +147,31 @@ impl<'de> Deserialize<'de> for ReclaimPolicy {
     }
 }
 
-/// The codec new data of a container is stored with.
+/// Its schema, like its serialisation, is written by hand: the text, not the
+/// enum's variants.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for ReclaimPolicy {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "How fast dead space is reclaimed: off (nothing until POST .../reclaim or a new \
+                 policy), low (25 MB/s), unlimited, or a rate in decimal units: NMB/s, NGB/s, NB/s \
+                 (a bare number is MB/s).",
+            ))
+            .examples(["low"])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for ReclaimPolicy {}
+
+/// The codec new data is stored with: lz4 (cheap), zstd (better ratio, more CPU) or off (stored
+/// raw).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
     /// LZ4: cheap enough for the fast path (the default).
@@ -185,15 +208,21 @@ impl FromStr for Compression {
     }
 }
 
-/// A container's policies.
+/// A storage container's policies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ContainerPolicy {
-    /// Most bytes its volumes may hold (written data plus thick reservations).
+    /// Most bytes the volumes may hold (written data plus thick reservations); null: no quota
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub quota_bytes: Option<u64>,
+    // Inlined enums are described by their type's doc comment.
+    #[cfg_attr(feature = "openapi", schema(inline))]
     pub reclaim: ReclaimPolicy,
-    /// Reclaim allowance spent first, refilled while idle.
+    /// Reclaim allowance spent before the rate applies, refilled while idle
     pub reclaim_burst_bytes: u64,
+    #[cfg_attr(feature = "openapi", schema(inline))]
     pub compression: Compression,
+    /// New data is deduplicated
     pub dedup: bool,
 }
 
@@ -270,50 +299,69 @@ pub struct ContainerRec {
     pub policy: ContainerPolicy,
 }
 
-/// Reclaim counters (since the daemon started) and state, per container or volume.
+/// A volume's unmap and reclaim counters since the daemon started, and its backlog.
+// A container's too: `ContainerReclaim` flattens them in, and its schema
+// takes these fields' descriptions.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReclaimStats {
-    /// UNMAP / TRIM / WRITE SAME-with-unmap / WRITE ZEROES requests received.
+    /// UNMAP / TRIM / unmapping WRITE SAME and WRITE ZEROES requests received since the daemon
+    /// started
     pub unmap_commands: u64,
-    /// Logical bytes those requests covered.
+    /// Logical bytes those requests covered
     pub unmapped_bytes: u64,
-    /// Bytes of dead data (point mappings shadowed by unmaps, or of eradicated
-    /// volumes) whose references the reclaimer has released.
+    /// Bytes of dead data (mappings unmapped, overwritten by a range, or of eradicated volumes)
+    /// whose references the reclaimer released since the daemon started
     pub reclaimed_bytes: u64,
-    /// Dead bytes not yet reclaimed.
+    /// Dead bytes not yet reclaimed
     pub backlog_bytes: u64,
 }
 
-/// What `container show --reclaim` reports.
+/// A storage container's reclaim policy, counters and backlog.
+// What `container show --reclaim` reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ContainerReclaim {
+    // The policy in force (an inlined enum, described by its type's doc comment).
+    #[cfg_attr(feature = "openapi", schema(inline))]
     pub policy: ReclaimPolicy,
-    /// The configured rate, if the policy has one.
+    /// The policy's rate in bytes per second; null for off and unlimited
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub rate_bytes_per_s: Option<u64>,
+    /// Reclaim allowance spent before the rate applies
     pub burst_bytes: u64,
+    // Inlined, the schema is an `allOf` of these counters and the other fields,
+    // which the API's document renders as one object.
     #[serde(flatten)]
+    #[cfg_attr(feature = "openapi", schema(inline))]
     pub stats: ReclaimStats,
-    /// Bytes reclaimed per second over the last `RATE_WINDOW`.
+    /// Bytes reclaimed per second over the last 2 seconds (sliding window)
+    // `RATE_WINDOW`.
     pub current_bytes_per_s: f64,
-    /// Seconds until the backlog is empty at the policy's rate (or, when
-    /// unlimited, at the current rate); `None` when it never will be (off) or
-    /// cannot be told yet.
+    /// Seconds until the backlog is empty at the policy's rate (or, unlimited or draining, at the
+    /// current rate); 0 when empty; null when it never will be (off) or cannot be told yet
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub eta_s: Option<f64>,
-    /// Set while `reclaim --now` works off the backlog regardless of the policy.
+    /// Set by POST .../reclaim until the backlog is empty
+    // `reclaim --now`: the backlog is worked off regardless of the policy.
     pub draining: bool,
 }
 
-/// A container as the control plane sees it.
+/// A storage container: the quota, reclaim rate and data reduction its volumes share.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ContainerInfo {
     pub name: String,
+    /// Internal container number, never reused; 'default' is 1
     pub id: u64,
+    /// Creation time, seconds since the Unix epoch
     pub created_unix_s: u64,
     pub policy: ContainerPolicy,
+    /// Volumes in the container, live and destroyed (recoverable)
     pub volume_count: u64,
-    /// Sum of its volumes' sizes.
+    /// Sum of those volumes' sizes
     pub provisioned_bytes: u64,
-    /// What counts against the quota: written data plus thick reservations.
+    /// What counts against the quota: written data plus thick reservations
     pub used_bytes: u64,
     pub reclaim: ContainerReclaim,
 }

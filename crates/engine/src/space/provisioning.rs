@@ -18,7 +18,11 @@ use serde::{Deserialize, Serialize};
 use crate::segment::log::{RECORD_HEADER_BYTES, SEGMENT_TARGET_BYTES};
 use crate::{Engine, GRAIN_BYTES};
 
+/// How a volume's space is provisioned: thin (reserves nothing), zeroedthick (reserves the full
+/// size so writes never lack space) or eagerzeroedthick (zeroedthick, created already zeroed
+/// with one metadata record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Provisioning {
     #[default]

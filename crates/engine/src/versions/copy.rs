@@ -28,11 +28,13 @@ pub(crate) struct Initial<'a> {
 const DATA_COPY_CHUNK_BYTES: u64 = 1 << 20;
 
 /// What a range copy did.
+// Its doc comments are the API's descriptions (see `space::report`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CopyReport {
-    /// Bytes copied by reference (metadata only).
+    /// Bytes copied by reference (metadata only)
     pub referenced_bytes: u64,
-    /// Bytes copied as data (unaligned edges or mismatched alignment).
+    /// Bytes copied as data (unaligned edges or mismatched alignment within a 4 KiB grain)
     pub data_bytes: u64,
 }
 

@@ -116,30 +116,45 @@ impl SnapshotShared {
     }
 }
 
-/// A snapshot as the control plane sees it.
+/// One named snapshot.
+// As the control plane sees it (its doc comments are the API's descriptions,
+// see `space::report`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SnapshotInfo {
+    /// Internal snapshot number, never reused
     pub id: u64,
+    /// The volume it is a snapshot of
     pub volume: String,
     pub name: String,
-    /// `VOL@NAME`: the NBD export name and the clone source syntax.
+    /// VOL@NAME: the read-only NBD export name and the clone/restore source syntax
     pub full_name: String,
+    /// The volume's size when the snapshot was taken
     pub size_bytes: u64,
+    /// Creation time, seconds since the Unix epoch
     pub created_unix_s: u64,
+    /// Consistency group it was taken in, if any
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub group: Option<String>,
-    /// Set while destroyed (recoverable).
+    /// When it was destroyed; null while live
+    // Set while destroyed (recoverable).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub destroyed_unix_s: Option<u64>,
-    /// When a destroyed snapshot is eradicated automatically.
+    /// When a destroyed snapshot is eradicated automatically; null while live
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub eradicate_at_unix_s: Option<u64>,
 }
 
-/// The result of taking snapshots (one, or a consistency group).
+/// The snapshots taken at one instant, and how long it took.
+// The result of taking snapshots: one, or a consistency group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GroupSnapshot {
     pub snapshots: Vec<SnapshotInfo>,
-    /// Checks and name resolution before the commit (writes flow meanwhile).
+    /// Checks and name resolution before the commit, in microseconds (writes flow meanwhile)
     pub prepare_us: u64,
-    /// How long writes were held: from taking the writer mutex to releasing it.
+    /// How long writes to the member volumes were held, in microseconds
+    // From taking the writer mutex to releasing it.
     pub commit_window_us: u64,
 }
 

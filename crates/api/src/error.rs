@@ -29,6 +29,9 @@ pub enum ApiError {
     /// The request body is larger than the API accepts.
     #[error("request body too large (limit {limit_bytes} bytes)")]
     BodyTooLarge { limit_bytes: usize },
+    /// The request body did not arrive in time.
+    #[error("the request body did not arrive within {timeout_s} s")]
+    BodyTimeout { timeout_s: u64 },
     /// A body was sent without `Content-Type: application/json`.
     #[error("expected a JSON body with 'Content-Type: application/json'")]
     UnsupportedMediaType,
@@ -57,6 +60,7 @@ impl ApiError {
             ApiError::HostsUnavailable => StatusCode::NOT_IMPLEMENTED,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::NoRoute { .. } => StatusCode::NOT_FOUND,

@@ -11,6 +11,10 @@ use serde::de::DeserializeOwned;
 use crate::error::ApiError;
 use crate::MAX_BODY_BYTES;
 
+/// How long a request's body may take to arrive once its head has: a client
+/// trickling a body holds a connection no longer than this.
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A JSON request body.
 pub struct JsonBody<T>(pub T);
 
@@ -22,9 +26,15 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let value = match Json::<serde_json::Value>::from_request(req, state).await {
-            Ok(Json(value)) => value,
-            Err(rejection) => return Err(json_rejection(rejection)),
+        let read = Json::<serde_json::Value>::from_request(req, state);
+        let value = match tokio::time::timeout(BODY_TIMEOUT, read).await {
+            Ok(Ok(Json(value))) => value,
+            Ok(Err(rejection)) => return Err(json_rejection(rejection)),
+            Err(_) => {
+                return Err(ApiError::BodyTimeout {
+                    timeout_s: BODY_TIMEOUT.as_secs(),
+                })
+            }
         };
         check_int64(&value, &mut String::new())?;
         serde_json::from_value(value)

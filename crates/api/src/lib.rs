@@ -31,6 +31,7 @@ mod doc_only;
 mod error;
 mod extract;
 mod hosts;
+mod listener;
 pub mod metrics;
 pub mod openapi;
 mod requests;
@@ -64,6 +65,7 @@ pub use hosts::{
     HostControlError, HostInfo, LunInfo, NewHost, NewLun, SetNbdPskRequest, BLOCK_SIZES,
     DEFAULT_BLOCK_SIZE_BYTES,
 };
+pub use listener::{serve, serve_with_limits, ApiLimits};
 pub use requests::{
     CopyRangeRequest, CreateContainerRequest, CreateSnapshotsRequest, CreateVolumeRequest,
     ListSnapshotsQuery, ListVolumesQuery, ResizeVolumeRequest, RestoreVolumeRequest, ScrubRequest,
@@ -165,11 +167,6 @@ pub fn router(state: ApiState) -> Router {
     open.merge(authenticated)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
-}
-
-/// Serves the API on `listener` until the task is dropped or accepting fails.
-pub async fn serve(listener: tokio::net::TcpListener, state: ApiState) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).await
 }
 
 async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {

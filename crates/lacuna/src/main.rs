@@ -12,6 +12,7 @@ mod allocator;
 
 mod cli;
 mod client;
+mod descriptors;
 mod duration;
 // The host registry: its own crate, so that the API's tests run against it too.
 use lacuna_hosts as hosts;

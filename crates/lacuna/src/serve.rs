@@ -74,6 +74,7 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
     // API token, the array id, the host registry's temporary file).
     // SAFETY: umask only sets the process's file mode creation mask.
     unsafe { libc::umask(0o077) };
+    let descriptor_limit = crate::descriptors::raise_limit();
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data directory {}", config.data_dir.display()))?;
     let capacity_bytes = config
@@ -104,12 +105,31 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
         .max_blocking_threads(64)
         .build()
         .context("starting the runtime")?;
+    // Counted once the engine, the runtime and the registry are open.
+    let connections = crate::descriptors::budget(
+        descriptor_limit,
+        crate::descriptors::open_now(),
+        crate::descriptors::ConnectionBudget {
+            nbd: lacuna_nbd::ServerConfig::default().max_connections,
+            iscsi: lacuna_iscsi::Limits::default().max_connections,
+            api: lacuna_api::ApiLimits::default().max_connections,
+        },
+    )?;
+    tracing::info!(
+        descriptor_limit,
+        engine_reserve = crate::descriptors::ENGINE_RESERVE_FDS,
+        nbd = connections.nbd,
+        iscsi = connections.iscsi,
+        api = connections.api,
+        "connection bounds"
+    );
     let result = runtime.block_on(serve_all(
         engine.clone(),
         &config,
         capacity_bytes,
         token,
         Iscsi { hosts, array_id },
+        connections,
     ));
     let closed = engine.close().context("closing the array");
     result.and(closed)
@@ -126,6 +146,7 @@ fn nbd_server(
     engine: Arc<Engine>,
     hosts: Arc<HostRegistry>,
     config: &ServeConfig,
+    max_connections: usize,
 ) -> anyhow::Result<lacuna_nbd::Server> {
     let provider = Arc::new(VolumeExports {
         engine,
@@ -134,6 +155,7 @@ fn nbd_server(
     });
     let server_config = lacuna_nbd::ServerConfig {
         idle_poll: std::time::Duration::from_micros(u64::from(config.nbd_poll_us)),
+        max_connections,
         ..lacuna_nbd::ServerConfig::default()
     };
     let mode = match config.nbd_tls {
@@ -165,6 +187,7 @@ async fn serve_all(
     capacity_bytes: u64,
     token: String,
     iscsi: Iscsi,
+    connections: crate::descriptors::ConnectionBudget,
 ) -> anyhow::Result<()> {
     let mut target_config = lacuna_iscsi::TargetConfig::for_array("lacuna");
     if let Some(name) = &config.iscsi_target_name {
@@ -172,6 +195,7 @@ async fn serve_all(
     }
     target_config.portals = config.iscsi_listen.clone();
     target_config.allow_unknown_initiators = config.iscsi_open_access;
+    target_config.limits.max_connections = connections.iscsi;
     target_config.idle_poll = std::time::Duration::from_micros(u64::from(config.iscsi_poll_us));
     let mut portals = Vec::new();
     for addr in &config.iscsi_listen {
@@ -234,10 +258,14 @@ async fn serve_all(
             let _ = iscsi_stopped.await;
         },
     ));
-    let nbd = nbd_server(engine.clone(), iscsi.hosts.clone(), config)?;
+    let nbd = nbd_server(engine.clone(), iscsi.hosts.clone(), config, connections.nbd)?;
     let nbd = nbd.serve_tcp(nbd_listener);
     let api_state = lacuna_api::ApiState::new(engine, token).with_hosts(host_control);
-    let api = lacuna_api::serve(api_listener, api_state);
+    let api_limits = lacuna_api::ApiLimits {
+        max_connections: connections.api,
+        ..lacuna_api::ApiLimits::default()
+    };
+    let api = lacuna_api::serve_with_limits(api_listener, api_state, api_limits);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         r = nbd => r.context("NBD server failed")?,

@@ -115,3 +115,136 @@ fn the_data_directory_is_private() {
     assert!(seen.iter().any(|s| s.ends_with(".seg")), "{seen:?}");
     drop(daemon);
 }
+
+/// Opens up to `count` connections to `port` that send `greeting` and then
+/// nothing; each connect gives up after a moment (past a listener's bound the
+/// kernel's backlog fills and connects time out).
+fn idle_connections(port: u16, count: usize, greeting: &[u8]) -> Vec<std::net::TcpStream> {
+    use std::io::Write;
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut held = Vec::new();
+    for _ in 0..count {
+        match std::net::TcpStream::connect_timeout(&address, Duration::from_millis(100)) {
+            Ok(mut stream) => {
+                let _ = stream.write_all(greeting);
+                held.push(stream);
+            }
+            Err(_) => break,
+        }
+    }
+    held
+}
+
+/// Raises this test process's own descriptor limit (it holds the flood).
+fn raise_own_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit pointer.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        limit.rlim_cur = limit.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+}
+
+/// An NBD client (libnbd) connected before the flood, that writes and reads
+/// back a fresh 4 MiB each time it is told to on stdin and answers `ok N`.
+const STEADY_CLIENT: &str = r#"
+import os, sys, nbd
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+print("connected", flush=True)
+for n, _ in enumerate(sys.stdin):
+    data = os.urandom(4 << 20)
+    h.pwrite(data, (n % 8) * (4 << 20))
+    h.flush()
+    assert h.pread(len(data), (n % 8) * (4 << 20)) == data
+    print("ok", n, flush=True)
+"#;
+
+/// A flood of idle and half-sent connections on every listener, under a
+/// descriptor limit of 256: the listeners refuse or time out what is past
+/// their bound, I/O on a connection made before goes on, nothing is fenced,
+/// and once the flood ends everything works without a restart. Idle API
+/// connections are closed by the server after its header timeout.
+#[test]
+fn a_connection_flood_on_every_listener_fences_nothing() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    raise_own_limit();
+    let dir = temp_dir("hardening-flood");
+    let daemon = Daemon::start_with_env(
+        dir.path(),
+        "2G",
+        &["--iscsi-open-access"],
+        &[(support::NOFILE_ENV, "256")],
+    );
+    daemon.cli_ok(&["volume", "create", "v", "--size", "64M"]);
+    let mut steady = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", STEADY_CLIENT, &daemon.uri("v")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut tell = steady.stdin.take().unwrap();
+    let mut answers = BufReader::new(steady.stdout.take().unwrap()).lines();
+    assert_eq!(answers.next().unwrap().unwrap(), "connected");
+    let mut round = |tell: &mut std::process::ChildStdin, n: usize| {
+        writeln!(tell, "go").unwrap();
+        let answer = answers.next().map(|a| a.unwrap_or_default());
+        assert_eq!(answer.as_deref(), Some(format!("ok {n}").as_str()));
+    };
+    round(&mut tell, 0);
+
+    let half_request = b"GET /healthz HTTP/1.1\r\n";
+    let mut flood = idle_connections(daemon.api_port, 400, half_request);
+    flood.extend(idle_connections(daemon.nbd_port, 400, b""));
+    flood.extend(idle_connections(daemon.iscsi_ports[0], 400, b""));
+    flood.extend(idle_connections(daemon.iscsi_ports[1], 400, b""));
+    assert!(
+        flood.len() > 256,
+        "the flood held only {} sockets",
+        flood.len()
+    );
+    for n in 1..=3 {
+        round(&mut tell, n);
+    }
+    let log = daemon.log();
+    assert!(
+        !log.contains("takes no more I/O") && !log.contains("Too many open files"),
+        "{log}"
+    );
+
+    // The server closes the idle API connections it served (header timeout).
+    std::thread::sleep(Duration::from_secs(12));
+    let mut closed = 0;
+    for stream in flood.iter_mut().take(8) {
+        stream
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        // End of stream (or a last answer before it), not a read timeout.
+        let mut bytes = [0u8; 256];
+        if stream.read(&mut bytes).is_ok() {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 8, "the first API connections were not closed");
+    drop(flood);
+    std::thread::sleep(Duration::from_millis(500));
+
+    // Everything works again, without a restart.
+    round(&mut tell, 4);
+    drop(tell);
+    assert!(steady.wait().unwrap().success());
+    let listed = daemon.cli_ok(&["volume", "list"]);
+    assert!(listed.contains("v "), "{listed}");
+    let info = support::tool_ok("nbdinfo", &["--size", &daemon.uri("v")]);
+    assert_eq!(info.trim(), (64u64 << 20).to_string());
+    support::tool_ok(
+        "iscsi-inq",
+        &["-i", "iqn.2024-01.org:flood", &daemon.iscsi_url(0, 0)],
+    );
+    let health = daemon.cli_ok(&["array", "space"]);
+    assert!(!health.contains("fenced"), "{health}");
+}

@@ -102,6 +102,31 @@ pub struct FileSegmentStore {
     recent_space: crate::segment::fs_space::RecentSpace,
 }
 
+/// Most segment files kept open. The engine's descriptors are a constant
+/// (these, the metadata file, a few transient ones) whatever the array's size,
+/// so the daemon can leave the rest to connections (docs/LIMITS.md); a read of
+/// a segment whose file was closed opens it again.
+pub const MAX_OPEN_SEGMENT_FILES: usize = 64;
+
+/// Closes files beyond [`MAX_OPEN_SEGMENT_FILES`] that no I/O holds, oldest
+/// segments first (the open segments are the newest), never `keep`. A handle
+/// still in use stays valid: its descriptor closes with its last user.
+fn close_idle_files(files: &mut HashMap<SegmentId, Arc<File>>, keep: SegmentId) {
+    if files.len() <= MAX_OPEN_SEGMENT_FILES {
+        return;
+    }
+    let mut idle: Vec<SegmentId> = files
+        .iter()
+        .filter(|(id, file)| **id != keep && Arc::strong_count(file) == 1)
+        .map(|(id, _)| *id)
+        .collect();
+    idle.sort_unstable();
+    let excess = files.len() - MAX_OPEN_SEGMENT_FILES;
+    for id in idle.into_iter().take(excess) {
+        files.remove(&id);
+    }
+}
+
 /// Modes of what the engine keeps: the daemon's alone.
 pub const PRIVATE_DIR_MODE: u32 = 0o700;
 pub const PRIVATE_FILE_MODE: u32 = 0o600;
@@ -157,6 +182,7 @@ impl FileSegmentStore {
             .open(self.path(segment))?;
         let file = Arc::new(file);
         files.insert(segment, file.clone());
+        close_idle_files(&mut files, segment);
         Ok(file)
     }
 
@@ -641,6 +667,29 @@ mod tests {
     use super::*;
     use crate::ids::BlockId;
     use proptest::prelude::*;
+
+    /// However many segments there are, at most `MAX_OPEN_SEGMENT_FILES`
+    /// files stay open, and every segment still reads back.
+    #[test]
+    fn open_files_are_bounded_and_closed_ones_reopen() {
+        let dir = crate::testing::test_data::data_dir("segment-files");
+        let store = FileSegmentStore::open(dir.path()).unwrap();
+        let segments = 2 * MAX_OPEN_SEGMENT_FILES as u32 + 5;
+        for id in 1..=segments {
+            let byte = id as u8;
+            store
+                .write_at(SegmentId::new(id), 0, &[byte; 8192])
+                .unwrap();
+            assert!(store.files.read().len() <= MAX_OPEN_SEGMENT_FILES);
+        }
+        store.write_back().unwrap();
+        for id in (1..=segments).rev() {
+            let mut buf = [0u8; 8192];
+            store.read_at(SegmentId::new(id), 0, &mut buf).unwrap();
+            assert!(buf.iter().all(|&b| b == id as u8), "segment {id}");
+        }
+        assert!(store.files.read().len() <= MAX_OPEN_SEGMENT_FILES);
+    }
 
     /// A read that comes as a segment is removed does not open its file again
     /// and keep it. The read runs on a thread of its own, given time to: it

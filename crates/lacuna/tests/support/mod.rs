@@ -45,6 +45,10 @@ pub struct Daemon {
     owned_dir: Option<TempDir>,
 }
 
+/// Set in a daemon's environment (`start_with_env`), the descriptor limit it
+/// runs under (`prlimit --nofile`).
+pub const NOFILE_ENV: &str = "LACUNA_TEST_NOFILE";
+
 /// The target name `lacuna serve` derives by default.
 pub const TARGET_IQN: &str = "iqn.2024-01.org.lacuna:lacuna";
 
@@ -155,7 +159,21 @@ impl Daemon {
             .append(true)
             .open(&log_path)
             .unwrap();
-        let child = Command::new(BIN)
+        // The descriptor limit a test asks for, set by prlimit (which then
+        // runs the daemon in its place, under the same pid).
+        let nofile = env.iter().find(|(key, _)| *key == NOFILE_ENV);
+        let mut command = match nofile {
+            Some((_, limit)) => {
+                let mut prlimit = Command::new("prlimit");
+                prlimit
+                    .arg(format!("--nofile={limit}:{limit}"))
+                    .arg("--")
+                    .arg(BIN);
+                prlimit
+            }
+            None => Command::new(BIN),
+        };
+        let child = command
             .arg("serve")
             .arg("--data-dir")
             .arg(dir.join("data"))

@@ -72,6 +72,8 @@ pub trait ControlPlane: Send + Sync + 'static {
     fn recover_snapshot(&self, full_name: &str) -> Result<(), EngineError>;
     fn eradicate_snapshot(&self, full_name: &str) -> Result<(), EngineError>;
     fn space(&self) -> Result<SpaceReport, EngineError>;
+    /// The array's state and its reasons (fenced, read-only, degraded, ok).
+    fn health(&self) -> lacuna_engine::ArrayHealth;
     /// Every container, sorted by id (`default` first).
     fn list_containers(&self) -> Result<Vec<ContainerInfo>, EngineError>;
     fn container_info(&self, name: &str) -> Result<ContainerInfo, EngineError>;
@@ -226,6 +228,10 @@ impl ControlPlane for Engine {
 
     fn space(&self) -> Result<SpaceReport, EngineError> {
         Ok(Engine::space(self))
+    }
+
+    fn health(&self) -> lacuna_engine::ArrayHealth {
+        Engine::health(self)
     }
 
     fn list_containers(&self) -> Result<Vec<ContainerInfo>, EngineError> {

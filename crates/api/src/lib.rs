@@ -110,15 +110,10 @@ impl ApiState {
 /// Body of `GET /healthz`.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Health {
-    #[schema(schema_with = ok)]
-    pub status: String,
-}
-
-/// The one status `GET /healthz` answers, as a schema.
-fn ok() -> utoipa::openapi::schema::ObjectBuilder {
-    utoipa::openapi::schema::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::schema::Type::String)
-        .enum_values(Some(["ok"]))
+    #[schema(inline)]
+    pub status: lacuna_engine::ArrayState,
+    /// Why the array is not ok, worst first; empty when ok
+    pub reasons: Vec<String>,
 }
 
 /// The routes anyone may call. With [`authenticated_routes`], the one list of
@@ -214,15 +209,33 @@ where
         .map_err(ApiError::from)
 }
 
-/// Liveness check
+/// Health check: whether the array serves I/O, and if not fully, why
+///
+/// 200 while hosts can use the array (ok, degraded, read_only), 503 when it is fenced.
 #[utoipa::path(
     get, path = "/healthz", operation_id = "health",
-    responses((status = 200, description = "The daemon is serving requests", body = Health))
+    responses(
+        (status = 200, description = "The array serves I/O (ok, degraded or read_only)", body = Health),
+        (status = 503, description = "The array is fenced: no I/O until a restart", body = Health),
+    )
 )]
-async fn healthz() -> Json<Health> {
-    Json(Health {
-        status: "ok".to_string(),
-    })
+async fn healthz(State(state): State<ApiState>) -> Response {
+    let control = state.control.clone();
+    let health = tokio::task::spawn_blocking(move || control.health()).await;
+    let health = match health {
+        Ok(health) => health,
+        Err(e) => return ApiError::Internal(format!("health task failed: {e}")).into_response(),
+    };
+    let status = if health.state == lacuna_engine::ArrayState::Fenced {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    let body = Health {
+        status: health.state,
+        reasons: health.reasons,
+    };
+    (status, Json(body)).into_response()
 }
 
 /// List live volumes (or destroyed ones), sorted by name

@@ -20,6 +20,7 @@ use prometheus_client::registry::Registry;
 /// volume's figures.
 pub fn render(space: &SpaceReport, containers: &[ContainerInfo], volumes: &[VolumeInfo]) -> String {
     let mut families = array_families(space);
+    families.push(state_family(space));
     families.extend(container_families(containers, volumes));
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape(families)));
@@ -75,6 +76,31 @@ fn single(name: &'static str, kind: MetricType, help: &'static str, value: Value
         kind,
         help,
         samples: vec![(Labels::new(), value)],
+    }
+}
+
+/// The array's state, one sample per state with 1 on the current one, so an
+/// alert can be `lacuna_array_state{state="fenced"} == 1`.
+fn state_family(space: &SpaceReport) -> Family {
+    use lacuna_engine::ArrayState;
+    let states = [
+        (ArrayState::Ok, "ok"),
+        (ArrayState::Degraded, "degraded"),
+        (ArrayState::ReadOnly, "read_only"),
+        (ArrayState::Fenced, "fenced"),
+    ];
+    Family {
+        name: "lacuna_array_state",
+        kind: MetricType::Gauge,
+        help:
+            "1 for the array's current state (ok, degraded, read_only, fenced), 0 for the others.",
+        samples: states
+            .iter()
+            .map(|(state, label)| {
+                let current = u64::from(space.health.state == *state);
+                (vec![("state", label.to_string())], Value::Int(current))
+            })
+            .collect(),
     }
 }
 

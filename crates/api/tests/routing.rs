@@ -37,6 +37,8 @@ struct FakeArray {
     containers: Mutex<BTreeMap<String, ContainerInfo>>,
     calls: Mutex<Vec<String>>,
     fail_with: Mutex<Option<fn() -> EngineError>>,
+    /// What `health` answers (and `space` carries).
+    health: Mutex<lacuna_engine::ArrayHealth>,
 }
 
 impl FakeArray {
@@ -398,7 +400,14 @@ impl ControlPlane for FakeArray {
 
     fn space(&self) -> Result<SpaceReport, EngineError> {
         self.check("space".to_string())?;
-        Ok(space_report())
+        Ok(SpaceReport {
+            health: self.health(),
+            ..space_report()
+        })
+    }
+
+    fn health(&self) -> lacuna_engine::ArrayHealth {
+        self.health.lock().unwrap().clone()
     }
 
     fn list_containers(&self) -> Result<Vec<ContainerInfo>, EngineError> {
@@ -735,6 +744,7 @@ pub fn space_report() -> SpaceReport {
         unmap_commands: 0,
         unmapped_bytes: 0,
         reclaimed_bytes: 0,
+        health: lacuna_engine::ArrayHealth::default(),
     }
 }
 
@@ -878,7 +888,7 @@ async fn token_is_required_everywhere_but_healthz() {
     );
     let r = send(&app, "GET", "/healthz", None, None).await;
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(r.body, json!({"status": "ok"}));
+    assert_eq!(r.body, json!({"status": "ok", "reasons": []}));
     // The scheme is case-insensitive.
     let r = send(
         &app,
@@ -2554,4 +2564,45 @@ async fn scrub_starts_at_its_rate_and_reports() {
     assert_eq!(r.body["last"]["bad_records"], 1);
     assert_eq!(r.body["last"]["affected"][0]["volume"], "v");
     assert!(r.body["current"].is_null());
+}
+
+/// `/healthz` tells the truth: 200 with the state and reasons while the array
+/// serves I/O, 503 once it is fenced; `/metrics` and the space report carry
+/// the same state.
+#[tokio::test]
+async fn healthz_reports_degraded_read_only_and_fenced_states() {
+    use lacuna_engine::{ArrayHealth, ArrayState};
+    let (app, fake) = app();
+    for (state, name, status) in [
+        (ArrayState::Degraded, "degraded", StatusCode::OK),
+        (ArrayState::ReadOnly, "read_only", StatusCode::OK),
+        (
+            ArrayState::Fenced,
+            "fenced",
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+    ] {
+        *fake.health.lock().unwrap() = ArrayHealth {
+            state,
+            reasons: vec![format!("because {name}")],
+        };
+        let r = send(&app, "GET", "/healthz", None, None).await;
+        assert_eq!(r.status, status, "{name}");
+        assert_eq!(
+            r.body,
+            json!({"status": name, "reasons": [format!("because {name}")]})
+        );
+        let r = send(&app, "GET", "/v1/array/space", bearer(), None).await;
+        assert_eq!(r.body["health"]["state"], name);
+        let r = send(&app, "GET", "/metrics", bearer(), None).await;
+        let text = r.body.as_str().unwrap();
+        assert!(
+            text.contains(&format!("lacuna_array_state{{state=\"{name}\"}} 1")),
+            "{text}"
+        );
+        assert!(
+            text.contains("lacuna_array_state{state=\"ok\"} 0"),
+            "{text}"
+        );
+    }
 }

@@ -16,8 +16,8 @@ use crate::versions::copy::Initial;
 use crate::versions::range_map::RangeMap;
 use crate::write::transaction::WriterState;
 use crate::{
-    Engine, EngineError, Result, SpaceReport, VolumeInfo, VolumeShared, VolumeView, GRAIN_BYTES,
-    MAX_VOLUME_BYTES, SECTOR_BYTES,
+    ArrayHealth, ArrayState, Engine, EngineError, Result, SpaceReport, VolumeInfo, VolumeShared,
+    VolumeView, GRAIN_BYTES, MAX_VOLUME_BYTES, SECTOR_BYTES,
 };
 
 /// A volume's persistent record (JSON in the `volumes` table: rare writes, easy
@@ -464,7 +464,7 @@ impl Engine {
             logical += (v.bitmap.lock().count() * GRAIN_BYTES).min(view.size_bytes);
         }
         let capacity = self.config.capacity_bytes;
-        SpaceReport {
+        let mut report = SpaceReport {
             capacity_bytes: capacity,
             physical_used_bytes: used,
             live_physical_bytes: live,
@@ -518,6 +518,58 @@ impl Engine {
             punched_bytes: self.stats.punched_bytes.load(Ordering::Relaxed),
             checksum_errors: self.stats.checksum_errors.load(Ordering::Relaxed),
             read_errors: self.stats.read_errors.load(Ordering::Relaxed),
+            health: ArrayHealth::default(),
+        };
+        report.health = self.health_of(&report);
+        report
+    }
+
+    /// The array's state: fenced, read-only, degraded or ok, with the reasons.
+    pub fn health(&self) -> ArrayHealth {
+        self.space().health
+    }
+
+    fn health_of(&self, space: &SpaceReport) -> ArrayHealth {
+        // Less room than one large host write: new data is refused.
+        const READ_ONLY_BELOW_BYTES: u64 = 1 << 20;
+        let mut reasons: Vec<(ArrayState, String)> = Vec::new();
+        if let Some(why) = self.committer.fenced.lock().clone() {
+            reasons.push((
+                ArrayState::Fenced,
+                format!("a write could not be kept ({why}); restart the daemon to recover to the last flush"),
+            ));
+        }
+        if space.thin_available_bytes < READ_ONLY_BELOW_BYTES {
+            reasons.push((
+                ArrayState::ReadOnly,
+                format!(
+                    "less than 1 MiB left for new data ({} free of {}, {} reserved): free some (eradicate, unmap) or add capacity",
+                    space.free_bytes, space.capacity_bytes, space.reserved_bytes
+                ),
+            ));
+        }
+        if space.checksum_errors > 0 || space.read_errors > 0 {
+            reasons.push((
+                ArrayState::Degraded,
+                format!(
+                    "{} records failed their checksum and {} segment reads failed since the daemon started (run a scrub)",
+                    space.checksum_errors, space.read_errors
+                ),
+            ));
+        }
+        if space.soft_threshold_exceeded {
+            reasons.push((
+                ArrayState::Degraded,
+                format!(
+                    "physical use is past the soft threshold of {}% of capacity",
+                    space.soft_threshold_percent
+                ),
+            ));
+        }
+        reasons.sort_by_key(|(state, _)| *state);
+        ArrayHealth {
+            state: reasons.first().map_or(ArrayState::Ok, |(state, _)| *state),
+            reasons: reasons.into_iter().map(|(_, why)| why).collect(),
         }
     }
 }
@@ -648,8 +700,49 @@ pub(crate) struct Catalog {
 mod tests {
     use crate::testing::test_data::{data_dir, quiet_engine, unique_bytes};
     use crate::GRAIN_BYTES;
+    use std::sync::atomic::Ordering;
 
     const G: u64 = GRAIN_BYTES;
+
+    /// The health says what the array can do: ok, degraded past the soft
+    /// threshold, read-only when full, fenced (worst first) once a write could
+    /// not be kept, and I/O is then refused.
+    #[test]
+    fn health_names_the_worst_state_first_with_its_reasons() {
+        use crate::ArrayState;
+        let dir = data_dir("health");
+        let engine = quiet_engine(dir.path(), 64 << 20);
+        assert_eq!(engine.health().state, ArrayState::Ok);
+        assert!(engine.health().reasons.is_empty());
+        engine.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+        let degraded = engine.health();
+        assert_eq!(degraded.state, ArrayState::Degraded, "{degraded:?}");
+        assert!(
+            degraded.reasons[0].contains("1 records failed"),
+            "{degraded:?}"
+        );
+        engine.create_volume("v", 256 << 20).unwrap();
+        let volume = engine.open_volume("v").unwrap();
+        let mut offset = 0;
+        while volume.write(offset, &unique_bytes(1 << 20, offset)).is_ok() {
+            offset += 1 << 20;
+            assert!(offset < 256 << 20, "the array never filled");
+        }
+        let full = engine.health();
+        assert_eq!(full.state, ArrayState::ReadOnly, "{full:?}");
+        assert!(full.reasons[0].contains("left for new data"), "{full:?}");
+        assert!(
+            full.reasons.iter().any(|r| r.contains("checksum")),
+            "{full:?}"
+        );
+        engine
+            .committer
+            .fence(&crate::EngineError::InvalidArgument("test".into()));
+        let fenced = engine.health();
+        assert_eq!(fenced.state, ArrayState::Fenced, "{fenced:?}");
+        assert!(fenced.reasons[0].contains("restart"), "{fenced:?}");
+        assert_eq!(engine.space().health, fenced);
+    }
 
     /// A volume grown takes writes, unmaps and a shrink in what it gained,
     /// and its counts stay right. (Before the fix the grow left the bitmap of

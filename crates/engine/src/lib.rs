@@ -65,7 +65,9 @@ pub use crate::space::container::{
     ReclaimStats,
 };
 pub use crate::space::provisioning::Provisioning;
-pub use crate::space::report::{Extent, ExtentState, SpaceReport, VolumeInfo};
+pub use crate::space::report::{
+    ArrayHealth, ArrayState, Extent, ExtentState, SpaceReport, VolumeInfo,
+};
 pub use crate::versions::copy::CopyReport;
 pub use crate::versions::snapshot::{GroupSnapshot, Snapshot, SnapshotInfo};
 pub use catalog::VolumeRec;

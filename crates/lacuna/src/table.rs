@@ -502,7 +502,16 @@ pub fn space_details(s: &SpaceReport) -> String {
     } else {
         format!("{}% of capacity: not reached", s.soft_threshold_percent)
     };
+    let state = serde_json::to_value(s.health.state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let state = std::iter::once(state)
+        .chain(s.health.reasons.iter().cloned())
+        .collect::<Vec<_>>()
+        .join("; ");
     key_values(&[
+        ("state", state),
         ("capacity", format_size(s.capacity_bytes)),
         ("physical used", format_size(s.physical_used_bytes)),
         ("  live", format_size(s.live_physical_bytes)),
@@ -856,9 +865,15 @@ mod tests {
             unmap_commands: 0,
             unmapped_bytes: 0,
             reclaimed_bytes: 0,
+            health: lacuna_engine::ArrayHealth {
+                state: lacuna_engine::ArrayState::Degraded,
+                reasons: vec!["physical use is past the soft threshold of 80% of capacity".into()],
+            },
         };
         let text = space_details(&report);
         for expected in [
+            "state:",
+            "degraded; physical use is past the soft threshold",
             "capacity:",
             "16 GiB",
             "physical used:",

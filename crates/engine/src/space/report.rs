@@ -164,6 +164,37 @@ pub struct SpaceReport {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub read_errors: u64,
+    /// What hosts can do with the array now, and why
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub health: ArrayHealth,
+}
+
+/// What hosts can do with the array now, from worst to best.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum ArrayState {
+    /// A write could not be kept: no I/O until a restart recovers the array to its last flush
+    Fenced,
+    /// No space for new data: reads work, writes of new data fail (thick volumes' reserved
+    /// grains excepted)
+    ReadOnly,
+    /// Serving, with something to look at (checksum or read errors, the soft threshold passed)
+    Degraded,
+    /// Serving, nothing to report
+    #[default]
+    Ok,
+}
+
+/// The array's state with the reasons for it, worst first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ArrayHealth {
+    #[cfg_attr(feature = "openapi", schema(inline))]
+    pub state: ArrayState,
+    /// One line per reason; empty when ok
+    pub reasons: Vec<String>,
 }
 
 /// The state of a run of bytes, as NBD `base:allocation` and SCSI GET LBA STATUS

@@ -236,7 +236,9 @@ impl Engine {
         // the old end set their bits here (a shrink's cut cleared the end).
         shared.live_mapped.lock().resize(new_grains);
         shared.sync_usage(Some(size_bytes));
-        shared.last_change_seq.store(ws.next_seq, Ordering::SeqCst);
+        shared
+            .last_change_seq
+            .store(ws.next_seq.get(), Ordering::SeqCst);
         drop((ws, view));
         if shrinks {
             self.scheduler.wake();

@@ -377,7 +377,7 @@ impl Engine {
         end: u64,
         kind: RangeKind,
         bits_from: Option<(&VolumeShared, u64)>,
-    ) -> Result<u64> {
+    ) -> Result<crate::ids::SnapshotSeq> {
         Self::check_range_quota(vol, start, end, kind)?;
         let mut view = vol.view.write();
         let seq = self.insert_range_locked(vol, &mut view, start, end, kind, bits_from)?;
@@ -419,7 +419,7 @@ impl Engine {
         end: u64,
         kind: RangeKind,
         bits_from: Option<(&VolumeShared, u64)>,
-    ) -> Result<u64> {
+    ) -> Result<crate::ids::SnapshotSeq> {
         vol.ensure_live()?;
         assert!(start < end, "a range record covers a grain at least");
         if end > view.size_bytes.div_ceil(GRAIN_BYTES) {
@@ -465,7 +465,7 @@ impl Engine {
         })?;
         Arc::make_mut(&mut view.ranges).apply(edits);
         vol.last_change_seq
-            .store(seq, std::sync::atomic::Ordering::SeqCst);
+            .store(seq.get(), std::sync::atomic::Ordering::SeqCst);
         let grains = view.size_bytes.div_ceil(GRAIN_BYTES);
         let before = vol.bitmap.lock().count();
         // Copied bits are exact only if the source's own bits are settled.

@@ -69,9 +69,25 @@ id_type!(
     BlockId(u64)
 );
 
+id_type!(
+    /// A point in the array's order of changes (the `next_seq` counter): each
+    /// write batch, range record and snapshot takes the next one. A snapshot
+    /// records the seq it was taken at; point mappings, range records and the
+    /// history versions kept for snapshots carry the seq that made them and
+    /// the one that displaced them. A snapshot sees the versions alive at its
+    /// seq, and of a point mapping and a range record the newer seq wins.
+    SnapshotSeq(u64)
+);
+
+impl SnapshotSeq {
+    /// Later than any seq handed out: a version that dies "at the end" is
+    /// visible to every snapshot at or after its seq.
+    pub const MAX: SnapshotSeq = SnapshotSeq(u64::MAX);
+}
+
 #[cfg(test)]
 mod tests {
-    use super::SegmentId;
+    use super::{SegmentId, SnapshotSeq};
 
     #[test]
     fn an_id_prints_parses_and_orders_as_its_integer() {
@@ -87,5 +103,13 @@ mod tests {
     #[should_panic(expected = "SegmentId overflow")]
     fn the_last_id_has_no_next() {
         let _ = SegmentId::new(u32::MAX).next();
+    }
+
+    #[test]
+    fn an_id_serialises_as_its_integer() {
+        let seq = SnapshotSeq::new(7);
+        assert_eq!(serde_json::to_string(&seq).unwrap(), "7");
+        assert_eq!(serde_json::from_str::<SnapshotSeq>("7").unwrap(), seq);
+        assert!(seq < SnapshotSeq::MAX);
     }
 }

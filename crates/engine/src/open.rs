@@ -38,7 +38,7 @@ pub(crate) fn recover(
     let counters = txn.open_table(schema::COUNTERS).map_err(kv_error)?;
     let mut ws = WriterState {
         next_block_id: crate::ids::BlockId::new(schema::read_counter(&counters, "next_block_id")?),
-        next_seq: schema::read_counter(&counters, "next_seq")?,
+        next_seq: crate::ids::SnapshotSeq::new(schema::read_counter(&counters, "next_seq")?),
         next_volume_id: crate::ids::VolumeId::new(schema::read_counter(
             &counters,
             "next_volume_id",
@@ -132,14 +132,14 @@ pub(crate) fn recover(
         .chain(loaded.retained.keys().copied())
         .collect();
     for v in all_volumes {
-        let mut seqs: Vec<u64> = snapshots
+        let mut seqs: Vec<crate::ids::SnapshotSeq> = snapshots
             .values()
             .filter(|s| s.volume_id == v.id)
             .map(|s| s.seq)
             .collect();
         seqs.sort_unstable();
         *v.snapshot_seqs.lock() = seqs;
-        v.last_change_seq.store(ws.next_seq, Ordering::SeqCst);
+        v.last_change_seq.store(ws.next_seq.get(), Ordering::SeqCst);
         if v.provisioning.is_thick() {
             let grains = grains_of(v.view.read().size_bytes);
             ws.thick_unwritten_grains += grains - v.bitmap.lock().count().min(grains);

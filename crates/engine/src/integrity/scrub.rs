@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
+use crate::ids::SnapshotSeq;
 use crate::meta::schema::{self, kv_error, BlockRec, GrainTarget, HistValue};
 use crate::segment::log::{self, RecordHeader};
 use crate::space::rate::{Clock, Rate, SystemClock, TokenBucket};
@@ -460,7 +461,7 @@ impl Engine {
         let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
         let history = txn.open_table(schema::HISTORY).map_err(kv_error)?;
         // (volume id, grain, version seq, died seq or None when live)
-        let mut hits: Vec<(u64, u64, u64, Option<u64>)> = Vec::new();
+        let mut hits: Vec<(u64, u64, SnapshotSeq, Option<SnapshotSeq>)> = Vec::new();
         for item in crate::meta::point_rows::all(&maps)? {
             let (volume, grain, value) = item?;
             if matches!(value.target, GrainTarget::Block(id) if bad.contains(&id.get())) {
@@ -472,7 +473,7 @@ impl Engine {
             let value = HistValue::decode(value.value())?;
             if matches!(value.target, GrainTarget::Block(id) if bad.contains(&id.get())) {
                 let (volume, grain, seq) = key.value();
-                hits.push((volume, grain, seq, Some(value.died_seq)));
+                hits.push((volume, grain, SnapshotSeq::new(seq), Some(value.died_seq)));
             }
         }
         // (volume name, live, snapshots) → grains

@@ -157,6 +157,7 @@ fn slot_of(value: Option<MapValue>) -> Slot {
     match value {
         None => (ABSENT_SEQ, 0),
         Some(MapValue { seq, target }) => {
+            let seq = seq.get();
             // Below the pattern bit, and never all ones with it (absent).
             assert!(
                 seq < PATTERN_BIT - 1,
@@ -180,7 +181,7 @@ fn value_of((seq, arg): Slot) -> Option<MapValue> {
         GrainTarget::Block(crate::ids::BlockId::new(arg))
     };
     Some(MapValue {
-        seq: seq & !PATTERN_BIT,
+        seq: crate::ids::SnapshotSeq::new(seq & !PATTERN_BIT),
         target,
     })
 }
@@ -383,11 +384,11 @@ impl MapCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{BlockId, VolumeId};
+    use crate::ids::{BlockId, SnapshotSeq, VolumeId};
 
     fn block(seq: u64, id: u64) -> MapValue {
         MapValue {
-            seq,
+            seq: SnapshotSeq::new(seq),
             target: GrainTarget::Block(BlockId::new(id)),
         }
     }
@@ -396,7 +397,7 @@ mod tests {
     fn holds_mappings_patterns_and_absences() {
         let cache = MapCache::new(100);
         let pattern = MapValue {
-            seq: 9,
+            seq: SnapshotSeq::new(9),
             target: GrainTarget::Pattern(u64::MAX),
         };
         cache.insert(

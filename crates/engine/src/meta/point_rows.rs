@@ -383,7 +383,7 @@ mod tests {
 
     fn value(seq: u64, id: u64) -> MapValue {
         MapValue {
-            seq,
+            seq: crate::ids::SnapshotSeq::new(seq),
             target: GrainTarget::Block(crate::ids::BlockId::new(id)),
         }
     }
@@ -420,7 +420,7 @@ mod tests {
         let mut row = Row::default();
         row.values[0] = Some(value(1, 2));
         row.values[15] = Some(MapValue {
-            seq: 3,
+            seq: crate::ids::SnapshotSeq::new(3),
             target: GrainTarget::Pattern(u64::MAX),
         });
         let mut bytes = Vec::new();
@@ -479,12 +479,12 @@ mod tests {
 
             // Seq 1 only, at most 10, from grain 10 on.
             let removed = extract_in(table, crate::ids::VolumeId::new(7), (10, 64), 10, |v| {
-                v.seq == 1
+                v.seq.get() == 1
             })
             .unwrap();
             let wanted: Vec<_> = expect(&model, 10, 64)
                 .into_iter()
-                .filter(|(_, v)| v.seq == 1)
+                .filter(|(_, v)| v.seq.get() == 1)
                 .take(10)
                 .collect();
             assert_eq!(removed, wanted);
@@ -583,7 +583,7 @@ mod tests {
                             assert_eq!(old, model.insert((volume, first), v));
                         }
                         _ => {
-                            let dies = |v: &MapValue| v.seq % 4 != seq_mod;
+                            let dies = |v: &MapValue| v.seq.get() % 4 != seq_mod;
                             let got = extract_in(table, crate::ids::VolumeId::new(volume), (first, end), limit, dies).unwrap();
                             let want: Vec<_> = model
                                 .range((volume, first)..(volume, end))

@@ -180,7 +180,7 @@ mod tests {
             let mut maps = txn.open_table(schema::MAPPINGS).unwrap();
             let value = MapValue {
                 target: crate::meta::schema::GrainTarget::Pattern(seq),
-                seq,
+                seq: crate::ids::SnapshotSeq::new(seq),
             };
             crate::meta::point_rows::set(&mut maps, VolumeId::new(1), grain, value).unwrap();
         }
@@ -191,7 +191,7 @@ mod tests {
         let found = crate::meta::point_rows::range(view.maps(), VolumeId::new(1), grain, grain + 1)
             .unwrap()
             .next()?;
-        Some(found.unwrap().2.seq)
+        Some(found.unwrap().2.seq.get())
     }
 
     /// A read whose view is taken as a transaction commits (labelled with the

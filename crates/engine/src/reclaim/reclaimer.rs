@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use redb::ReadableTable;
 
+use crate::ids::SnapshotSeq;
 use crate::meta::schema::{self, kv_error, HistValue, RangeKind};
 use crate::space::container::ContainerShared;
 use crate::write::transaction::Death;
@@ -515,7 +516,7 @@ impl Engine {
         };
         self.transact(&mut ws, false, |st, t, _| {
             if range.kind == RangeKind::Hole {
-                if schema::visible_to_any(&snapshot_seqs, range.seq, u64::MAX) {
+                if schema::visible_to_any(&snapshot_seqs, range.seq, SnapshotSeq::MAX) {
                     let died = st.take_seq();
                     st.keep_range_history(t, vol.id, start, range, died)?;
                 }
@@ -546,7 +547,7 @@ impl Engine {
         let mut released = 0;
         let finished = self.transact_deferred(&mut ws, limit as u64, false, |st, t, _| {
             let everything = Death {
-                seq: u64::MAX,
+                seq: SnapshotSeq::MAX,
                 snapshot_seqs: &[],
             };
             let grains =

@@ -7,10 +7,12 @@
 //! destination offsets differ in alignment within a grain is copied as data, in
 //! bounded chunks, read from the pin so it is still a point-in-time copy.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::SnapshotSeq;
 use crate::meta::schema::RangeKind;
 use crate::units::check_range;
 use crate::units::grains_of;
@@ -52,7 +54,7 @@ impl Engine {
                 }
                 let live = self.shared_volume(volume).ok();
                 let current = live.as_ref().filter(|v| {
-                    snapshot.seq >= v.last_change_seq.load(std::sync::atomic::Ordering::SeqCst)
+                    snapshot.seq >= SnapshotSeq::new(v.last_change_seq.load(Ordering::SeqCst))
                 });
                 Ok((snapshot.clone(), current.cloned()))
             }
@@ -264,11 +266,8 @@ impl Engine {
             snapshot: pin.id,
             delta: source_first.wrapping_sub(first_whole),
         };
-        let bits_from = (pin.seq
-            >= src
-                .last_change_seq
-                .load(std::sync::atomic::Ordering::SeqCst))
-        .then_some((src.as_ref(), source_first));
+        let last_change = SnapshotSeq::new(src.last_change_seq.load(Ordering::SeqCst));
+        let bits_from = (pin.seq >= last_change).then_some((src.as_ref(), source_first));
         self.insert_range(&dst, first_whole, end_whole, kind, bits_from)?;
         report.referenced_bytes = (end_whole - first_whole) * GRAIN_BYTES;
         report.data_bytes = head_bytes + tail_bytes;

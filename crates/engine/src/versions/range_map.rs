@@ -233,7 +233,7 @@ mod tests {
     fn rec(end: u64, seq: u64) -> RangeRec {
         RangeRec {
             end_grain: end,
-            seq,
+            seq: crate::ids::SnapshotSeq::new(seq),
             kind: RangeKind::Hole,
             reclaimed: false,
         }
@@ -245,11 +245,14 @@ mod tests {
         map.insert(0, rec(100, 1));
         map.insert(40, rec(60, 2));
         assert_eq!(map.len(), 3);
-        assert_eq!(map.find(10).unwrap().1.seq, 1);
-        assert_eq!(map.find(50).unwrap().1.seq, 2);
+        assert_eq!(map.find(10).unwrap().1.seq.get(), 1);
+        assert_eq!(map.find(50).unwrap().1.seq.get(), 2);
         assert_eq!(map.find(70), Some((60, rec(100, 1))));
         map.insert(30, rec(80, 3));
-        let got: Vec<_> = map.iter().map(|(s, r)| (s, r.end_grain, r.seq)).collect();
+        let got: Vec<_> = map
+            .iter()
+            .map(|(s, r)| (s, r.end_grain, r.seq.get()))
+            .collect();
         assert_eq!(got, vec![(0, 30, 1), (30, 80, 3), (80, 100, 1)]);
         assert_eq!(map.find(100), None);
         let over = map.overlapping(20, 90);
@@ -310,7 +313,7 @@ mod tests {
         };
         RangeRec {
             end_grain: start + 1 + (seed >> 8) % 40,
-            seq: seed,
+            seq: crate::ids::SnapshotSeq::new(seed),
             kind,
             reclaimed: (seed >> 4) & 1 == 0,
         }

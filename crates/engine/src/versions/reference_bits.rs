@@ -23,7 +23,7 @@ pub(crate) struct PendingBits {
     pub volume: crate::ids::VolumeId,
     pub start: u64,
     pub end: u64,
-    pub seq: u64,
+    pub seq: crate::ids::SnapshotSeq,
 }
 
 impl Engine {

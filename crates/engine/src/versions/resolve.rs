@@ -271,6 +271,7 @@ impl<'e> Reader<'e> {
                 let (key, value) = item.map_err(kv_error)?;
                 self.kv_ops += 1;
                 let (_, grain, version) = key.value();
+                let version = crate::ids::SnapshotSeq::new(version);
                 let hist = HistValue::decode(value.value())?;
                 if version <= seq && seq < hist.died_seq {
                     out.push((

@@ -360,7 +360,7 @@ impl Engine {
         for (job, job_bits) in batch.iter().zip(bits) {
             job.volume
                 .last_change_seq
-                .store(seq, std::sync::atomic::Ordering::SeqCst);
+                .store(seq.get(), std::sync::atomic::Ordering::SeqCst);
             job.volume.live_mapped.lock().set_range(
                 job.first_grain,
                 job.first_grain + job_bits.len() as u64,
@@ -404,7 +404,7 @@ impl Engine {
 /// What a batch's transaction leaves for after it commits.
 struct BatchEffects {
     /// The sequence number of every write in the batch.
-    seq: u64,
+    seq: crate::ids::SnapshotSeq,
     /// When the batch joins the shared open transaction: its grains, listed
     /// for readers until that transaction commits.
     pending: Option<Vec<(u64, u64, PendingGrain)>>,

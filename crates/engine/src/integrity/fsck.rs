@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use redb::ReadableTable;
 
-use crate::ids::{BlockId, SnapshotSeq};
+use crate::ids::{BlockId, GrainIndex, SnapshotSeq};
 use crate::meta::schema::{self, kv_error, BlockRec, GrainTarget, HistValue};
 use crate::{Engine, EngineError, Result};
 
@@ -182,7 +182,9 @@ impl Engine {
         let mut used: HashMap<u64, u64> = HashMap::new();
         for (vol, ranges, size_bytes) in views {
             let mut shadowed = 0u64;
-            for item in crate::meta::point_rows::range(maps, vol.id, 0, u64::MAX)? {
+            let mappings =
+                crate::meta::point_rows::range(maps, vol.id, GrainIndex::new(0), GrainIndex::MAX)?;
+            for item in mappings {
                 let (_, grain, value) = item?;
                 let seq = value.seq;
                 if ranges.find(grain).is_some_and(|(_, range)| range.seq > seq) {

@@ -7,7 +7,7 @@
 
 use redb::{ReadableTable, TableDefinition};
 
-use crate::ids::{BlockId, SnapshotSeq};
+use crate::ids::{BlockId, GrainIndex, SnapshotSeq};
 use crate::segment::log::SegmentId;
 use crate::EngineError;
 
@@ -219,7 +219,7 @@ impl RangeKind {
 /// every older point mapping beneath it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RangeRec {
-    pub end_grain: u64,
+    pub end_grain: GrainIndex,
     pub seq: SnapshotSeq,
     pub kind: RangeKind,
     pub reclaimed: bool,
@@ -232,7 +232,7 @@ impl RangeRec {
 
     pub fn encode(&self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
-        out[0..8].copy_from_slice(&self.end_grain.to_le_bytes());
+        out[0..8].copy_from_slice(&self.end_grain.get().to_le_bytes());
         out[8..16].copy_from_slice(&self.seq.get().to_le_bytes());
         let (kind, arg, delta) = match self.kind {
             RangeKind::Hole => (0u8, 0, 0),
@@ -264,7 +264,7 @@ impl RangeRec {
             k => return Err(EngineError::Corruption(format!("range kind {k}"))),
         };
         Ok(RangeRec {
-            end_grain: u64_at(0),
+            end_grain: GrainIndex::new(u64_at(0)),
             seq: SnapshotSeq::new(u64_at(8)),
             kind,
             reclaimed: bytes[25] != 0,
@@ -410,7 +410,7 @@ mod tests {
             },
         ] {
             let r = RangeRec {
-                end_grain: 1 << 40,
+                end_grain: GrainIndex::new(1 << 40),
                 seq: seq(12),
                 kind,
                 reclaimed: true,
@@ -420,7 +420,7 @@ mod tests {
         assert!(MapValue::decode(&[0u8; 3]).is_err());
         let h = RangeHistValue {
             rec: RangeRec {
-                end_grain: 9,
+                end_grain: GrainIndex::new(9),
                 seq: seq(3),
                 kind: RangeKind::Hole,
                 reclaimed: false,

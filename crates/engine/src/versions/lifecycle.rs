@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use redb::ReadableTable;
 
-use crate::ids::SnapshotSeq;
+use crate::ids::{GrainIndex, SnapshotSeq};
 use crate::meta::schema::{self, kv_error, HistValue, RangeHistValue};
 use crate::units::{grains_of, now_unix_s};
 use crate::versions::snapshot::SnapshotShared;
@@ -29,14 +29,14 @@ const SWEEP_BATCH: usize = 256;
 /// the point history and of the range history, `None` once that table is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SweepCursor {
-    pub points: Option<(u64, SnapshotSeq)>,
-    pub ranges: Option<(u64, SnapshotSeq)>,
+    pub points: Option<(GrainIndex, SnapshotSeq)>,
+    pub ranges: Option<(GrainIndex, SnapshotSeq)>,
 }
 
 impl SweepCursor {
     pub const START: SweepCursor = SweepCursor {
-        points: Some((0, SnapshotSeq::new(0))),
-        ranges: Some((0, SnapshotSeq::new(0))),
+        points: Some((GrainIndex::new(0), SnapshotSeq::new(0))),
+        ranges: Some((GrainIndex::new(0), SnapshotSeq::new(0))),
     };
 }
 
@@ -478,14 +478,15 @@ impl Engine {
                 for item in t
                     .history()?
                     .range(
-                        (volume.get(), from.0, from.1.get())..=(volume.get(), u64::MAX, u64::MAX),
+                        (volume.get(), from.0.get(), from.1.get())
+                            ..=(volume.get(), u64::MAX, u64::MAX),
                     )
                     .map_err(kv_error)?
                     .take(SWEEP_BATCH)
                 {
                     let (key, value) = item.map_err(kv_error)?;
                     let (_, grain, version) = key.value();
-                    let version = SnapshotSeq::new(version);
+                    let (grain, version) = (GrainIndex::new(grain), SnapshotSeq::new(version));
                     let hist = HistValue::decode(value.value())?;
                     last = Some((grain, version));
                     if !schema::visible_to_any(&seqs, version, hist.died_seq) {
@@ -494,7 +495,7 @@ impl Engine {
                 }
                 for (grain, version, target) in &dead {
                     t.history()?
-                        .remove((volume.get(), *grain, version.get()))
+                        .remove((volume.get(), grain.get(), version.get()))
                         .map_err(kv_error)?;
                     st.release_history(t, *target)?;
                 }
@@ -508,14 +509,15 @@ impl Engine {
                 for item in t
                     .range_history()?
                     .range(
-                        (volume.get(), from.0, from.1.get())..=(volume.get(), u64::MAX, u64::MAX),
+                        (volume.get(), from.0.get(), from.1.get())
+                            ..=(volume.get(), u64::MAX, u64::MAX),
                     )
                     .map_err(kv_error)?
                     .take(SWEEP_BATCH)
                 {
                     let (key, value) = item.map_err(kv_error)?;
                     let (_, start, seq) = key.value();
-                    let seq = SnapshotSeq::new(seq);
+                    let (start, seq) = (GrainIndex::new(start), SnapshotSeq::new(seq));
                     let kept = RangeHistValue::decode(value.value())?;
                     last = Some((start, seq));
                     if !schema::visible_to_any(&seqs, kept.rec.seq, kept.died_seq) {
@@ -524,7 +526,7 @@ impl Engine {
                 }
                 for (start, seq) in dead {
                     t.range_history()?
-                        .remove((volume.get(), start, seq.get()))
+                        .remove((volume.get(), start.get(), seq.get()))
                         .map_err(kv_error)?;
                 }
                 next.ranges = last.and_then(|(g, v)| successor(g, v));
@@ -549,12 +551,13 @@ impl Engine {
 }
 
 /// The key after (grain, seq) in the history tables' order, if any.
-fn successor(grain: u64, seq: SnapshotSeq) -> Option<(u64, SnapshotSeq)> {
+fn successor(grain: GrainIndex, seq: SnapshotSeq) -> Option<(GrainIndex, SnapshotSeq)> {
     match seq.get().checked_add(1) {
         Some(seq) => Some((grain, SnapshotSeq::new(seq))),
         None => grain
+            .get()
             .checked_add(1)
-            .map(|grain| (grain, SnapshotSeq::new(0))),
+            .map(|grain| (GrainIndex::new(grain), SnapshotSeq::new(0))),
     }
 }
 

@@ -11,7 +11,7 @@ use std::hash::BuildHasherDefault;
 
 use redb::{Durability, ReadableTable, Table, WriteTransaction};
 
-use crate::ids::{BlockId, SnapshotSeq};
+use crate::ids::{BlockId, GrainIndex, SnapshotSeq};
 use crate::meta::mapping_cache::ChangedMappings;
 use crate::meta::schema::{
     self, kv_error, BlockRec, GrainTarget, HistValue, MapValue, RangeHistValue, RangeRec,
@@ -1270,7 +1270,7 @@ impl TxState {
         &mut self,
         t: &mut Tables,
         volume: crate::ids::VolumeId,
-        grain: u64,
+        grain: GrainIndex,
         value: MapValue,
         snapshot_seqs: &[SnapshotSeq],
     ) -> Result<()> {
@@ -1292,12 +1292,12 @@ impl TxState {
         &mut self,
         t: &mut Tables,
         volume: crate::ids::VolumeId,
-        first: u64,
+        first: GrainIndex,
         values: &[MapValue],
     ) -> Result<()> {
         let end = first + values.len() as u64;
         crate::meta::point_rows::insert_run(&mut t.maps, volume, first, values)?;
-        for (grain, value) in (first..end).zip(values) {
+        for (grain, value) in first.range_to(end).zip(values) {
             t.changed.add(volume, grain, Some(*value));
         }
         *self.mapping_delta.entry(volume).or_default() += values.len() as i64;
@@ -1317,11 +1317,11 @@ impl TxState {
         &mut self,
         t: &mut Tables,
         volume: crate::ids::VolumeId,
-        (first, end): (u64, u64),
+        (first, end): (GrainIndex, GrainIndex),
         limit: usize,
         death: Death,
         dies: impl Fn(&MapValue) -> bool,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<Vec<GrainIndex>> {
         let removed =
             crate::meta::point_rows::extract_in(&mut t.maps, volume, (first, end), limit, dies)?;
         for (grain, _) in &removed {
@@ -1349,7 +1349,7 @@ impl TxState {
         &mut self,
         t: &mut Tables,
         volume: crate::ids::VolumeId,
-        grain: u64,
+        grain: GrainIndex,
         old: MapValue,
         died_seq: SnapshotSeq,
         snapshot_seqs: &[SnapshotSeq],
@@ -1370,7 +1370,10 @@ impl TxState {
             target: old.target,
         };
         t.history()?
-            .insert((volume.get(), grain, old.seq.get()), &kept.encode()[..])
+            .insert(
+                (volume.get(), grain.get(), old.seq.get()),
+                &kept.encode()[..],
+            )
             .map_err(kv_error)?;
         self.records_written += 1;
         Ok(())
@@ -1381,13 +1384,16 @@ impl TxState {
         &mut self,
         t: &mut Tables,
         volume: crate::ids::VolumeId,
-        start: u64,
+        start: GrainIndex,
         rec: RangeRec,
         died_seq: SnapshotSeq,
     ) -> Result<()> {
         let kept = RangeHistValue { rec, died_seq };
         t.range_history()?
-            .insert((volume.get(), start, rec.seq.get()), &kept.encode()[..])
+            .insert(
+                (volume.get(), start.get(), rec.seq.get()),
+                &kept.encode()[..],
+            )
             .map_err(kv_error)?;
         self.records_written += 1;
         Ok(())

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
+use crate::ids::GrainIndex;
 use crate::meta::schema::{self, kv_error, BlockRec, GrainTarget, RangeKind, RangeRec};
 use crate::names::{validate_name, NameKind};
 use crate::space::data_bitmap::DataBitmap;
@@ -116,6 +117,8 @@ impl Engine {
         }
         let mut ws = self.committer.writer.lock();
         let grains = grains_of(size_bytes);
+        // The grains an initial record covers: the whole volume.
+        let (first, end) = (GrainIndex::new(0), GrainIndex::new(grains));
         if provisioning.is_thick() {
             self.check_reservation(&ws, grains)?;
         }
@@ -136,22 +139,22 @@ impl Engine {
             let mut ranges = RangeMap::default();
             if let Some(initial) = &initial {
                 let range = RangeRec {
-                    end_grain: grains,
+                    end_grain: end,
                     seq: st.take_seq(),
                     kind: initial.kind,
                     reclaimed: true,
                 };
                 t.ranges()?
-                    .insert((rec.id.get(), 0), &range.encode()[..])
+                    .insert((rec.id.get(), first.get()), &range.encode()[..])
                     .map_err(kv_error)?;
                 st.records_written += 1;
-                ranges.load(0, range);
+                ranges.load(first, range);
             }
             Ok((rec, ranges))
         })?;
         let shared = Arc::new(volume_shared(&rec, ranges, container));
         if let Some(initial) = &initial {
-            self.set_range_bits(&shared, 0, grains, initial.kind, initial.bits_from);
+            self.set_range_bits(&shared, first, end, initial.kind, initial.bits_from);
             let exact = initial
                 .bits_from
                 .is_some_and(|(source, _)| !self.bits_unsettled(source.id));
@@ -160,14 +163,14 @@ impl Engine {
                     .view
                     .read()
                     .ranges
-                    .find(0)
+                    .find(first)
                     .expect("initial record")
                     .1
                     .seq;
                 self.queue_bits(crate::versions::reference_bits::PendingBits {
                     volume: shared.id,
-                    start: 0,
-                    end: grains,
+                    start: first,
+                    end,
                     seq,
                 });
             }
@@ -236,7 +239,9 @@ impl Engine {
         // the old end set their bits here (a shrink's cut cleared the end).
         shared.live_mapped.lock().resize(new_grains);
         shared.sync_usage(Some(size_bytes));
-        shared.last_change_seq.store(ws.next_seq, Ordering::SeqCst);
+        shared
+            .last_change_seq
+            .store(ws.next_seq.get(), Ordering::SeqCst);
         drop((ws, view));
         if shrinks {
             self.scheduler.wake();
@@ -261,10 +266,10 @@ impl Engine {
         if !size_bytes.is_multiple_of(GRAIN_BYTES) {
             self.zero_grain_tail_locked(vol, view, size_bytes)?;
         }
-        let first_cut = size_bytes.div_ceil(GRAIN_BYTES);
-        let old_grains = grains_of(view.size_bytes);
-        if first_cut < old_grains {
-            self.insert_range_locked(vol, view, first_cut, old_grains, RangeKind::Hole, None)?;
+        let first_cut = GrainIndex::new(size_bytes.div_ceil(GRAIN_BYTES));
+        let old_end = GrainIndex::new(grains_of(view.size_bytes));
+        if first_cut < old_end {
+            self.insert_range_locked(vol, view, first_cut, old_end, RangeKind::Hole, None)?;
         }
         Ok(())
     }
@@ -405,7 +410,9 @@ impl Engine {
         let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
         let blocks = txn.open_table(schema::BLOCKS).map_err(kv_error)?;
         let (mut unique, mut shared) = (0u64, 0f64);
-        for item in crate::meta::point_rows::range(&maps, volume, 0, u64::MAX)? {
+        for item in
+            crate::meta::point_rows::range(&maps, volume, GrainIndex::new(0), GrainIndex::MAX)?
+        {
             let (_, _, value) = item?;
             let GrainTarget::Block(id) = value.target else {
                 continue;

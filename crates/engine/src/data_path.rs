@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use redb::ReadOnlyTable;
 
+use crate::ids::{GrainIndex, SnapshotSeq};
 use crate::meta::schema::{self, kv_error, BlockRec, RangeKind, RangeRec};
 use crate::read::assemble::{Fill, Filler};
 use crate::segment::log::{self, RecordHeader};
@@ -76,9 +77,9 @@ impl Engine {
         offset_bytes: u64,
         buf: &mut [u8],
     ) -> Result<()> {
-        let first = offset_bytes / GRAIN_BYTES;
+        let first = GrainIndex::new(offset_bytes / GRAIN_BYTES);
         let end_bytes = offset_bytes + buf.len() as u64;
-        let end = end_bytes.div_ceil(GRAIN_BYTES);
+        let end = GrainIndex::new(end_bytes.div_ceil(GRAIN_BYTES));
         // Grains of the open write transaction first, the read transaction
         // after (see `pending`). Snapshots never see them: every snapshot is
         // older than the open transaction.
@@ -246,23 +247,25 @@ impl Engine {
                 hinted
             })
         };
-        let first = offset_bytes / GRAIN_BYTES;
-        let end = (offset_bytes + data.len() as u64).div_ceil(GRAIN_BYTES);
+        let first = GrainIndex::new(offset_bytes / GRAIN_BYTES);
+        let end = GrainIndex::new((offset_bytes + data.len() as u64).div_ceil(GRAIN_BYTES));
         let end_bytes = offset_bytes + data.len() as u64;
-        let whole = |grain: u64| {
-            grain * GRAIN_BYTES >= offset_bytes && (grain + 1) * GRAIN_BYTES <= end_bytes
+        let whole = |grain: GrainIndex| {
+            grain.get() * GRAIN_BYTES >= offset_bytes
+                && (grain.get() + 1) * GRAIN_BYTES <= end_bytes
         };
-        if (first..end).all(whole) {
+        if first.range_to(end).all(whole) {
             let contents = (0..data.len())
                 .step_by(GRAIN_BYTES as usize)
                 .map(classify)
                 .collect();
             return self.commit_grains(vol.clone(), first, contents);
         }
-        let mut contents: Vec<Option<GrainContent>> = (first..end)
+        let mut contents: Vec<Option<GrainContent>> = first
+            .range_to(end)
             .map(|grain| {
                 whole(grain).then(|| {
-                    let at = (grain * GRAIN_BYTES - offset_bytes) as usize;
+                    let at = (grain.get() * GRAIN_BYTES - offset_bytes) as usize;
                     classify(at)
                 })
             })
@@ -275,7 +278,7 @@ impl Engine {
                 continue;
             }
             let grain = first + i as u64;
-            let start = grain * GRAIN_BYTES;
+            let start = grain.get() * GRAIN_BYTES;
             let from = offset_bytes.max(start);
             let to = end_bytes.min(start + GRAIN_BYTES);
             *content = Some(self.edited_grain(vol, &view, grain, |merged| {
@@ -308,16 +311,20 @@ impl Engine {
             return Ok(());
         }
         let end_bytes = offset_bytes + length_bytes;
-        let first_whole = offset_bytes.div_ceil(GRAIN_BYTES);
-        let end_whole = end_bytes / GRAIN_BYTES;
+        let first_whole = GrainIndex::new(offset_bytes.div_ceil(GRAIN_BYTES));
+        let end_whole = GrainIndex::new(end_bytes / GRAIN_BYTES);
         if first_whole >= end_whole {
             return self.write_zero_bytes(vol, offset_bytes, end_bytes);
         }
-        if offset_bytes < first_whole * GRAIN_BYTES {
-            self.write_zero_bytes(vol, offset_bytes, first_whole * GRAIN_BYTES)?;
+        let (whole_from_bytes, whole_to_bytes) = (
+            first_whole.get() * GRAIN_BYTES,
+            end_whole.get() * GRAIN_BYTES,
+        );
+        if offset_bytes < whole_from_bytes {
+            self.write_zero_bytes(vol, offset_bytes, whole_from_bytes)?;
         }
-        if end_whole * GRAIN_BYTES < end_bytes {
-            self.write_zero_bytes(vol, end_whole * GRAIN_BYTES, end_bytes)?;
+        if whole_to_bytes < end_bytes {
+            self.write_zero_bytes(vol, whole_to_bytes, end_bytes)?;
         }
         self.insert_range(vol, first_whole, end_whole, kind, None)?;
         Ok(())
@@ -332,8 +339,8 @@ impl Engine {
         from_bytes: u64,
     ) -> Result<()> {
         vol.ensure_live()?;
-        let grain = from_bytes / GRAIN_BYTES;
-        let start = grain * GRAIN_BYTES;
+        let grain = GrainIndex::new(from_bytes / GRAIN_BYTES);
+        let start = grain.get() * GRAIN_BYTES;
         let mut ws = self.committer.writer.lock();
         let content = self.edited_grain(vol, view, grain, |merged| {
             merged[(from_bytes - start) as usize..].fill(0)
@@ -348,13 +355,13 @@ impl Engine {
         &self,
         vol: &VolumeShared,
         view: &VolumeView,
-        grain: u64,
+        grain: GrainIndex,
         edit: impl FnOnce(&mut [u8]),
     ) -> Result<GrainContent> {
         let mut merged = vec![0u8; GRAIN_BYTES as usize];
         {
             let _io = self.io_lock.read();
-            self.read_locked(vol, view, grain * GRAIN_BYTES, &mut merged)?;
+            self.read_locked(vol, view, grain.get() * GRAIN_BYTES, &mut merged)?;
         }
         edit(&mut merged);
         let compression = vol.container.policy.read().compression;
@@ -373,11 +380,11 @@ impl Engine {
     pub(crate) fn insert_range(
         &self,
         vol: &VolumeShared,
-        start: u64,
-        end: u64,
+        start: GrainIndex,
+        end: GrainIndex,
         kind: RangeKind,
-        bits_from: Option<(&VolumeShared, u64)>,
-    ) -> Result<u64> {
+        bits_from: Option<(&VolumeShared, GrainIndex)>,
+    ) -> Result<SnapshotSeq> {
         Self::check_range_quota(vol, start, end, kind)?;
         let mut view = vol.view.write();
         let seq = self.insert_range_locked(vol, &mut view, start, end, kind, bits_from)?;
@@ -390,8 +397,8 @@ impl Engine {
     /// quota: conservatively, the whole range counts, written before or not.
     pub(crate) fn check_range_quota(
         vol: &VolumeShared,
-        start: u64,
-        end: u64,
+        start: GrainIndex,
+        end: GrainIndex,
         kind: RangeKind,
     ) -> Result<()> {
         let adds_data = match kind {
@@ -415,16 +422,16 @@ impl Engine {
         &self,
         vol: &VolumeShared,
         view: &mut VolumeView,
-        start: u64,
-        end: u64,
+        start: GrainIndex,
+        end: GrainIndex,
         kind: RangeKind,
-        bits_from: Option<(&VolumeShared, u64)>,
-    ) -> Result<u64> {
+        bits_from: Option<(&VolumeShared, GrainIndex)>,
+    ) -> Result<SnapshotSeq> {
         vol.ensure_live()?;
         assert!(start < end, "a range record covers a grain at least");
-        if end > view.size_bytes.div_ceil(GRAIN_BYTES) {
+        if end > GrainIndex::new(view.size_bytes.div_ceil(GRAIN_BYTES)) {
             return Err(EngineError::OutOfRange {
-                offset_bytes: start * GRAIN_BYTES,
+                offset_bytes: start.get() * GRAIN_BYTES,
                 length_bytes: (end - start) * GRAIN_BYTES,
                 size_bytes: view.size_bytes,
             });
@@ -453,11 +460,13 @@ impl Engine {
             }
             let edits = planned.insert(start, rec);
             for s in &edits.removed_starts {
-                t.ranges()?.remove((vol.id.get(), *s)).map_err(kv_error)?;
+                t.ranges()?
+                    .remove((vol.id.get(), s.get()))
+                    .map_err(kv_error)?;
             }
             for (s, r) in &edits.upserted {
                 t.ranges()?
-                    .insert((vol.id.get(), *s), &r.encode()[..])
+                    .insert((vol.id.get(), s.get()), &r.encode()[..])
                     .map_err(kv_error)?;
             }
             st.records_written += (edits.removed_starts.len() + edits.upserted.len()) as u64;
@@ -465,24 +474,24 @@ impl Engine {
         })?;
         Arc::make_mut(&mut view.ranges).apply(edits);
         vol.last_change_seq
-            .store(seq, std::sync::atomic::Ordering::SeqCst);
-        let grains = view.size_bytes.div_ceil(GRAIN_BYTES);
+            .store(seq.get(), std::sync::atomic::Ordering::SeqCst);
+        let volume_end = GrainIndex::new(view.size_bytes.div_ceil(GRAIN_BYTES));
         let before = vol.bitmap.lock().count();
         // Copied bits are exact only if the source's own bits are settled.
         let exact = bits_from.is_some_and(|(source, _)| !self.bits_unsettled(source.id));
-        if matches!(kind, RangeKind::Ref { .. }) && start < grains && !exact {
+        if matches!(kind, RangeKind::Ref { .. }) && start < volume_end && !exact {
             self.queue_bits(crate::versions::reference_bits::PendingBits {
                 volume: vol.id,
                 start,
-                end: end.min(grains),
+                end: end.min(volume_end),
                 seq,
             });
         }
-        self.set_range_bits(vol, start, end.min(grains), kind, bits_from);
+        self.set_range_bits(vol, start, end.min(volume_end), kind, bits_from);
         // Point mappings under the new record are now dead: the reclaim backlog.
         vol.live_mapped
             .lock()
-            .set_range(start.min(grains), end.min(grains), false);
+            .set_range(start.min(volume_end), end.min(volume_end), false);
         vol.sync_usage(Some(view.size_bytes));
         if vol.provisioning.is_thick() {
             let after = vol.bitmap.lock().count();
@@ -496,10 +505,10 @@ impl Engine {
     pub(crate) fn set_range_bits(
         &self,
         vol: &VolumeShared,
-        start: u64,
-        end: u64,
+        start: GrainIndex,
+        end: GrainIndex,
         kind: RangeKind,
-        bits_from: Option<(&VolumeShared, u64)>,
+        bits_from: Option<(&VolumeShared, GrainIndex)>,
     ) {
         if start >= end {
             return;
@@ -507,9 +516,10 @@ impl Engine {
         match (kind, bits_from) {
             (RangeKind::Ref { .. }, Some((source, source_start))) if source.id == vol.id => {
                 let mut bits = vol.bitmap.lock();
-                let mut piece = DataBitmap::new(end - start);
-                piece.copy_from(&bits, source_start, 0, end - start);
-                bits.copy_from(&piece, 0, start, end - start);
+                let piece_grains = end - start;
+                let mut piece = DataBitmap::new(piece_grains);
+                piece.copy_from(&bits, source_start, GrainIndex::new(0), piece_grains);
+                bits.copy_from(&piece, GrainIndex::new(0), start, piece_grains);
             }
             (RangeKind::Ref { .. }, Some((source, source_start))) => {
                 // Two bitmaps: lock in id order so two opposite copies cannot deadlock.
@@ -578,15 +588,15 @@ impl Engine {
         self.commit_pending_now()?;
         let txn = self.begin_read()?;
         let mut reader = Reader::new(self, &txn)?;
-        let first = offset_bytes / GRAIN_BYTES;
+        let first = GrainIndex::new(offset_bytes / GRAIN_BYTES);
         let end_bytes = offset_bytes + length_bytes;
-        let end = end_bytes.div_ceil(GRAIN_BYTES);
+        let end = GrainIndex::new(end_bytes.div_ceil(GRAIN_BYTES));
         let (runs, _) = reader.runs(source, first, end, MAX_EXTENT_SCAN_GRAINS, 0)?;
         let mut extents: Vec<Extent> = Vec::new();
         let mut grain = first;
         for run in runs {
-            let from = (grain * GRAIN_BYTES).max(offset_bytes);
-            let to = ((grain + run.grains) * GRAIN_BYTES).min(end_bytes);
+            let from = (grain.get() * GRAIN_BYTES).max(offset_bytes);
+            let to = ((grain + run.grains).get() * GRAIN_BYTES).min(end_bytes);
             grain += run.grains;
             if from >= to {
                 continue;

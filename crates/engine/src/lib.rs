@@ -226,8 +226,9 @@ pub(crate) struct VolumeShared {
     /// Seqs of the snapshots (named and pins) of this volume, ascending. Changed
     /// only under the writer mutex; the write path reads it there to decide which
     /// replaced versions a snapshot still needs.
-    pub snapshot_seqs: Mutex<Vec<u64>>,
-    /// Seq of the last committed change: a pin taken after it can be reused.
+    pub snapshot_seqs: Mutex<Vec<crate::ids::SnapshotSeq>>,
+    /// Seq ([`crate::ids::SnapshotSeq`]) of the last committed change: a pin
+    /// taken after it can be reused.
     pub last_change_seq: AtomicU64,
     pub container: Arc<crate::space::container::ContainerShared>,
     /// Grains whose point mapping is their current content (not shadowed by a

@@ -2,6 +2,7 @@
 //! last durable commit (volumes, snapshots, segments, the writer's counters).
 
 use crate::catalog::{volume_shared, VolumeRec};
+use crate::ids::GrainIndex;
 use crate::meta::mapping_cache::ChangedMappings;
 use crate::meta::schema::{self, kv_error, BlockRec, RangeKind, RangeRec};
 use crate::segment::log::{FileSegmentStore, SegmentId, SegmentStore};
@@ -38,7 +39,7 @@ pub(crate) fn recover(
     let counters = txn.open_table(schema::COUNTERS).map_err(kv_error)?;
     let mut ws = WriterState {
         next_block_id: crate::ids::BlockId::new(schema::read_counter(&counters, "next_block_id")?),
-        next_seq: schema::read_counter(&counters, "next_seq")?,
+        next_seq: crate::ids::SnapshotSeq::new(schema::read_counter(&counters, "next_seq")?),
         next_volume_id: crate::ids::VolumeId::new(schema::read_counter(
             &counters,
             "next_volume_id",
@@ -132,14 +133,14 @@ pub(crate) fn recover(
         .chain(loaded.retained.keys().copied())
         .collect();
     for v in all_volumes {
-        let mut seqs: Vec<u64> = snapshots
+        let mut seqs: Vec<crate::ids::SnapshotSeq> = snapshots
             .values()
             .filter(|s| s.volume_id == v.id)
             .map(|s| s.seq)
             .collect();
         seqs.sort_unstable();
         *v.snapshot_seqs.lock() = seqs;
-        v.last_change_seq.store(ws.next_seq, Ordering::SeqCst);
+        v.last_change_seq.store(ws.next_seq.get(), Ordering::SeqCst);
         if v.provisioning.is_thick() {
             let grains = grains_of(v.view.read().size_bytes);
             ws.thick_unwritten_grains += grains - v.bitmap.lock().count().min(grains);
@@ -189,7 +190,7 @@ fn load_snapshots(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Arc<Snaps
             let (key, value) = item.map_err(kv_error)?;
             let range = RangeRec::decode(value.value())?;
             if range.seq <= rec.seq {
-                ranges.load(key.value().1, range);
+                ranges.load(GrainIndex::new(key.value().1), range);
             }
         }
         for item in range_history
@@ -199,7 +200,7 @@ fn load_snapshots(txn: &redb::ReadTransaction) -> Result<BTreeMap<u64, Arc<Snaps
             let (key, value) = item.map_err(kv_error)?;
             let kept = schema::RangeHistValue::decode(value.value())?;
             if kept.rec.seq <= rec.seq && rec.seq < kept.died_seq {
-                ranges.load(key.value().1, kept.rec);
+                ranges.load(GrainIndex::new(key.value().1), kept.rec);
             }
         }
         snapshots.insert(
@@ -375,7 +376,10 @@ fn load_volumes(
             .map_err(kv_error)?
         {
             let (key, value) = item.map_err(kv_error)?;
-            ranges.load(key.value().1, RangeRec::decode(value.value())?);
+            ranges.load(
+                GrainIndex::new(key.value().1),
+                RangeRec::decode(value.value())?,
+            );
         }
         let container = containers.get(&rec.container).cloned().ok_or_else(|| {
             EngineError::Corruption(format!(
@@ -405,7 +409,7 @@ fn rebuild_bitmap(
     let view = shared.view.read();
     let mut bitmap = shared.bitmap.lock();
     let mut live_mapped = shared.live_mapped.lock();
-    let grains = grains_of(view.size_bytes);
+    let volume_end = GrainIndex::new(grains_of(view.size_bytes));
     for (start, rec) in view.ranges.iter() {
         // A reference counts as data: the source's bits at copy time are not kept.
         let data = match rec.kind {
@@ -414,12 +418,14 @@ fn rebuild_bitmap(
             RangeKind::Hole => false,
         };
         if data {
-            bitmap.set_range(start.min(grains), rec.end_grain.min(grains), true);
+            bitmap.set_range(start.min(volume_end), rec.end_grain.min(volume_end), true);
         }
     }
-    for item in crate::meta::point_rows::range(maps, shared.id, 0, u64::MAX)? {
+    let mappings =
+        crate::meta::point_rows::range(maps, shared.id, GrainIndex::new(0), GrainIndex::MAX)?;
+    for item in mappings {
         let (_, grain, value) = item?;
-        if grain >= grains {
+        if grain >= volume_end {
             continue;
         }
         if let Some((_, range)) = view.ranges.find(grain) {

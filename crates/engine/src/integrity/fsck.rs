@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use redb::ReadableTable;
 
-use crate::ids::BlockId;
+use crate::ids::{BlockId, GrainIndex, SnapshotSeq};
 use crate::meta::schema::{self, kv_error, BlockRec, GrainTarget, HistValue};
 use crate::{Engine, EngineError, Result};
 
@@ -32,7 +32,7 @@ impl Engine {
                 (v.clone(), view.ranges.clone(), view.size_bytes)
             })
             .collect();
-        let snapshots: Vec<(u64, u64)> = self
+        let snapshots: Vec<(u64, SnapshotSeq)> = self
             .catalog
             .snapshots
             .read()
@@ -63,7 +63,10 @@ impl Engine {
         for item in history.iter().map_err(kv_error)? {
             let (key, value) = item.map_err(kv_error)?;
             let value = HistValue::decode(value.value())?;
-            highest.seq = highest.seq.max(key.value().2).max(value.died_seq);
+            highest.seq = highest
+                .seq
+                .max(SnapshotSeq::new(key.value().2))
+                .max(value.died_seq);
             if let GrainTarget::Block(id) = value.target {
                 *refs.entry(id).or_default() += 1;
                 *history_refs.entry(id).or_default() += 1;
@@ -144,7 +147,7 @@ impl Engine {
         highest.seq = snapshots
             .iter()
             .map(|&(_, seq)| seq)
-            .fold(highest.seq, u64::max);
+            .fold(highest.seq, SnapshotSeq::max);
         highest.volume_id = snapshots
             .iter()
             .map(|&(id, _)| id)
@@ -179,7 +182,9 @@ impl Engine {
         let mut used: HashMap<u64, u64> = HashMap::new();
         for (vol, ranges, size_bytes) in views {
             let mut shadowed = 0u64;
-            for item in crate::meta::point_rows::range(maps, vol.id, 0, u64::MAX)? {
+            let mappings =
+                crate::meta::point_rows::range(maps, vol.id, GrainIndex::new(0), GrainIndex::MAX)?;
+            for item in mappings {
                 let (_, grain, value) = item?;
                 let seq = value.seq;
                 if ranges.find(grain).is_some_and(|(_, range)| range.seq > seq) {
@@ -227,7 +232,7 @@ impl Engine {
 #[derive(Default)]
 struct Highest {
     block_id: u64,
-    seq: u64,
+    seq: SnapshotSeq,
     volume_id: u64,
     segment: Option<crate::segment::log::SegmentId>,
 }
@@ -239,7 +244,7 @@ impl Highest {
         let mut problems = Vec::new();
         for (what, highest, counter) in [
             ("block id", self.block_id, ws.next_block_id.get()),
-            ("seq", self.seq, ws.next_seq),
+            ("seq", self.seq.get(), ws.next_seq.get()),
             (
                 "volume or snapshot id",
                 self.volume_id,

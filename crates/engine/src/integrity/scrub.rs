@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{GrainIndex, SnapshotSeq};
 use crate::meta::schema::{self, kv_error, BlockRec, GrainTarget, HistValue};
 use crate::segment::log::{self, RecordHeader};
 use crate::space::rate::{Clock, Rate, SystemClock, TokenBucket};
@@ -460,7 +461,7 @@ impl Engine {
         let maps = txn.open_table(schema::MAPPINGS).map_err(kv_error)?;
         let history = txn.open_table(schema::HISTORY).map_err(kv_error)?;
         // (volume id, grain, version seq, died seq or None when live)
-        let mut hits: Vec<(u64, u64, u64, Option<u64>)> = Vec::new();
+        let mut hits: Vec<(u64, GrainIndex, SnapshotSeq, Option<SnapshotSeq>)> = Vec::new();
         for item in crate::meta::point_rows::all(&maps)? {
             let (volume, grain, value) = item?;
             if matches!(value.target, GrainTarget::Block(id) if bad.contains(&id.get())) {
@@ -472,11 +473,13 @@ impl Engine {
             let value = HistValue::decode(value.value())?;
             if matches!(value.target, GrainTarget::Block(id) if bad.contains(&id.get())) {
                 let (volume, grain, seq) = key.value();
+                let (grain, seq) = (GrainIndex::new(grain), SnapshotSeq::new(seq));
                 hits.push((volume, grain, seq, Some(value.died_seq)));
             }
         }
         // (volume name, live, snapshots) → grains
-        let mut groups: BTreeMap<(String, bool, Vec<String>), BTreeSet<u64>> = BTreeMap::new();
+        let mut groups: BTreeMap<(String, bool, Vec<String>), BTreeSet<GrainIndex>> =
+            BTreeMap::new();
         for (volume, grain, seq, died) in hits {
             let snapshots: Vec<String> = self
                 .snapshots_of(crate::ids::VolumeId::new(volume))
@@ -503,7 +506,7 @@ impl Engine {
                     volume: volume.clone(),
                     live,
                     snapshots: snapshots.clone(),
-                    offset_bytes: start * GRAIN_BYTES,
+                    offset_bytes: start.get() * GRAIN_BYTES,
                     length_bytes: (end - start) * GRAIN_BYTES,
                 });
             }
@@ -529,8 +532,8 @@ impl Engine {
 }
 
 /// Consecutive runs `[start, end)` of a set of grains.
-fn runs(grains: &BTreeSet<u64>) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
+fn runs(grains: &BTreeSet<GrainIndex>) -> Vec<(GrainIndex, GrainIndex)> {
+    let mut out: Vec<(GrainIndex, GrainIndex)> = Vec::new();
     for &grain in grains {
         match out.last_mut() {
             Some((_, end)) if *end == grain => *end += 1,
@@ -566,8 +569,10 @@ mod tests {
 
     #[test]
     fn runs_merge_consecutive_grains() {
-        let grains: BTreeSet<u64> = [1, 2, 3, 7, 9, 10].into_iter().collect();
-        assert_eq!(runs(&grains), vec![(1, 4), (7, 8), (9, 11)]);
+        let g = GrainIndex::new;
+        let grains: BTreeSet<GrainIndex> = [1, 2, 3, 7, 9, 10].into_iter().map(g).collect();
+        let expected = vec![(g(1), g(4)), (g(7), g(8)), (g(9), g(11))];
+        assert_eq!(runs(&grains), expected);
         assert!(runs(&BTreeSet::new()).is_empty());
     }
 

@@ -46,6 +46,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::ids::GrainIndex;
 use crate::meta::schema::{GrainTarget, MapValue};
 
 /// Most keys a transaction lists before it counts as having changed everything.
@@ -70,7 +71,7 @@ const PATTERN_BIT: u64 = 1 << 63;
 #[derive(Debug)]
 pub(crate) enum ChangedMappings {
     /// (volume, grain, the mapping it was left with), in the order written.
-    Keys(Vec<(crate::ids::VolumeId, u64, Option<MapValue>)>),
+    Keys(Vec<(crate::ids::VolumeId, GrainIndex, Option<MapValue>)>),
     /// Too many to list: the cache forgets everything.
     Everything,
 }
@@ -80,7 +81,12 @@ impl ChangedMappings {
     pub const NONE: ChangedMappings = ChangedMappings::Keys(Vec::new());
 
     /// Point mapping (volume, grain) is now `value` (`None`: removed).
-    pub fn add(&mut self, volume: crate::ids::VolumeId, grain: u64, value: Option<MapValue>) {
+    pub fn add(
+        &mut self,
+        volume: crate::ids::VolumeId,
+        grain: GrainIndex,
+        value: Option<MapValue>,
+    ) {
         if let ChangedMappings::Keys(keys) = self {
             if keys.len() >= MAX_LISTED_CHANGES {
                 *self = ChangedMappings::Everything;
@@ -123,7 +129,7 @@ struct Inner {
 /// A committed transaction's changes not yet put in, and the generation the
 /// cache reaches once they are.
 struct Deferred {
-    keys: Vec<(crate::ids::VolumeId, u64, Option<MapValue>)>,
+    keys: Vec<(crate::ids::VolumeId, GrainIndex, Option<MapValue>)>,
     generation: u64,
 }
 
@@ -148,8 +154,8 @@ pub(crate) struct MapCache {
     max_entries: usize,
 }
 
-fn key(volume: crate::ids::VolumeId, grain: u64) -> Option<u64> {
-    let volume = volume.get();
+fn key(volume: crate::ids::VolumeId, grain: GrainIndex) -> Option<u64> {
+    let (volume, grain) = (volume.get(), grain.get());
     (volume < 1 << VOLUME_BITS && grain < 1 << GRAIN_BITS).then_some(volume << GRAIN_BITS | grain)
 }
 
@@ -157,6 +163,7 @@ fn slot_of(value: Option<MapValue>) -> Slot {
     match value {
         None => (ABSENT_SEQ, 0),
         Some(MapValue { seq, target }) => {
+            let seq = seq.get();
             // Below the pattern bit, and never all ones with it (absent).
             assert!(
                 seq < PATTERN_BIT - 1,
@@ -180,7 +187,7 @@ fn value_of((seq, arg): Slot) -> Option<MapValue> {
         GrainTarget::Block(crate::ids::BlockId::new(arg))
     };
     Some(MapValue {
-        seq: seq & !PATTERN_BIT,
+        seq: crate::ids::SnapshotSeq::new(seq & !PATTERN_BIT),
         target,
     })
 }
@@ -206,14 +213,14 @@ impl MapCache {
         &self,
         generation: u64,
         volume: crate::ids::VolumeId,
-        (first, end): (u64, u64),
-    ) -> Option<Vec<(u64, MapValue)>> {
+        (first, end): (GrainIndex, GrainIndex),
+    ) -> Option<Vec<(GrainIndex, MapValue)>> {
         let inner = self.inner.lock();
         if inner.generation != generation || inner.entries.is_empty() {
             return None;
         }
         let mut out = Vec::new();
-        for grain in first..end {
+        for grain in first.range_to(end) {
             let slot = *inner.entries.get(&key(volume, grain)?)?;
             if let Some(value) = value_of(slot) {
                 out.push((grain, value));
@@ -229,15 +236,15 @@ impl MapCache {
         &self,
         generation: u64,
         volume: crate::ids::VolumeId,
-        (first, end): (u64, u64),
-        found: &[(u64, MapValue)],
+        (first, end): (GrainIndex, GrainIndex),
+        found: &[(GrainIndex, MapValue)],
     ) {
         let mut inner = self.inner.lock();
         if inner.generation != generation {
             return;
         }
         let mut found = found.iter().peekable();
-        for grain in first..end {
+        for grain in first.range_to(end) {
             let value = match found.peek() {
                 Some(&&(at, value)) if at == grain => {
                     found.next();
@@ -254,7 +261,7 @@ impl MapCache {
         &self,
         inner: &mut Inner,
         volume: crate::ids::VolumeId,
-        grain: u64,
+        grain: GrainIndex,
         value: Option<MapValue>,
     ) {
         let Some(key) = key(volume, grain) else {
@@ -383,11 +390,15 @@ impl MapCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{BlockId, VolumeId};
+    use crate::ids::{BlockId, SnapshotSeq, VolumeId};
+
+    fn g(grain: u64) -> GrainIndex {
+        GrainIndex::new(grain)
+    }
 
     fn block(seq: u64, id: u64) -> MapValue {
         MapValue {
-            seq,
+            seq: SnapshotSeq::new(seq),
             target: GrainTarget::Block(BlockId::new(id)),
         }
     }
@@ -396,31 +407,31 @@ mod tests {
     fn holds_mappings_patterns_and_absences() {
         let cache = MapCache::new(100);
         let pattern = MapValue {
-            seq: 9,
+            seq: SnapshotSeq::new(9),
             target: GrainTarget::Pattern(u64::MAX),
         };
         cache.insert(
             0,
             VolumeId::new(3),
-            (10, 14),
-            &[(10, block(5, 77)), (13, pattern)],
+            (g(10), g(14)),
+            &[(g(10), block(5, 77)), (g(13), pattern)],
         );
         assert_eq!(
-            cache.get(0, VolumeId::new(3), (10, 14)),
-            Some(vec![(10, block(5, 77)), (13, pattern)])
+            cache.get(0, VolumeId::new(3), (g(10), g(14))),
+            Some(vec![(g(10), block(5, 77)), (g(13), pattern)])
         );
         assert_eq!(
-            cache.get(0, VolumeId::new(3), (11, 13)),
+            cache.get(0, VolumeId::new(3), (g(11), g(13))),
             Some(vec![]),
             "known absent"
         );
         assert_eq!(
-            cache.get(0, VolumeId::new(3), (12, 15)),
+            cache.get(0, VolumeId::new(3), (g(12), g(15))),
             None,
             "grain 14 unknown"
         );
         assert_eq!(
-            cache.get(0, VolumeId::new(4), (10, 11)),
+            cache.get(0, VolumeId::new(4), (g(10), g(11))),
             None,
             "another volume"
         );
@@ -435,34 +446,38 @@ mod tests {
         cache.insert(
             0,
             VolumeId::new(1),
-            (0, 4),
-            &[(0, block(1, 1)), (1, block(1, 2))],
+            (g(0), g(4)),
+            &[(g(0), block(1, 1)), (g(1), block(1, 2))],
         );
         let mut changed = ChangedMappings::NONE;
-        changed.add(VolumeId::new(1), 1, Some(block(2, 3)));
-        changed.add(VolumeId::new(1), 1, Some(block(3, 4)));
-        changed.add(VolumeId::new(1), 2, Some(block(3, 5)));
-        changed.add(VolumeId::new(1), 0, None);
-        changed.add(VolumeId::new(1), 7, Some(block(3, 6)));
+        changed.add(VolumeId::new(1), g(1), Some(block(2, 3)));
+        changed.add(VolumeId::new(1), g(1), Some(block(3, 4)));
+        changed.add(VolumeId::new(1), g(2), Some(block(3, 5)));
+        changed.add(VolumeId::new(1), g(0), None);
+        changed.add(VolumeId::new(1), g(7), Some(block(3, 6)));
         cache.committed(cache.begin_commit(), changed, true, || 1);
-        assert_eq!(cache.get(0, VolumeId::new(1), (0, 1)), None, "older view");
         assert_eq!(
-            cache.get(1, VolumeId::new(1), (0, 4)),
-            Some(vec![(1, block(3, 4)), (2, block(3, 5))]),
+            cache.get(0, VolumeId::new(1), (g(0), g(1))),
+            None,
+            "older view"
+        );
+        assert_eq!(
+            cache.get(1, VolumeId::new(1), (g(0), g(4))),
+            Some(vec![(g(1), block(3, 4)), (g(2), block(3, 5))]),
             "the last change of each key; grain 3 as it was"
         );
         assert_eq!(
-            cache.get(1, VolumeId::new(1), (7, 8)),
-            Some(vec![(7, block(3, 6))])
+            cache.get(1, VolumeId::new(1), (g(7), g(8))),
+            Some(vec![(g(7), block(3, 6))])
         );
-        cache.insert(0, VolumeId::new(1), (1, 2), &[(1, block(1, 2))]);
+        cache.insert(0, VolumeId::new(1), (g(1), g(2)), &[(g(1), block(1, 2))]);
         assert_eq!(
-            cache.get(1, VolumeId::new(1), (1, 2)),
-            Some(vec![(1, block(3, 4))]),
+            cache.get(1, VolumeId::new(1), (g(1), g(2))),
+            Some(vec![(g(1), block(3, 4))]),
             "stale insert refused"
         );
         let mut changed = ChangedMappings::NONE;
-        changed.add(VolumeId::new(1), 9, Some(block(4, 9)));
+        changed.add(VolumeId::new(1), g(9), Some(block(4, 9)));
         cache.committed(cache.begin_commit(), changed, false, || 2);
         assert_eq!(cache.len(), 0, "a failed commit forgets everything");
         cache.committed(
@@ -484,30 +499,34 @@ mod tests {
         let large = |seq: u64| {
             let mut changed = ChangedMappings::NONE;
             for grain in 0..grains {
-                changed.add(VolumeId::new(1), grain, Some(block(seq, grain + 1)));
+                changed.add(VolumeId::new(1), g(grain), Some(block(seq, grain + 1)));
             }
             changed
         };
-        cache.insert(0, VolumeId::new(1), (0, grains), &[]);
+        cache.insert(0, VolumeId::new(1), (g(0), g(grains)), &[]);
         cache.committed(cache.begin_commit(), large(5), true, || 1);
         assert_eq!(cache.inner.lock().generation, BETWEEN_GENERATIONS);
         assert_eq!(
-            cache.get(1, VolumeId::new(1), (0, 1)),
+            cache.get(1, VolumeId::new(1), (g(0), g(1))),
             None,
             "not yet applied"
         );
-        cache.insert(1, VolumeId::new(1), (0, 1), &[]);
-        assert_eq!(cache.get(1, VolumeId::new(1), (0, 1)), None, "nor added to");
+        cache.insert(1, VolumeId::new(1), (g(0), g(1)), &[]);
+        assert_eq!(
+            cache.get(1, VolumeId::new(1), (g(0), g(1))),
+            None,
+            "nor added to"
+        );
         cache.apply_deferred();
         let all = cache
-            .get(1, VolumeId::new(1), (0, grains))
+            .get(1, VolumeId::new(1), (g(0), g(grains)))
             .expect("all cached");
         assert_eq!(all.len() as u64, grains);
-        assert!(all.iter().all(|&(g, v)| v == block(5, g + 1)));
+        assert!(all.iter().all(|&(grain, v)| v == block(5, grain.get() + 1)));
         cache.apply_deferred();
         assert_eq!(
-            cache.get(1, VolumeId::new(1), (0, 1)),
-            Some(vec![(0, block(5, 1))])
+            cache.get(1, VolumeId::new(1), (g(0), g(1))),
+            Some(vec![(g(0), block(5, 1))])
         );
 
         // Left unapplied, they wait through later commits, which add theirs
@@ -515,30 +534,30 @@ mod tests {
         cache.committed(cache.begin_commit(), large(6), true, || 2);
         cache.committed(cache.begin_commit(), ChangedMappings::NONE, true, || 3);
         let mut small = ChangedMappings::NONE;
-        small.add(VolumeId::new(1), 0, Some(block(7, 70)));
+        small.add(VolumeId::new(1), g(0), Some(block(7, 70)));
         cache.committed(cache.begin_commit(), small, true, || 4);
         assert_eq!(
-            cache.get(4, VolumeId::new(1), (0, 1)),
+            cache.get(4, VolumeId::new(1), (g(0), g(1))),
             None,
             "not yet applied"
         );
         cache.apply_deferred();
         assert_eq!(
-            cache.get(3, VolumeId::new(1), (0, 1)),
+            cache.get(3, VolumeId::new(1), (g(0), g(1))),
             None,
             "an older view"
         );
         assert_eq!(
-            cache.get(4, VolumeId::new(1), (0, 1)),
-            Some(vec![(0, block(7, 70))])
+            cache.get(4, VolumeId::new(1), (g(0), g(1))),
+            Some(vec![(g(0), block(7, 70))])
         );
         assert_eq!(
-            cache.get(4, VolumeId::new(1), (1, 2)),
-            Some(vec![(1, block(6, 2))])
+            cache.get(4, VolumeId::new(1), (g(1), g(2))),
+            Some(vec![(g(1), block(6, 2))])
         );
         assert_eq!(
             cache
-                .get(4, VolumeId::new(1), (0, grains))
+                .get(4, VolumeId::new(1), (g(0), g(grains)))
                 .map(|all| all.len() as u64),
             Some(grains)
         );
@@ -548,10 +567,10 @@ mod tests {
         cache.committed(cache.begin_commit(), ChangedMappings::NONE, false, || 6);
         cache.apply_deferred();
         assert_eq!(cache.len(), 0);
-        assert_eq!(cache.get(6, VolumeId::new(1), (0, 1)), None);
-        cache.insert(6, VolumeId::new(1), (0, 1), &[]);
+        assert_eq!(cache.get(6, VolumeId::new(1), (g(0), g(1))), None);
+        cache.insert(6, VolumeId::new(1), (g(0), g(1)), &[]);
         assert_eq!(
-            cache.get(6, VolumeId::new(1), (0, 1)),
+            cache.get(6, VolumeId::new(1), (g(0), g(1))),
             Some(vec![]),
             "at the new generation"
         );
@@ -560,14 +579,17 @@ mod tests {
     #[test]
     fn starts_over_when_full_and_skips_keys_it_cannot_hold() {
         let cache = MapCache::new(8);
-        cache.insert(0, VolumeId::new(1), (0, 8), &[]);
+        cache.insert(0, VolumeId::new(1), (g(0), g(8)), &[]);
         assert_eq!(cache.len(), 8);
-        cache.insert(0, VolumeId::new(1), (8, 10), &[]);
+        cache.insert(0, VolumeId::new(1), (g(8), g(10)), &[]);
         assert_eq!(cache.len(), 2, "started over");
-        cache.insert(0, VolumeId::new(1 << VOLUME_BITS), (0, 1), &[]);
-        assert_eq!(cache.get(0, VolumeId::new(1 << VOLUME_BITS), (0, 1)), None);
+        cache.insert(0, VolumeId::new(1 << VOLUME_BITS), (g(0), g(1)), &[]);
+        assert_eq!(
+            cache.get(0, VolumeId::new(1 << VOLUME_BITS), (g(0), g(1))),
+            None
+        );
         let off = MapCache::new(0);
-        off.insert(0, VolumeId::new(1), (0, 1), &[]);
+        off.insert(0, VolumeId::new(1), (g(0), g(1)), &[]);
         assert_eq!(off.len(), 0);
     }
 
@@ -683,7 +705,7 @@ mod tests {
     fn too_many_changes_count_as_everything() {
         let mut changed = ChangedMappings::NONE;
         for grain in 0..=MAX_LISTED_CHANGES as u64 {
-            changed.add(VolumeId::new(1), grain, None);
+            changed.add(VolumeId::new(1), g(grain), None);
         }
         assert!(matches!(changed, ChangedMappings::Everything));
     }

@@ -17,6 +17,7 @@
 
 use redb::{ReadableTable, Table, TableDefinition};
 
+use crate::ids::GrainIndex;
 use crate::meta::schema::{kv_error, MapValue, MAPPINGS};
 use crate::{EngineError, Result};
 
@@ -82,25 +83,31 @@ impl Row {
 }
 
 /// The row key of (volume, grain) and the grain's place in the row.
-fn row_of(volume: crate::ids::VolumeId, grain: u64) -> ((u64, u64), usize) {
+fn row_of(volume: crate::ids::VolumeId, grain: GrainIndex) -> ((u64, u64), usize) {
+    let grain = grain.get();
     (
         (volume.get(), grain / ROW_GRAINS),
         (grain % ROW_GRAINS) as usize,
     )
 }
 
+/// The first grain of row `chunk` (of any volume).
+fn row_start(chunk: u64) -> GrainIndex {
+    GrainIndex::new(chunk * ROW_GRAINS)
+}
+
 /// Point mappings in grain order, as (volume, grain, mapping), from the rows of
 /// a range of the table, limited to grains `[first, end)` of every volume.
 pub(crate) struct Points<'a> {
     rows: redb::Range<'a, (u64, u64), &'static [u8]>,
-    first: u64,
-    end: u64,
+    first: GrainIndex,
+    end: GrainIndex,
     /// The row being read: its volume, first grain, mappings and next place.
-    row: Option<(u64, u64, Row, usize)>,
+    row: Option<(u64, GrainIndex, Row, usize)>,
 }
 
 impl Iterator for Points<'_> {
-    type Item = Result<(u64, u64, MapValue)>;
+    type Item = Result<(u64, GrainIndex, MapValue)>;
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
@@ -124,7 +131,7 @@ impl Iterator for Points<'_> {
             };
             let (volume, chunk) = key.value();
             match Row::decode(value.value()) {
-                Ok(row) => self.row = Some((volume, chunk * ROW_GRAINS, row, 0)),
+                Ok(row) => self.row = Some((volume, row_start(chunk), row, 0)),
                 Err(error) => return Some(Err(error)),
             }
         }
@@ -135,8 +142,8 @@ impl Iterator for Points<'_> {
 pub(crate) fn range<'a>(
     table: &'a impl ReadableTable<(u64, u64), &'static [u8]>,
     volume: crate::ids::VolumeId,
-    first: u64,
-    end: u64,
+    first: GrainIndex,
+    end: GrainIndex,
 ) -> Result<Points<'a>> {
     let rows = if first >= end {
         table
@@ -161,8 +168,8 @@ pub(crate) fn all<'a>(
 ) -> Result<Points<'a>> {
     Ok(Points {
         rows: table.iter().map_err(kv_error)?,
-        first: 0,
-        end: u64::MAX,
+        first: GrainIndex::new(0),
+        end: GrainIndex::MAX,
         row: None,
     })
 }
@@ -171,8 +178,8 @@ pub(crate) fn all<'a>(
 pub(crate) fn any_in(
     table: &impl ReadableTable<(u64, u64), &'static [u8]>,
     volume: crate::ids::VolumeId,
-    first: u64,
-    end: u64,
+    first: GrainIndex,
+    end: GrainIndex,
 ) -> Result<bool> {
     Ok(range(table, volume, first, end)?
         .next()
@@ -184,7 +191,7 @@ pub(crate) fn any_in(
 pub(crate) fn set(
     table: &mut Table<(u64, u64), &'static [u8]>,
     volume: crate::ids::VolumeId,
-    grain: u64,
+    grain: GrainIndex,
     value: MapValue,
 ) -> Result<Option<MapValue>> {
     let (key, at) = row_of(volume, grain);
@@ -202,27 +209,28 @@ pub(crate) fn set(
 pub(crate) fn insert_run(
     table: &mut Table<(u64, u64), &'static [u8]>,
     volume: crate::ids::VolumeId,
-    first: u64,
+    first: GrainIndex,
     values: &[MapValue],
 ) -> Result<()> {
     if values.is_empty() {
         return Ok(());
     }
     let end = first + values.len() as u64;
-    let survived =
-        |grain: u64| format!("volume {volume} grain {grain}: a mapping survived its removal");
+    let survived = |grain: GrainIndex| {
+        format!("volume {volume} grain {grain}: a mapping survived its removal")
+    };
     let (first_key, _) = row_of(volume, first);
     let (last_key, _) = row_of(volume, end - 1);
     let mut rows: Vec<((u64, u64), Row)> =
         Vec::with_capacity((last_key.1 - first_key.1 + 1) as usize);
     for chunk in first_key.1..=last_key.1 {
-        let base = chunk * ROW_GRAINS;
+        let base = row_start(chunk);
         let whole = first <= base && base + ROW_GRAINS <= end;
         let mut row = match whole {
             true => Row::default(),
             false => take_row(table, (volume.get(), chunk))?.unwrap_or_default(),
         };
-        for grain in first.max(base)..end.min(base + ROW_GRAINS) {
+        for grain in first.max(base).range_to(end.min(base + ROW_GRAINS)) {
             let slot = &mut row.values[(grain - base) as usize];
             if slot.is_some() {
                 return Err(EngineError::Corruption(survived(grain)));
@@ -238,7 +246,7 @@ pub(crate) fn insert_run(
     for (key, row) in &rows {
         row.encode(&mut buf);
         cursor.insert_before(*key, &buf[..]).map_err(|error| {
-            crate::meta::schema::cursor_insert_error(error, || survived(key.1 * ROW_GRAINS))
+            crate::meta::schema::cursor_insert_error(error, || survived(row_start(key.1)))
         })?;
     }
     cursor.close().map_err(kv_error)
@@ -251,17 +259,17 @@ pub(crate) fn insert_run(
 pub(crate) fn extract_in(
     table: &mut Table<(u64, u64), &'static [u8]>,
     volume: crate::ids::VolumeId,
-    (first, end): (u64, u64),
+    (first, end): (GrainIndex, GrainIndex),
     limit: usize,
     dies: impl Fn(&MapValue) -> bool,
-) -> Result<Vec<(u64, MapValue)>> {
+) -> Result<Vec<(GrainIndex, MapValue)>> {
     let mut removed = Vec::new();
     if first >= end || limit == 0 {
         return Ok(removed);
     }
     let (from, _) = row_of(volume, first);
     let (to, _) = row_of(volume, end - 1);
-    let in_range = |base: u64, i: usize| (first..end).contains(&(base + i as u64));
+    let in_range = |base: GrainIndex, i: usize| (first..end).contains(&(base + i as u64));
     let mut kept: Vec<((u64, u64), Row)> = Vec::new();
     {
         // A row that does not decode is taken out too, so that decoding it
@@ -269,7 +277,7 @@ pub(crate) fn extract_in(
         let extract = table
             .extract_from_if(from..=to, |key, value| {
                 Row::decode(value).map_or(true, |row| {
-                    let base = key.1 * ROW_GRAINS;
+                    let base = row_start(key.1);
                     row.values
                         .iter()
                         .enumerate()
@@ -280,7 +288,7 @@ pub(crate) fn extract_in(
         for item in extract {
             let (key, value) = item.map_err(kv_error)?;
             let key = key.value();
-            let base = key.1 * ROW_GRAINS;
+            let base = row_start(key.1);
             let mut row = Row::decode(value.value())?;
             for (i, slot) in row.values.iter_mut().enumerate() {
                 if !in_range(base, i) || removed.len() >= limit {
@@ -357,7 +365,7 @@ pub(crate) fn convert_legacy(txn: &redb::WriteTransaction) -> Result<u64> {
             let (key, value) = item.map_err(kv_error)?;
             let (volume, grain) = key.value();
             let value = MapValue::decode(value.value())?;
-            let (row_key, at) = row_of(crate::ids::VolumeId::new(volume), grain);
+            let (row_key, at) = row_of(crate::ids::VolumeId::new(volume), GrainIndex::new(grain));
             if current.as_ref().is_some_and(|(k, _)| *k != row_key) {
                 let (k, row) = current.take().expect("a row");
                 write_row(&mut rows, k, &row)?;
@@ -383,7 +391,7 @@ mod tests {
 
     fn value(seq: u64, id: u64) -> MapValue {
         MapValue {
-            seq,
+            seq: crate::ids::SnapshotSeq::new(seq),
             target: GrainTarget::Block(crate::ids::BlockId::new(id)),
         }
     }
@@ -399,19 +407,39 @@ mod tests {
         txn.commit().unwrap();
     }
 
+    fn g(grain: u64) -> GrainIndex {
+        GrainIndex::new(grain)
+    }
+
+    /// The mappings of grains `[first, end)`, with the grains as integers.
     fn grains(
         table: &Table<(u64, u64), &'static [u8]>,
         volume: crate::ids::VolumeId,
         first: u64,
         end: u64,
     ) -> Vec<(u64, MapValue)> {
-        range(table, volume, first, end)
+        range(table, volume, g(first), g(end))
             .unwrap()
             .map(|item| {
                 let (v, grain, value) = item.unwrap();
                 assert_eq!(v, volume.get());
-                (grain, value)
+                (grain.get(), value)
             })
+            .collect()
+    }
+
+    /// [`extract_in`] of grains `[first, end)`, with the grains as integers.
+    fn extract(
+        table: &mut Table<(u64, u64), &'static [u8]>,
+        volume: crate::ids::VolumeId,
+        (first, end): (u64, u64),
+        limit: usize,
+        dies: impl Fn(&MapValue) -> bool,
+    ) -> Vec<(u64, MapValue)> {
+        extract_in(table, volume, (g(first), g(end)), limit, dies)
+            .unwrap()
+            .into_iter()
+            .map(|(grain, value)| (grain.get(), value))
             .collect()
     }
 
@@ -420,7 +448,7 @@ mod tests {
         let mut row = Row::default();
         row.values[0] = Some(value(1, 2));
         row.values[15] = Some(MapValue {
-            seq: 3,
+            seq: crate::ids::SnapshotSeq::new(3),
             target: GrainTarget::Pattern(u64::MAX),
         });
         let mut bytes = Vec::new();
@@ -442,18 +470,18 @@ mod tests {
         with_table(|table| {
             let mut model = std::collections::BTreeMap::new();
             let run: Vec<_> = (5..40).map(|g| value(1, 100 + g)).collect();
-            insert_run(table, crate::ids::VolumeId::new(7), 5, &run).unwrap();
+            insert_run(table, crate::ids::VolumeId::new(7), g(5), &run).unwrap();
             for (i, v) in run.iter().enumerate() {
                 model.insert(5 + i as u64, *v);
             }
-            insert_run(table, crate::ids::VolumeId::new(8), 0, &[value(1, 1)]).unwrap();
+            insert_run(table, crate::ids::VolumeId::new(8), g(0), &[value(1, 1)]).unwrap();
             assert_eq!(
-                set(table, crate::ids::VolumeId::new(7), 3, value(2, 3)).unwrap(),
+                set(table, crate::ids::VolumeId::new(7), g(3), value(2, 3)).unwrap(),
                 None
             );
             model.insert(3, value(2, 3));
             assert_eq!(
-                set(table, crate::ids::VolumeId::new(7), 20, value(2, 20)).unwrap(),
+                set(table, crate::ids::VolumeId::new(7), g(20), value(2, 20)).unwrap(),
                 Some(value(1, 120))
             );
             model.insert(20, value(2, 20));
@@ -468,23 +496,22 @@ mod tests {
                 grains(table, crate::ids::VolumeId::new(7), 6, 17),
                 expect(&model, 6, 17)
             );
-            assert!(any_in(table, crate::ids::VolumeId::new(7), 39, 40).unwrap());
-            assert!(!any_in(table, crate::ids::VolumeId::new(7), 40, 64).unwrap());
-            assert!(!any_in(table, crate::ids::VolumeId::new(7), 4, 5).unwrap());
+            assert!(any_in(table, crate::ids::VolumeId::new(7), g(39), g(40)).unwrap());
+            assert!(!any_in(table, crate::ids::VolumeId::new(7), g(40), g(64)).unwrap());
+            assert!(!any_in(table, crate::ids::VolumeId::new(7), g(4), g(5)).unwrap());
             assert!(
-                !any_in(table, crate::ids::VolumeId::new(7), 20, 20).unwrap(),
+                !any_in(table, crate::ids::VolumeId::new(7), g(20), g(20)).unwrap(),
                 "an empty range"
             );
             assert_eq!(grains(table, crate::ids::VolumeId::new(7), 30, 10), vec![]);
 
             // Seq 1 only, at most 10, from grain 10 on.
-            let removed = extract_in(table, crate::ids::VolumeId::new(7), (10, 64), 10, |v| {
-                v.seq == 1
-            })
-            .unwrap();
+            let removed = extract(table, crate::ids::VolumeId::new(7), (10, 64), 10, |v| {
+                v.seq.get() == 1
+            });
             let wanted: Vec<_> = expect(&model, 10, 64)
                 .into_iter()
-                .filter(|(_, v)| v.seq == 1)
+                .filter(|(_, v)| v.seq.get() == 1)
                 .take(10)
                 .collect();
             assert_eq!(removed, wanted);
@@ -496,14 +523,13 @@ mod tests {
                 expect(&model, 0, 64)
             );
             // The rest, whole rows too: their rows go.
-            let removed = extract_in(
+            let removed = extract(
                 table,
                 crate::ids::VolumeId::new(7),
                 (0, 64),
                 usize::MAX,
                 |_| true,
-            )
-            .unwrap();
+            );
             assert_eq!(removed, expect(&model, 0, 64));
             assert_eq!(
                 grains(table, crate::ids::VolumeId::new(7), 0, u64::MAX),
@@ -512,7 +538,7 @@ mod tests {
             assert_eq!(table.len().unwrap(), 1, "only volume 8's row is left");
             // A run over a grain still mapped is refused.
             let err =
-                insert_run(table, crate::ids::VolumeId::new(8), 0, &[value(3, 3)]).unwrap_err();
+                insert_run(table, crate::ids::VolumeId::new(8), g(0), &[value(3, 3)]).unwrap_err();
             assert!(matches!(err, EngineError::Corruption(_)));
         });
     }
@@ -539,9 +565,9 @@ mod tests {
             let got: Vec<_> = all(&table).unwrap().map(|item| item.unwrap()).collect();
             let mut want: Vec<_> = [0u64, 1, 15, 16, 40]
                 .iter()
-                .map(|&g| (3, g, value(g, g + 1)))
+                .map(|&grain| (3, g(grain), value(grain, grain + 1)))
                 .collect();
-            want.push((4, 2, value(9, 9)));
+            want.push((4, g(2), value(9, 9)));
             assert_eq!(got, want);
             assert_eq!(
                 table.len().unwrap(),
@@ -570,21 +596,21 @@ mod tests {
                     let end = first + len;
                     match op {
                         0 => {
-                            extract_in(table, crate::ids::VolumeId::new(volume), (first, end), usize::MAX, |_| true).unwrap();
+                            extract(table, crate::ids::VolumeId::new(volume), (first, end), usize::MAX, |_| true);
                             let values: Vec<_> = (first..end).map(|g| value(seq, g * 7 + seq)).collect();
-                            insert_run(table, crate::ids::VolumeId::new(volume), first, &values).unwrap();
+                            insert_run(table, crate::ids::VolumeId::new(volume), g(first), &values).unwrap();
                             for (g, v) in (first..end).zip(values) {
                                 model.insert((volume, g), v);
                             }
                         }
                         1 => {
                             let v = value(seq, first + 1000);
-                            let old = set(table, crate::ids::VolumeId::new(volume), first, v).unwrap();
+                            let old = set(table, crate::ids::VolumeId::new(volume), g(first), v).unwrap();
                             assert_eq!(old, model.insert((volume, first), v));
                         }
                         _ => {
-                            let dies = |v: &MapValue| v.seq % 4 != seq_mod;
-                            let got = extract_in(table, crate::ids::VolumeId::new(volume), (first, end), limit, dies).unwrap();
+                            let dies = |v: &MapValue| v.seq.get() % 4 != seq_mod;
+                            let got = extract(table, crate::ids::VolumeId::new(volume), (first, end), limit, dies);
                             let want: Vec<_> = model
                                 .range((volume, first)..(volume, end))
                                 .filter(|(_, v)| dies(v))
@@ -606,7 +632,7 @@ mod tests {
                     }
                 }
                 let everything: Vec<_> = all(table).unwrap().map(|item| item.unwrap()).collect();
-                let want: Vec<_> = model.iter().map(|(&(vol, g), &v)| (vol, g, v)).collect();
+                let want: Vec<_> = model.iter().map(|(&(vol, grain), &v)| (vol, g(grain), v)).collect();
                 assert_eq!(everything, want);
             });
         }

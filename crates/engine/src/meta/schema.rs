@@ -7,7 +7,7 @@
 
 use redb::{ReadableTable, TableDefinition};
 
-use crate::ids::BlockId;
+use crate::ids::{BlockId, GrainIndex, SnapshotSeq};
 use crate::segment::log::SegmentId;
 use crate::EngineError;
 
@@ -66,7 +66,7 @@ pub enum GrainTarget {
 /// set it (compared with range records' sequence numbers; the newer wins).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MapValue {
-    pub seq: u64,
+    pub seq: SnapshotSeq,
     pub target: GrainTarget,
 }
 
@@ -75,7 +75,7 @@ impl MapValue {
 
     pub fn encode(&self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
-        out[0..8].copy_from_slice(&self.seq.to_le_bytes());
+        out[0..8].copy_from_slice(&self.seq.get().to_le_bytes());
         let (kind, arg) = match self.target {
             GrainTarget::Block(id) => (0u8, id.get()),
             GrainTarget::Pattern(p) => (1u8, p),
@@ -93,7 +93,7 @@ impl MapValue {
                 bytes.len()
             )));
         }
-        let seq = u64::from_le_bytes(bytes[0..8].try_into().expect("8"));
+        let seq = SnapshotSeq::new(u64::from_le_bytes(bytes[0..8].try_into().expect("8")));
         let arg = u64::from_le_bytes(bytes[9..17].try_into().expect("8"));
         let target = match bytes[8] {
             0 => GrainTarget::Block(BlockId::new(arg)),
@@ -219,8 +219,8 @@ impl RangeKind {
 /// every older point mapping beneath it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RangeRec {
-    pub end_grain: u64,
-    pub seq: u64,
+    pub end_grain: GrainIndex,
+    pub seq: SnapshotSeq,
     pub kind: RangeKind,
     pub reclaimed: bool,
 }
@@ -232,8 +232,8 @@ impl RangeRec {
 
     pub fn encode(&self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
-        out[0..8].copy_from_slice(&self.end_grain.to_le_bytes());
-        out[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        out[0..8].copy_from_slice(&self.end_grain.get().to_le_bytes());
+        out[8..16].copy_from_slice(&self.seq.get().to_le_bytes());
         let (kind, arg, delta) = match self.kind {
             RangeKind::Hole => (0u8, 0, 0),
             RangeKind::Pattern(p) => (1u8, p, 0),
@@ -264,8 +264,8 @@ impl RangeRec {
             k => return Err(EngineError::Corruption(format!("range kind {k}"))),
         };
         Ok(RangeRec {
-            end_grain: u64_at(0),
-            seq: u64_at(8),
+            end_grain: GrainIndex::new(u64_at(0)),
+            seq: SnapshotSeq::new(u64_at(8)),
             kind,
             reclaimed: bytes[25] != 0,
         })
@@ -276,7 +276,7 @@ impl RangeRec {
 /// replaced it in the live volume (it is visible at seqs in [version seq, died)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistValue {
-    pub died_seq: u64,
+    pub died_seq: SnapshotSeq,
     pub target: GrainTarget,
 }
 
@@ -302,7 +302,7 @@ impl HistValue {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RangeHistValue {
     pub rec: RangeRec,
-    pub died_seq: u64,
+    pub died_seq: SnapshotSeq,
 }
 
 impl RangeHistValue {
@@ -311,7 +311,7 @@ impl RangeHistValue {
     pub fn encode(&self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
         out[..RangeRec::BYTES].copy_from_slice(&self.rec.encode());
-        out[RangeRec::BYTES..].copy_from_slice(&self.died_seq.to_le_bytes());
+        out[RangeRec::BYTES..].copy_from_slice(&self.died_seq.get().to_le_bytes());
         out
     }
 
@@ -324,14 +324,16 @@ impl RangeHistValue {
         }
         Ok(RangeHistValue {
             rec: RangeRec::decode(&bytes[..RangeRec::BYTES])?,
-            died_seq: u64::from_le_bytes(bytes[RangeRec::BYTES..].try_into().expect("8")),
+            died_seq: SnapshotSeq::new(u64::from_le_bytes(
+                bytes[RangeRec::BYTES..].try_into().expect("8"),
+            )),
         })
     }
 }
 
 /// Whether a version alive at seqs [from, died) is visible to a snapshot among
 /// `snapshot_seqs` (sorted ascending).
-pub fn visible_to_any(snapshot_seqs: &[u64], from: u64, died: u64) -> bool {
+pub fn visible_to_any(snapshot_seqs: &[SnapshotSeq], from: SnapshotSeq, died: SnapshotSeq) -> bool {
     let first_at_or_after = snapshot_seqs.partition_point(|&s| s < from);
     snapshot_seqs
         .get(first_at_or_after)
@@ -372,13 +374,20 @@ mod tests {
     use super::*;
     use crate::ids::BlockId;
 
+    fn seq(n: u64) -> SnapshotSeq {
+        SnapshotSeq::new(n)
+    }
+
     #[test]
     fn encodings_round_trip() {
         for target in [
             GrainTarget::Block(BlockId::new(7)),
             GrainTarget::Pattern(u64::MAX),
         ] {
-            let v = MapValue { seq: 99, target };
+            let v = MapValue {
+                seq: seq(99),
+                target,
+            };
             assert_eq!(MapValue::decode(&v.encode()).unwrap(), v);
         }
         let b = BlockRec {
@@ -401,8 +410,8 @@ mod tests {
             },
         ] {
             let r = RangeRec {
-                end_grain: 1 << 40,
-                seq: 12,
+                end_grain: GrainIndex::new(1 << 40),
+                seq: seq(12),
                 kind,
                 reclaimed: true,
             };
@@ -411,23 +420,23 @@ mod tests {
         assert!(MapValue::decode(&[0u8; 3]).is_err());
         let h = RangeHistValue {
             rec: RangeRec {
-                end_grain: 9,
-                seq: 3,
+                end_grain: GrainIndex::new(9),
+                seq: seq(3),
                 kind: RangeKind::Hole,
                 reclaimed: false,
             },
-            died_seq: 7,
+            died_seq: seq(7),
         };
         assert_eq!(RangeHistValue::decode(&h.encode()).unwrap(), h);
     }
 
     #[test]
     fn visibility_is_a_half_open_interval() {
-        let seqs = [10, 20, 30];
-        assert!(visible_to_any(&seqs, 10, 11));
-        assert!(!visible_to_any(&seqs, 11, 20));
-        assert!(visible_to_any(&seqs, 11, 21));
-        assert!(!visible_to_any(&seqs, 31, u64::MAX));
-        assert!(!visible_to_any(&[], 0, u64::MAX));
+        let seqs = [seq(10), seq(20), seq(30)];
+        assert!(visible_to_any(&seqs, seq(10), seq(11)));
+        assert!(!visible_to_any(&seqs, seq(11), seq(20)));
+        assert!(visible_to_any(&seqs, seq(11), seq(21)));
+        assert!(!visible_to_any(&seqs, seq(31), SnapshotSeq::MAX));
+        assert!(!visible_to_any(&[], seq(0), SnapshotSeq::MAX));
     }
 }

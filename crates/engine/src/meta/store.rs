@@ -159,7 +159,7 @@ impl Kv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{BlockId, VolumeId};
+    use crate::ids::{BlockId, GrainIndex, VolumeId};
     use crate::meta::schema::MapValue;
 
     fn kv() -> (tempfile::TempDir, Kv) {
@@ -174,24 +174,24 @@ mod tests {
         (dir, kv)
     }
 
-    fn put(kv: &Kv, grain: u64, seq: u64) {
+    fn put(kv: &Kv, grain: GrainIndex, seq: u64) {
         let txn = kv.begin_write().unwrap();
         {
             let mut maps = txn.open_table(schema::MAPPINGS).unwrap();
             let value = MapValue {
                 target: crate::meta::schema::GrainTarget::Pattern(seq),
-                seq,
+                seq: crate::ids::SnapshotSeq::new(seq),
             };
             crate::meta::point_rows::set(&mut maps, VolumeId::new(1), grain, value).unwrap();
         }
         kv.commit(txn, ChangedMappings::Everything).unwrap();
     }
 
-    fn seq_of(view: &ReadView, grain: u64) -> Option<u64> {
+    fn seq_of(view: &ReadView, grain: GrainIndex) -> Option<u64> {
         let found = crate::meta::point_rows::range(view.maps(), VolumeId::new(1), grain, grain + 1)
             .unwrap()
             .next()?;
-        Some(found.unwrap().2.seq)
+        Some(found.unwrap().2.seq.get())
     }
 
     /// A read whose view is taken as a transaction commits (labelled with the
@@ -239,7 +239,7 @@ mod tests {
                     seq: st.take_seq(),
                     target: GrainTarget::Pattern(7),
                 };
-                st.set_mapping(t, id, 0, value, &[])
+                st.set_mapping(t, id, GrainIndex::new(0), value, &[])
             })
             .unwrap();
         drop(ws);
@@ -258,18 +258,27 @@ mod tests {
     #[test]
     fn a_commit_ends_the_shared_view() {
         let (_dir, kv) = kv();
-        put(&kv, 7, 1);
+        let grain = GrainIndex::new(7);
+        put(&kv, grain, 1);
         let first = kv.read_view().unwrap();
         let again = kv.read_view().unwrap();
         assert!(Arc::ptr_eq(&first, &again), "shared between commits");
-        assert_eq!(seq_of(&first, 7), Some(1));
-        put(&kv, 7, 2);
+        assert_eq!(seq_of(&first, grain), Some(1));
+        put(&kv, grain, 2);
         let after = kv.read_view().unwrap();
         assert!(
             !Arc::ptr_eq(&first, &after),
             "a fresh view after the commit"
         );
-        assert_eq!(seq_of(&after, 7), Some(2), "the fresh view sees the commit");
-        assert_eq!(seq_of(&first, 7), Some(1), "a held view keeps its state");
+        assert_eq!(
+            seq_of(&after, grain),
+            Some(2),
+            "the fresh view sees the commit"
+        );
+        assert_eq!(
+            seq_of(&first, grain),
+            Some(1),
+            "a held view keeps its state"
+        );
     }
 }

@@ -152,13 +152,13 @@ impl<'a> Filler<'a> {
     pub(crate) fn fill(
         &mut self,
         reader: &mut Reader,
-        from: u64,
-        to: u64,
+        from: crate::ids::GrainIndex,
+        to: crate::ids::GrainIndex,
         content: Fill,
     ) -> Result<()> {
         let end_bytes = self.offset_bytes + self.buf.len() as u64;
-        let run_from = (from * GRAIN_BYTES).max(self.offset_bytes);
-        let run_to = (to * GRAIN_BYTES).min(end_bytes);
+        let run_from = (from.get() * GRAIN_BYTES).max(self.offset_bytes);
+        let run_to = (to.get() * GRAIN_BYTES).min(end_bytes);
         let out_at = (run_from - self.offset_bytes) as usize;
         let out_len = (run_to - run_from) as usize;
         let in_grain = (run_from % GRAIN_BYTES) as usize;

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use redb::ReadableTable;
 
+use crate::ids::{GrainIndex, SnapshotSeq};
 use crate::meta::schema::{self, kv_error, HistValue, RangeKind};
 use crate::space::container::ContainerShared;
 use crate::write::transaction::Death;
@@ -72,9 +73,9 @@ const MAX_BUSY_PAUSE: Duration = Duration::from_millis(50);
 /// exact; the cursor lives in memory, and after a restart reclaim starts the
 /// record over.
 pub(crate) struct RangeCursor {
-    start: u64,
+    start: GrainIndex,
     range: schema::RangeRec,
-    next_grain: u64,
+    next_grain: GrainIndex,
 }
 
 impl RangeCursor {
@@ -82,9 +83,9 @@ impl RangeCursor {
     /// cursor for this very record says otherwise.
     fn resume(
         cursor: &parking_lot::Mutex<Option<RangeCursor>>,
-        start: u64,
+        start: GrainIndex,
         range: schema::RangeRec,
-    ) -> u64 {
+    ) -> GrainIndex {
         match &*cursor.lock() {
             Some(c) if c.start == start && c.range == range => {
                 assert!(start <= c.next_grain && c.next_grain < range.end_grain);
@@ -97,9 +98,9 @@ impl RangeCursor {
     /// Records how far a step got (`None`: the record is finished).
     fn save(
         cursor: &parking_lot::Mutex<Option<RangeCursor>>,
-        start: u64,
+        start: GrainIndex,
         range: schema::RangeRec,
-        next_grain: Option<u64>,
+        next_grain: Option<GrainIndex>,
     ) {
         *cursor.lock() = next_grain.map(|next_grain| RangeCursor {
             start,
@@ -432,7 +433,7 @@ impl Engine {
     fn reclaim_range_step(
         &self,
         vol: &crate::VolumeShared,
-        start: u64,
+        start: GrainIndex,
         range: schema::RangeRec,
         limit: usize,
     ) -> Result<u64> {
@@ -500,7 +501,7 @@ impl Engine {
     fn finish_range(
         &self,
         vol: &crate::VolumeShared,
-        start: u64,
+        start: GrainIndex,
         range: schema::RangeRec,
     ) -> Result<()> {
         let mut view = vol.view.write();
@@ -515,16 +516,16 @@ impl Engine {
         };
         self.transact(&mut ws, false, |st, t, _| {
             if range.kind == RangeKind::Hole {
-                if schema::visible_to_any(&snapshot_seqs, range.seq, u64::MAX) {
+                if schema::visible_to_any(&snapshot_seqs, range.seq, SnapshotSeq::MAX) {
                     let died = st.take_seq();
                     st.keep_range_history(t, vol.id, start, range, died)?;
                 }
                 t.ranges()?
-                    .remove((vol.id.get(), start))
+                    .remove((vol.id.get(), start.get()))
                     .map_err(kv_error)?;
             } else {
                 t.ranges()?
-                    .insert((vol.id.get(), start), &finished.encode()[..])
+                    .insert((vol.id.get(), start.get()), &finished.encode()[..])
                     .map_err(kv_error)?;
             }
             Ok(())
@@ -546,11 +547,11 @@ impl Engine {
         let mut released = 0;
         let finished = self.transact_deferred(&mut ws, limit as u64, false, |st, t, _| {
             let everything = Death {
-                seq: u64::MAX,
+                seq: SnapshotSeq::MAX,
                 snapshot_seqs: &[],
             };
-            let grains =
-                st.remove_mappings_in(t, volume, (0, u64::MAX), limit, everything, |_| true)?;
+            let all = (GrainIndex::new(0), GrainIndex::MAX);
+            let grains = st.remove_mappings_in(t, volume, all, limit, everything, |_| true)?;
             released = grains.len() as u64;
             self.stats
                 .reclaimed_mappings
@@ -721,7 +722,9 @@ mod tests {
         let first_unreclaimed = || {
             let shared = engine.shared_volume("dst").unwrap();
             let view = shared.view.read();
-            view.ranges.first_unreclaimed().map(|(start, _)| start)
+            view.ranges
+                .first_unreclaimed()
+                .map(|(start, _)| start.get())
         };
         for step in 0..4 {
             let at = step * 2 * GRAIN_BYTES;

@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::ids::GrainIndex;
+
 const BITMAP_CHUNK_GRAINS: u64 = 8192;
 const WORDS: usize = (BITMAP_CHUNK_GRAINS / 64) as usize;
 const _: () = assert!(
@@ -53,13 +55,14 @@ impl DataBitmap {
     /// Grows or shrinks; bits beyond a shrink are dropped.
     pub fn resize(&mut self, grains: u64) {
         if grains < self.grains {
-            self.set_range(grains, self.grains, false);
+            self.set_grains(grains, self.grains, false);
         }
         self.grains = grains;
         debug_assert!(self.check_invariants().is_ok());
     }
 
-    pub fn get(&self, grain: u64) -> bool {
+    pub fn get(&self, grain: GrainIndex) -> bool {
+        let grain = grain.get();
         assert!(grain < self.grains);
         let chunk = grain / BITMAP_CHUNK_GRAINS;
         match self.partial.get(&chunk) {
@@ -71,13 +74,18 @@ impl DataBitmap {
         }
     }
 
-    pub fn set(&mut self, grain: u64, value: bool) {
+    pub fn set(&mut self, grain: GrainIndex, value: bool) {
         self.set_range(grain, grain + 1, value);
     }
 
     /// Sets or clears [start, end): the whole chunks inside in one step, the
     /// partial ones at either end bit by bit.
-    pub fn set_range(&mut self, start: u64, end: u64, value: bool) {
+    pub fn set_range(&mut self, start: GrainIndex, end: GrainIndex, value: bool) {
+        self.set_grains(start.get(), end.get(), value);
+    }
+
+    /// [`DataBitmap::set_range`] of grains as the bits' numbers.
+    fn set_grains(&mut self, start: u64, end: u64, value: bool) {
         assert!(start <= end && end <= self.grains);
         let mut grain = start;
         // At most a head, a run of whole chunks and a tail.
@@ -100,18 +108,25 @@ impl DataBitmap {
         assert!(grain >= end, "a range is a head, whole chunks and a tail");
     }
 
-    /// Copies `len` bits of `source` starting at `source_start` to `start`: what a
+    /// Copies `len_grains` bits of `source` starting at `source_start` to `start`: what a
     /// clone or range copy inherits. Costs a step per full run and per partial
     /// chunk of the source range, whatever the alignment: the range is cleared,
     /// then what is set in the source is set again here.
-    pub fn copy_from(&mut self, source: &DataBitmap, source_start: u64, start: u64, len: u64) {
-        let len = len
+    pub fn copy_from(
+        &mut self,
+        source: &DataBitmap,
+        source_start: GrainIndex,
+        start: GrainIndex,
+        len_grains: u64,
+    ) {
+        let (source_start, start) = (source_start.get(), start.get());
+        let len = len_grains
             .min(self.grains.saturating_sub(start))
             .min(source.grains.saturating_sub(source_start));
         if len == 0 {
             return;
         }
-        self.set_range(start, start + len, false);
+        self.set_grains(start, start + len, false);
         let source_end = source_start + len;
         let shift = |grain: u64| grain - source_start + start;
         let first_chunk = source_start / BITMAP_CHUNK_GRAINS;
@@ -119,7 +134,7 @@ impl DataBitmap {
         for (run_start, run_end) in source.full_runs_within(first_chunk, end_chunk) {
             let from = (run_start * BITMAP_CHUNK_GRAINS).max(source_start);
             let to = (run_end * BITMAP_CHUNK_GRAINS).min(source_end);
-            self.set_range(shift(from), shift(to), true);
+            self.set_grains(shift(from), shift(to), true);
         }
         let mut run_bits = Vec::with_capacity(WORDS + 1);
         for (&chunk, partial) in source.partial.range(first_chunk..end_chunk) {
@@ -364,19 +379,23 @@ fn low_mask(width: u64) -> u64 {
 mod tests {
     use super::*;
 
+    fn at(grain: u64) -> GrainIndex {
+        GrainIndex::new(grain)
+    }
+
     #[test]
     fn counts_follow_sets_and_ranges() {
         let mut b = DataBitmap::new(3 * BITMAP_CHUNK_GRAINS + 5);
-        b.set(1, true);
-        b.set(1, true);
-        b.set(BITMAP_CHUNK_GRAINS * 3 + 4, true);
+        b.set(at(1), true);
+        b.set(at(1), true);
+        b.set(at(BITMAP_CHUNK_GRAINS * 3 + 4), true);
         assert_eq!(b.count(), 2);
-        b.set_range(10, BITMAP_CHUNK_GRAINS * 2 + 3, true);
+        b.set_range(at(10), at(BITMAP_CHUNK_GRAINS * 2 + 3), true);
         assert_eq!(b.count(), 1 + (BITMAP_CHUNK_GRAINS * 2 + 3 - 10) + 1);
-        assert!(b.get(BITMAP_CHUNK_GRAINS + 7));
-        b.set_range(0, 3 * BITMAP_CHUNK_GRAINS + 5, false);
+        assert!(b.get(at(BITMAP_CHUNK_GRAINS + 7)));
+        b.set_range(at(0), at(3 * BITMAP_CHUNK_GRAINS + 5), false);
         assert_eq!(b.count(), 0);
-        b.set_range(0, 3 * BITMAP_CHUNK_GRAINS, true);
+        b.set_range(at(0), at(3 * BITMAP_CHUNK_GRAINS), true);
         b.resize(BITMAP_CHUNK_GRAINS + 1);
         assert_eq!(b.count(), BITMAP_CHUNK_GRAINS + 1);
     }
@@ -384,22 +403,22 @@ mod tests {
     #[test]
     fn copies_ranges_aligned_and_not() {
         let mut source = DataBitmap::new(4 * BITMAP_CHUNK_GRAINS);
-        source.set_range(0, BITMAP_CHUNK_GRAINS, true);
-        source.set(BITMAP_CHUNK_GRAINS + 3, true);
+        source.set_range(at(0), at(BITMAP_CHUNK_GRAINS), true);
+        source.set(at(BITMAP_CHUNK_GRAINS + 3), true);
         let mut copy = DataBitmap::new(4 * BITMAP_CHUNK_GRAINS);
-        copy.copy_from(&source, 0, 0, 4 * BITMAP_CHUNK_GRAINS);
+        copy.copy_from(&source, at(0), at(0), 4 * BITMAP_CHUNK_GRAINS);
         assert_eq!(copy.count(), source.count());
-        assert!(copy.get(BITMAP_CHUNK_GRAINS + 3) && !copy.get(BITMAP_CHUNK_GRAINS + 4));
+        assert!(copy.get(at(BITMAP_CHUNK_GRAINS + 3)) && !copy.get(at(BITMAP_CHUNK_GRAINS + 4)));
         let mut shifted = DataBitmap::new(4 * BITMAP_CHUNK_GRAINS);
-        shifted.copy_from(&source, BITMAP_CHUNK_GRAINS, 7, 10);
+        shifted.copy_from(&source, at(BITMAP_CHUNK_GRAINS), at(7), 10);
         assert_eq!(shifted.count(), 1);
-        assert!(shifted.get(10));
+        assert!(shifted.get(at(10)));
     }
 
     /// Bit-by-bit reference for `copy_from`.
     fn copy_naive(dst: &mut DataBitmap, src: &DataBitmap, from: u64, to: u64, len: u64) {
         for i in 0..len {
-            dst.set(to + i, src.get(from + i));
+            dst.set(at(to + i), src.get(at(from + i)));
         }
     }
 
@@ -416,32 +435,36 @@ mod tests {
         for case in 0..200 {
             // Sources with empty, full and mixed chunks.
             let mut source = DataBitmap::new(grains);
-            source.set_range(BITMAP_CHUNK_GRAINS, 2 * BITMAP_CHUNK_GRAINS, true);
+            source.set_range(at(BITMAP_CHUNK_GRAINS), at(2 * BITMAP_CHUNK_GRAINS), true);
             for _ in 0..(next() % 3000) {
                 let g = next() % grains;
-                source.set(g, next() % 2 == 0);
+                source.set(at(g), next() % 2 == 0);
             }
             let mut expected = DataBitmap::new(grains);
             if case % 2 == 0 {
-                expected.set_range(0, grains, true);
+                expected.set_range(at(0), at(grains), true);
             }
             for _ in 0..50 {
                 let g = next() % grains;
-                expected.set(g, next() % 2 == 0);
+                expected.set(at(g), next() % 2 == 0);
             }
             let mut got = expected.clone();
             let from = next() % grains;
             let to = next() % grains;
             let len = next() % (grains - from.max(to) + 1);
             copy_naive(&mut expected, &source, from, to, len);
-            got.copy_from(&source, from, to, len);
+            got.copy_from(&source, at(from), at(to), len);
             assert_eq!(
                 got.count(),
                 expected.count(),
                 "case {case}: {from} -> {to} x {len}"
             );
             for g in 0..grains {
-                assert_eq!(got.get(g), expected.get(g), "case {case}: grain {g}");
+                assert_eq!(
+                    got.get(at(g)),
+                    expected.get(at(g)),
+                    "case {case}: grain {g}"
+                );
             }
             got.check_invariants().unwrap();
         }
@@ -450,15 +473,16 @@ mod tests {
     #[test]
     fn ranges_within_a_chunk_set_exactly_their_bits() {
         let mut b = DataBitmap::new(BITMAP_CHUNK_GRAINS);
-        b.set_range(3, 200, true);
-        b.set_range(64, 128, false);
+        b.set_range(at(3), at(200), true);
+        b.set_range(at(64), at(128), false);
         assert_eq!(b.count(), 197 - 64);
-        assert!(b.get(3) && b.get(63) && !b.get(64) && !b.get(127) && b.get(128) && b.get(199));
-        assert!(!b.get(2) && !b.get(200));
-        b.set_range(0, BITMAP_CHUNK_GRAINS, true);
+        assert!(b.get(at(3)) && b.get(at(63)) && !b.get(at(64)));
+        assert!(!b.get(at(127)) && b.get(at(128)) && b.get(at(199)));
+        assert!(!b.get(at(2)) && !b.get(at(200)));
+        b.set_range(at(0), at(BITMAP_CHUNK_GRAINS), true);
         assert!(b.is_full(0) && b.partial.is_empty());
-        b.set_range(5, 6, false);
-        b.set_range(5, 6, true);
+        b.set_range(at(5), at(6), false);
+        b.set_range(at(5), at(6), true);
         assert!(
             b.is_full(0) && b.partial.is_empty(),
             "a full chunk is kept as full"
@@ -473,19 +497,19 @@ mod tests {
         let grains = (1u64 << 50) / 4096;
         let mut b = DataBitmap::new(grains);
         assert_eq!(b.stored_entries(), 0);
-        b.set_range(0, grains, true);
+        b.set_range(at(0), at(grains), true);
         assert_eq!((b.count(), b.stored_entries()), (grains, 1));
-        b.set(grains / 2 + 3, false);
+        b.set(at(grains / 2 + 3), false);
         assert_eq!((b.count(), b.stored_entries()), (grains - 1, 3));
-        b.set(grains / 2 + 3, true);
+        b.set(at(grains / 2 + 3), true);
         assert_eq!(b.stored_entries(), 1, "the split runs merge again");
         let mut copy = DataBitmap::new(grains);
-        copy.copy_from(&b, 5, 0, grains - 5);
+        copy.copy_from(&b, at(5), at(0), grains - 5);
         assert_eq!(copy.count(), grains - 5);
         assert!(copy.stored_entries() <= 3, "{}", copy.stored_entries());
         copy.resize(grains / 3);
         assert_eq!(copy.count(), grains / 3);
-        copy.set_range(0, grains / 3, false);
+        copy.set_range(at(0), at(grains / 3), false);
         assert_eq!((copy.count(), copy.stored_entries()), (0, 0));
         b.check_invariants().unwrap();
         copy.check_invariants().unwrap();
@@ -497,12 +521,12 @@ mod tests {
     fn full_runs_merge_and_split() {
         let c = BITMAP_CHUNK_GRAINS;
         let mut b = DataBitmap::new(10 * c);
-        b.set_range(0, 2 * c, true);
-        b.set_range(4 * c, 6 * c, true);
+        b.set_range(at(0), at(2 * c), true);
+        b.set_range(at(4 * c), at(6 * c), true);
         assert_eq!(b.full_runs.len(), 2);
-        b.set_range(2 * c, 4 * c, true);
+        b.set_range(at(2 * c), at(4 * c), true);
         assert_eq!(b.full_runs.iter().collect::<Vec<_>>(), [(&0, &6)]);
-        b.set_range(c + 1, 5 * c - 1, false);
+        b.set_range(at(c + 1), at(5 * c - 1), false);
         assert_eq!(b.full_runs.iter().collect::<Vec<_>>(), [(&0, &1), (&5, &6)]);
         assert_eq!(b.partial.len(), 2);
         assert_eq!(b.count(), 2 * c + 2);

@@ -7,10 +7,12 @@
 //! destination offsets differ in alignment within a grain is copied as data, in
 //! bounded chunks, read from the pin so it is still a point-in-time copy.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::{GrainIndex, SnapshotSeq};
 use crate::meta::schema::RangeKind;
 use crate::units::check_range;
 use crate::units::grains_of;
@@ -21,7 +23,7 @@ use crate::{Engine, EngineError, Provisioning, Result, VolumeInfo, VolumeShared,
 /// for eagerzeroedthick, a reference for a clone).
 pub(crate) struct Initial<'a> {
     pub kind: RangeKind,
-    pub bits_from: Option<(&'a VolumeShared, u64)>,
+    pub bits_from: Option<(&'a VolumeShared, GrainIndex)>,
 }
 
 /// Bytes moved per step when a copy has to move data.
@@ -52,7 +54,7 @@ impl Engine {
                 }
                 let live = self.shared_volume(volume).ok();
                 let current = live.as_ref().filter(|v| {
-                    snapshot.seq >= v.last_change_seq.load(std::sync::atomic::Ordering::SeqCst)
+                    snapshot.seq >= SnapshotSeq::new(v.last_change_seq.load(Ordering::SeqCst))
                 });
                 Ok((snapshot.clone(), current.cloned()))
             }
@@ -95,7 +97,7 @@ impl Engine {
                 snapshot: snapshot.id,
                 delta: 0,
             },
-            bits_from: current.as_deref().map(|v| (v, 0)),
+            bits_from: current.as_deref().map(|v| (v, GrainIndex::new(0))),
         };
         let container = match container {
             Some(c) => c,
@@ -112,12 +114,17 @@ impl Engine {
 
     /// Refuses a reference that would make reads follow too long a chain.
     fn check_ref_depth(&self, snapshot: &SnapshotShared) -> Result<()> {
-        self.check_ref_depth_in(snapshot, 0, u64::MAX)
+        self.check_ref_depth_in(snapshot, GrainIndex::new(0), GrainIndex::MAX)
     }
 
     /// Same, counting only the references that overlap grains [first, end) of
     /// the snapshot — the ones a copy of that range can reach.
-    fn check_ref_depth_in(&self, snapshot: &SnapshotShared, first: u64, end: u64) -> Result<()> {
+    fn check_ref_depth_in(
+        &self,
+        snapshot: &SnapshotShared,
+        first: GrainIndex,
+        end: GrainIndex,
+    ) -> Result<()> {
         let mut memo = std::collections::HashMap::new();
         let mut depth = 0;
         for (_, rec) in snapshot.ranges.overlapping(first, end) {
@@ -220,13 +227,13 @@ impl Engine {
             return Ok(report);
         }
         let source_grains = (
-            source_offset_bytes / GRAIN_BYTES,
-            (source_offset_bytes + length_bytes).div_ceil(GRAIN_BYTES),
+            GrainIndex::new(source_offset_bytes / GRAIN_BYTES),
+            GrainIndex::new((source_offset_bytes + length_bytes).div_ceil(GRAIN_BYTES)),
         );
         self.check_ref_depth_in(&pin, source_grains.0, source_grains.1)?;
         let end_bytes = destination_offset_bytes + length_bytes;
-        let first_whole = destination_offset_bytes.div_ceil(GRAIN_BYTES);
-        let end_whole = end_bytes / GRAIN_BYTES;
+        let first_whole = GrainIndex::new(destination_offset_bytes.div_ceil(GRAIN_BYTES));
+        let end_whole = GrainIndex::new(end_bytes / GRAIN_BYTES);
         if first_whole >= end_whole {
             self.copy_data(
                 &pin,
@@ -238,8 +245,8 @@ impl Engine {
             report.data_bytes = length_bytes;
             return Ok(report);
         }
-        let head_bytes = first_whole * GRAIN_BYTES - destination_offset_bytes;
-        let tail_bytes = end_bytes - end_whole * GRAIN_BYTES;
+        let head_bytes = first_whole.get() * GRAIN_BYTES - destination_offset_bytes;
+        let tail_bytes = end_bytes - end_whole.get() * GRAIN_BYTES;
         if head_bytes > 0 {
             self.copy_data(
                 &pin,
@@ -259,16 +266,13 @@ impl Engine {
                 tail_bytes,
             )?;
         }
-        let source_first = (source_offset_bytes + head_bytes) / GRAIN_BYTES;
+        let source_first = GrainIndex::new((source_offset_bytes + head_bytes) / GRAIN_BYTES);
         let kind = RangeKind::Ref {
             snapshot: pin.id,
-            delta: source_first.wrapping_sub(first_whole),
+            delta: source_first.get().wrapping_sub(first_whole.get()),
         };
-        let bits_from = (pin.seq
-            >= src
-                .last_change_seq
-                .load(std::sync::atomic::Ordering::SeqCst))
-        .then_some((src.as_ref(), source_first));
+        let last_change = SnapshotSeq::new(src.last_change_seq.load(Ordering::SeqCst));
+        let bits_from = (pin.seq >= last_change).then_some((src.as_ref(), source_first));
         self.insert_range(&dst, first_whole, end_whole, kind, bits_from)?;
         report.referenced_bytes = (end_whole - first_whole) * GRAIN_BYTES;
         report.data_bytes = head_bytes + tail_bytes;
@@ -340,13 +344,16 @@ impl Engine {
         if vol.view.read().size_bytes != source.size_bytes {
             self.resize_volume(volume, source.size_bytes)?;
         }
-        let grains = grains_of(source.size_bytes);
+        let (first, end) = (
+            GrainIndex::new(0),
+            GrainIndex::new(grains_of(source.size_bytes)),
+        );
         let kind = RangeKind::Ref {
             snapshot: source.id,
             delta: 0,
         };
         crate::testing::sync_points::at(crate::testing::sync_points::Point::RevertBeforeRecord);
-        Self::check_range_quota(&vol, 0, grains, kind)?;
+        Self::check_range_quota(&vol, first, end, kind)?;
         // The size and the record under one hold of the view: a resize in
         // between would leave the volume reverted at another size.
         let mut view = vol.view.write();
@@ -355,7 +362,7 @@ impl Engine {
                 "volume {volume} was resized while being reverted to {full}; try again"
             )));
         }
-        self.insert_range_locked(&vol, &mut view, 0, grains, kind, None)?;
+        self.insert_range_locked(&vol, &mut view, first, end, kind, None)?;
         drop(view);
         self.scheduler.wake();
         self.flush()?;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use redb::ReadableTable;
 
+use crate::ids::{GrainIndex, SnapshotSeq};
 use crate::meta::schema::{self, kv_error, HistValue, RangeHistValue};
 use crate::units::{grains_of, now_unix_s};
 use crate::versions::snapshot::SnapshotShared;
@@ -28,14 +29,14 @@ const SWEEP_BATCH: usize = 256;
 /// the point history and of the range history, `None` once that table is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SweepCursor {
-    pub points: Option<(u64, u64)>,
-    pub ranges: Option<(u64, u64)>,
+    pub points: Option<(GrainIndex, SnapshotSeq)>,
+    pub ranges: Option<(GrainIndex, SnapshotSeq)>,
 }
 
 impl SweepCursor {
     pub const START: SweepCursor = SweepCursor {
-        points: Some((0, 0)),
-        ranges: Some((0, 0)),
+        points: Some((GrainIndex::new(0), SnapshotSeq::new(0))),
+        ranges: Some((GrainIndex::new(0), SnapshotSeq::new(0))),
     };
 }
 
@@ -316,8 +317,9 @@ impl Engine {
     }
 
     /// The seqs of a volume's snapshots (pins included), in order.
-    fn sorted_snapshot_seqs(&self, volume_id: crate::ids::VolumeId) -> Vec<u64> {
-        let mut seqs: Vec<u64> = self.snapshots_of(volume_id).iter().map(|s| s.seq).collect();
+    fn sorted_snapshot_seqs(&self, volume_id: crate::ids::VolumeId) -> Vec<SnapshotSeq> {
+        let mut seqs: Vec<SnapshotSeq> =
+            self.snapshots_of(volume_id).iter().map(|s| s.seq).collect();
         seqs.sort_unstable();
         seqs
     }
@@ -475,12 +477,16 @@ impl Engine {
                 let mut last = None;
                 for item in t
                     .history()?
-                    .range((volume.get(), from.0, from.1)..=(volume.get(), u64::MAX, u64::MAX))
+                    .range(
+                        (volume.get(), from.0.get(), from.1.get())
+                            ..=(volume.get(), u64::MAX, u64::MAX),
+                    )
                     .map_err(kv_error)?
                     .take(SWEEP_BATCH)
                 {
                     let (key, value) = item.map_err(kv_error)?;
                     let (_, grain, version) = key.value();
+                    let (grain, version) = (GrainIndex::new(grain), SnapshotSeq::new(version));
                     let hist = HistValue::decode(value.value())?;
                     last = Some((grain, version));
                     if !schema::visible_to_any(&seqs, version, hist.died_seq) {
@@ -489,7 +495,7 @@ impl Engine {
                 }
                 for (grain, version, target) in &dead {
                     t.history()?
-                        .remove((volume.get(), *grain, *version))
+                        .remove((volume.get(), grain.get(), version.get()))
                         .map_err(kv_error)?;
                     st.release_history(t, *target)?;
                 }
@@ -502,12 +508,16 @@ impl Engine {
                 let mut last = None;
                 for item in t
                     .range_history()?
-                    .range((volume.get(), from.0, from.1)..=(volume.get(), u64::MAX, u64::MAX))
+                    .range(
+                        (volume.get(), from.0.get(), from.1.get())
+                            ..=(volume.get(), u64::MAX, u64::MAX),
+                    )
                     .map_err(kv_error)?
                     .take(SWEEP_BATCH)
                 {
                     let (key, value) = item.map_err(kv_error)?;
                     let (_, start, seq) = key.value();
+                    let (start, seq) = (GrainIndex::new(start), SnapshotSeq::new(seq));
                     let kept = RangeHistValue::decode(value.value())?;
                     last = Some((start, seq));
                     if !schema::visible_to_any(&seqs, kept.rec.seq, kept.died_seq) {
@@ -516,7 +526,7 @@ impl Engine {
                 }
                 for (start, seq) in dead {
                     t.range_history()?
-                        .remove((volume.get(), start, seq))
+                        .remove((volume.get(), start.get(), seq.get()))
                         .map_err(kv_error)?;
                 }
                 next.ranges = last.and_then(|(g, v)| successor(g, v));
@@ -540,11 +550,14 @@ impl Engine {
     }
 }
 
-/// The key after (a, b) in (u64, u64) order, if any.
-fn successor(a: u64, b: u64) -> Option<(u64, u64)> {
-    match b.checked_add(1) {
-        Some(b) => Some((a, b)),
-        None => a.checked_add(1).map(|a| (a, 0)),
+/// The key after (grain, seq) in the history tables' order, if any.
+fn successor(grain: GrainIndex, seq: SnapshotSeq) -> Option<(GrainIndex, SnapshotSeq)> {
+    match seq.get().checked_add(1) {
+        Some(seq) => Some((grain, SnapshotSeq::new(seq))),
+        None => grain
+            .get()
+            .checked_add(1)
+            .map(|grain| (GrainIndex::new(grain), SnapshotSeq::new(0))),
     }
 }
 

@@ -10,15 +10,17 @@
 //! pin lock is shared with it). The indices answer each in O(log n) or O(1).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
+use crate::ids::GrainIndex;
 use crate::meta::schema::RangeRec;
 
 #[derive(Debug, Default, Clone)]
 pub struct RangeMap {
     /// start grain → record (end grain inside).
-    by_start: BTreeMap<u64, RangeRec>,
+    by_start: BTreeMap<GrainIndex, RangeRec>,
     /// Starts of the records not yet reclaimed.
-    unreclaimed: BTreeSet<u64>,
+    unreclaimed: BTreeSet<GrainIndex>,
     /// Grains those records cover.
     unreclaimed_grains: u64,
     /// Snapshot id → how many records reference it.
@@ -28,13 +30,13 @@ pub struct RangeMap {
 /// What an insert changed, so the caller can mirror it in the KV store.
 #[derive(Debug, Default)]
 pub struct RangeEdits {
-    pub removed_starts: Vec<u64>,
-    pub upserted: Vec<(u64, RangeRec)>,
+    pub removed_starts: Vec<GrainIndex>,
+    pub upserted: Vec<(GrainIndex, RangeRec)>,
 }
 
 impl RangeMap {
     /// Puts `rec` at `start` (replacing what was there) and keeps the indices.
-    fn put(&mut self, start: u64, rec: RangeRec) -> Option<RangeRec> {
+    fn put(&mut self, start: GrainIndex, rec: RangeRec) -> Option<RangeRec> {
         assert!(start < rec.end_grain);
         let old = self.by_start.insert(start, rec);
         if let Some(old) = old {
@@ -51,13 +53,13 @@ impl RangeMap {
     }
 
     /// Takes the record at `start` out and keeps the indices.
-    fn take(&mut self, start: u64) -> Option<RangeRec> {
+    fn take(&mut self, start: GrainIndex) -> Option<RangeRec> {
         let old = self.by_start.remove(&start)?;
         self.unindex(start, &old);
         Some(old)
     }
 
-    fn unindex(&mut self, start: u64, old: &RangeRec) {
+    fn unindex(&mut self, start: GrainIndex, old: &RangeRec) {
         if !old.reclaimed {
             assert!(
                 self.unreclaimed.remove(&start),
@@ -88,18 +90,18 @@ impl RangeMap {
     }
 
     /// Loads a record as stored (used at recovery; must not overlap).
-    pub fn load(&mut self, start: u64, rec: RangeRec) {
+    pub fn load(&mut self, start: GrainIndex, rec: RangeRec) {
         self.put(start, rec);
     }
 
     /// The record covering `grain`, with its start.
-    pub fn find(&self, grain: u64) -> Option<(u64, RangeRec)> {
+    pub fn find(&self, grain: GrainIndex) -> Option<(GrainIndex, RangeRec)> {
         let (&start, rec) = self.by_start.range(..=grain).next_back()?;
         (grain < rec.end_grain).then_some((start, *rec))
     }
 
     /// Records overlapping [start, end), in order, clipped to it.
-    pub fn overlapping(&self, start: u64, end: u64) -> Vec<(u64, RangeRec)> {
+    pub fn overlapping(&self, start: GrainIndex, end: GrainIndex) -> Vec<(GrainIndex, RangeRec)> {
         let mut out = Vec::new();
         if let Some((s, rec)) = self.find(start) {
             out.push((
@@ -110,7 +112,10 @@ impl RangeMap {
                 },
             ));
         }
-        for (&s, rec) in self.by_start.range(start.saturating_add(1)..end) {
+        for (&s, rec) in self
+            .by_start
+            .range((Bound::Excluded(start), Bound::Excluded(end)))
+        {
             out.push((
                 s,
                 RangeRec {
@@ -124,7 +129,7 @@ impl RangeMap {
 
     /// Inserts [start, rec.end_grain), cutting what it covers. Cost is proportional
     /// to the number of records it overlaps, never to the grains it covers.
-    pub fn insert(&mut self, start: u64, rec: RangeRec) -> RangeEdits {
+    pub fn insert(&mut self, start: GrainIndex, rec: RangeRec) -> RangeEdits {
         let end = rec.end_grain;
         assert!(start < end);
         let mut edits = RangeEdits::default();
@@ -144,7 +149,7 @@ impl RangeMap {
                 }
             }
         }
-        let covered: Vec<u64> = self.by_start.range(start..end).map(|(&s, _)| s).collect();
+        let covered: Vec<GrainIndex> = self.by_start.range(start..end).map(|(&s, _)| s).collect();
         for s in covered {
             let old = self.take(s).expect("present");
             edits.removed_starts.push(s);
@@ -173,18 +178,18 @@ impl RangeMap {
     }
 
     /// Removes the record starting at `start`.
-    pub fn remove(&mut self, start: u64) -> Option<RangeRec> {
+    pub fn remove(&mut self, start: GrainIndex) -> Option<RangeRec> {
         self.take(start)
     }
 
     /// Replaces the record at `start` (same extent).
-    pub fn replace(&mut self, start: u64, rec: RangeRec) {
+    pub fn replace(&mut self, start: GrainIndex, rec: RangeRec) {
         let old = self.put(start, rec).expect("replacing a present record");
         assert_eq!(old.end_grain, rec.end_grain);
     }
 
     /// The first record not yet reclaimed.
-    pub fn first_unreclaimed(&self) -> Option<(u64, RangeRec)> {
+    pub fn first_unreclaimed(&self) -> Option<(GrainIndex, RangeRec)> {
         let start = *self.unreclaimed.first()?;
         let rec = self.by_start[&start];
         debug_assert!(!rec.reclaimed);
@@ -196,7 +201,7 @@ impl RangeMap {
         self.unreclaimed_grains
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &RangeRec)> {
+    pub fn iter(&self) -> impl Iterator<Item = (GrainIndex, &RangeRec)> {
         self.by_start.iter().map(|(&s, r)| (s, r))
     }
 }
@@ -205,7 +210,7 @@ impl RangeMap {
     /// A map holding only the records overlapping [start, end) (and the one just
     /// before, which an insert may cut): enough to plan an insert's edits without
     /// touching the live map until the commit succeeded.
-    pub fn clone_overlapping(&self, start: u64, end: u64) -> RangeMap {
+    pub fn clone_overlapping(&self, start: GrainIndex, end: GrainIndex) -> RangeMap {
         let mut out = RangeMap::default();
         if let Some((s, rec)) = self.find(start) {
             out.put(s, rec);
@@ -217,9 +222,9 @@ impl RangeMap {
     }
 
     /// Start of the first record beginning after `grain`.
-    pub fn next_start_after(&self, grain: u64) -> Option<u64> {
+    pub fn next_start_after(&self, grain: GrainIndex) -> Option<GrainIndex> {
         self.by_start
-            .range(grain.saturating_add(1)..)
+            .range((Bound::Excluded(grain), Bound::Unbounded))
             .next()
             .map(|(&s, _)| s)
     }
@@ -230,10 +235,14 @@ mod tests {
     use super::*;
     use crate::meta::schema::RangeKind;
 
+    fn g(index: u64) -> GrainIndex {
+        GrainIndex::new(index)
+    }
+
     fn rec(end: u64, seq: u64) -> RangeRec {
         RangeRec {
-            end_grain: end,
-            seq,
+            end_grain: g(end),
+            seq: crate::ids::SnapshotSeq::new(seq),
             kind: RangeKind::Hole,
             reclaimed: false,
         }
@@ -242,31 +251,34 @@ mod tests {
     #[test]
     fn insert_cuts_overlaps() {
         let mut map = RangeMap::default();
-        map.insert(0, rec(100, 1));
-        map.insert(40, rec(60, 2));
+        map.insert(g(0), rec(100, 1));
+        map.insert(g(40), rec(60, 2));
         assert_eq!(map.len(), 3);
-        assert_eq!(map.find(10).unwrap().1.seq, 1);
-        assert_eq!(map.find(50).unwrap().1.seq, 2);
-        assert_eq!(map.find(70), Some((60, rec(100, 1))));
-        map.insert(30, rec(80, 3));
-        let got: Vec<_> = map.iter().map(|(s, r)| (s, r.end_grain, r.seq)).collect();
+        assert_eq!(map.find(g(10)).unwrap().1.seq.get(), 1);
+        assert_eq!(map.find(g(50)).unwrap().1.seq.get(), 2);
+        assert_eq!(map.find(g(70)), Some((g(60), rec(100, 1))));
+        map.insert(g(30), rec(80, 3));
+        let got: Vec<_> = map
+            .iter()
+            .map(|(s, r)| (s.get(), r.end_grain.get(), r.seq.get()))
+            .collect();
         assert_eq!(got, vec![(0, 30, 1), (30, 80, 3), (80, 100, 1)]);
-        assert_eq!(map.find(100), None);
-        let over = map.overlapping(20, 90);
+        assert_eq!(map.find(g(100)), None);
+        let over = map.overlapping(g(20), g(90));
         assert_eq!(over.len(), 3);
-        assert_eq!(over[0].0, 20);
-        assert_eq!(over[2].1.end_grain, 90);
+        assert_eq!(over[0].0, g(20));
+        assert_eq!(over[2].1.end_grain, g(90));
     }
 
     #[test]
     fn planned_edits_applied_equal_a_direct_insert() {
         let mut live = RangeMap::default();
         for (s, e, q) in [(0, 10, 1), (20, 30, 2), (40, 50, 3), (60, 70, 4)] {
-            live.insert(s, rec(e, q));
+            live.insert(g(s), rec(e, q));
         }
         let mut direct = live.clone();
-        direct.insert(5, rec(45, 9));
-        let edits = live.clone_overlapping(5, 45).insert(5, rec(45, 9));
+        direct.insert(g(5), rec(45, 9));
+        let edits = live.clone_overlapping(g(5), g(45)).insert(g(5), rec(45, 9));
         live.apply(edits);
         let a: Vec<_> = live.iter().map(|(s, r)| (s, *r)).collect();
         let b: Vec<_> = direct.iter().map(|(s, r)| (s, *r)).collect();
@@ -274,7 +286,7 @@ mod tests {
     }
 
     /// The indices, recomputed from every record.
-    fn scanned(map: &RangeMap) -> (Option<u64>, u64, Vec<(u64, u64)>) {
+    fn scanned(map: &RangeMap) -> (Option<GrainIndex>, u64, Vec<(u64, u64)>) {
         let first = map.iter().find(|(_, r)| !r.reclaimed).map(|(s, _)| s);
         let grains = map
             .iter()
@@ -290,7 +302,7 @@ mod tests {
         (first, grains, pins.into_iter().collect())
     }
 
-    fn indexed(map: &RangeMap) -> (Option<u64>, u64, Vec<(u64, u64)>) {
+    fn indexed(map: &RangeMap) -> (Option<GrainIndex>, u64, Vec<(u64, u64)>) {
         let pins = map.pins.iter().map(|(&id, &n)| (id, n)).collect();
         (
             map.first_unreclaimed().map(|(s, _)| s),
@@ -299,7 +311,7 @@ mod tests {
         )
     }
 
-    fn any_rec(seed: u64, start: u64) -> RangeRec {
+    fn any_rec(seed: u64, start: GrainIndex) -> RangeRec {
         let kind = match seed % 3 {
             0 => RangeKind::Hole,
             1 => RangeKind::Pattern(seed),
@@ -310,7 +322,7 @@ mod tests {
         };
         RangeRec {
             end_grain: start + 1 + (seed >> 8) % 40,
-            seq: seed,
+            seq: crate::ids::SnapshotSeq::new(seed),
             kind,
             reclaimed: (seed >> 4) & 1 == 0,
         }
@@ -323,6 +335,7 @@ mod tests {
         ) {
             let mut map = RangeMap::default();
             for (op, start, seed) in ops {
+                let start = g(start);
                 match op {
                     0 => {
                         map.insert(start, any_rec(seed, start));
@@ -352,12 +365,12 @@ mod tests {
     #[test]
     fn edits_mirror_the_change() {
         let mut map = RangeMap::default();
-        map.insert(10, rec(20, 1));
-        map.insert(30, rec(40, 1));
-        let edits = map.insert(0, rec(35, 2));
-        assert_eq!(edits.removed_starts, vec![10, 30]);
-        let mut starts: Vec<u64> = edits.upserted.iter().map(|(s, _)| *s).collect();
+        map.insert(g(10), rec(20, 1));
+        map.insert(g(30), rec(40, 1));
+        let edits = map.insert(g(0), rec(35, 2));
+        assert_eq!(edits.removed_starts, vec![g(10), g(30)]);
+        let mut starts: Vec<GrainIndex> = edits.upserted.iter().map(|(s, _)| *s).collect();
         starts.sort();
-        assert_eq!(starts, vec![0, 35]);
+        assert_eq!(starts, vec![g(0), g(35)]);
     }
 }

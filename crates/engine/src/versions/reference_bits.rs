@@ -10,6 +10,7 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::ids::GrainIndex;
 use crate::meta::schema::{self, kv_error, RangeKind};
 use crate::versions::resolve::{Content, Reader, Source};
 use crate::{Engine, Result};
@@ -21,9 +22,9 @@ const BATCH_GRAINS: u64 = 1 << 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PendingBits {
     pub volume: crate::ids::VolumeId,
-    pub start: u64,
-    pub end: u64,
-    pub seq: u64,
+    pub start: GrainIndex,
+    pub end: GrainIndex,
+    pub seq: crate::ids::SnapshotSeq,
 }
 
 impl Engine {
@@ -56,16 +57,16 @@ impl Engine {
     pub(crate) fn queue_reference_bits(&self) {
         for volume in self.named_volumes() {
             let view = volume.view.read();
-            let grains = view.size_bytes.div_ceil(crate::GRAIN_BYTES);
+            let volume_end = GrainIndex::new(view.size_bytes.div_ceil(crate::GRAIN_BYTES));
             for (start, rec) in view.ranges.iter() {
-                if matches!(rec.kind, RangeKind::Ref { .. }) && start < grains {
+                if matches!(rec.kind, RangeKind::Ref { .. }) && start < volume_end {
                     self.version_jobs
                         .bits_pending
                         .lock()
                         .push_back(PendingBits {
                             volume: volume.id,
                             start,
-                            end: rec.end_grain.min(grains),
+                            end: rec.end_grain.min(volume_end),
                             seq: rec.seq,
                         });
                 }
@@ -120,12 +121,12 @@ impl Engine {
         let RangeKind::Ref { snapshot, delta } = record.kind else {
             unreachable!("filtered above");
         };
-        let grains = view.size_bytes.div_ceil(crate::GRAIN_BYTES);
+        let volume_end = GrainIndex::new(view.size_bytes.div_ceil(crate::GRAIN_BYTES));
         let end = job
             .end
             .min(job.start + BATCH_GRAINS)
             .min(record.end_grain)
-            .min(grains);
+            .min(volume_end);
         if job.start >= end {
             return Ok(true);
         }

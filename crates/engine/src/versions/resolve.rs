@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use redb::{ReadOnlyTable, ReadTransaction};
 
+use crate::ids::{GrainIndex, SnapshotSeq};
 use crate::meta::schema::{self, kv_error, GrainTarget, HistValue, MapValue, RangeKind, RangeRec};
 use crate::meta::store::{MapsTable, ReadView};
 use crate::versions::range_map::RangeMap;
@@ -62,10 +63,10 @@ impl Source<'_> {
     }
 
     /// Grains past the end read as holes (a clone grown beyond its source).
-    fn grain_limit(&self) -> u64 {
+    fn grain_limit(&self) -> GrainIndex {
         match self {
-            Source::Live { .. } => u64::MAX,
-            Source::Snapshot(s) => s.size_bytes.div_ceil(crate::GRAIN_BYTES),
+            Source::Live { .. } => GrainIndex::MAX,
+            Source::Snapshot(s) => GrainIndex::new(s.size_bytes.div_ceil(crate::GRAIN_BYTES)),
         }
     }
 }
@@ -206,10 +207,10 @@ impl<'e> Reader<'e> {
     fn live_points(
         &mut self,
         volume: crate::ids::VolumeId,
-        first: u64,
-        end: u64,
+        first: GrainIndex,
+        end: GrainIndex,
         limit: u64,
-    ) -> Result<Vec<(u64, MapValue)>> {
+    ) -> Result<Vec<(GrainIndex, MapValue)>> {
         let mut out = Vec::new();
         if first >= end {
             return Ok(out);
@@ -250,13 +251,13 @@ impl<'e> Reader<'e> {
     fn snapshot_points(
         &mut self,
         snapshot: &SnapshotShared,
-        first: u64,
-        end: u64,
+        first: GrainIndex,
+        end: GrainIndex,
         limit: u64,
-    ) -> Result<Vec<(u64, MapValue)>> {
+    ) -> Result<Vec<(GrainIndex, MapValue)>> {
         let volume = snapshot.volume_id;
         let seq = snapshot.seq;
-        let mut out: Vec<(u64, MapValue)> = self
+        let mut out: Vec<(GrainIndex, MapValue)> = self
             .live_points(volume, first, end, u64::MAX)?
             .into_iter()
             .filter(|(_, v)| v.seq <= seq)
@@ -265,12 +266,13 @@ impl<'e> Reader<'e> {
             self.kv_ops += 1;
             let versions = self
                 .history()?
-                .range((volume.get(), first, 0)..(volume.get(), end, 0))
+                .range((volume.get(), first.get(), 0)..(volume.get(), end.get(), 0))
                 .map_err(kv_error)?;
             for item in versions {
                 let (key, value) = item.map_err(kv_error)?;
                 self.kv_ops += 1;
                 let (_, grain, version) = key.value();
+                let (grain, version) = (GrainIndex::new(grain), SnapshotSeq::new(version));
                 let hist = HistValue::decode(value.value())?;
                 if version <= seq && seq < hist.died_seq {
                     out.push((
@@ -296,11 +298,11 @@ impl<'e> Reader<'e> {
     pub fn runs(
         &mut self,
         source: &Source,
-        first: u64,
-        end: u64,
+        first: GrainIndex,
+        end: GrainIndex,
         limit: u64,
         depth: u32,
-    ) -> Result<(Vec<Run>, u64)> {
+    ) -> Result<(Vec<Run>, GrainIndex)> {
         if depth > MAX_REF_DEPTH {
             return Err(EngineError::Corruption(format!(
                 "more than {MAX_REF_DEPTH} nested references"
@@ -321,12 +323,12 @@ impl<'e> Reader<'e> {
     fn readable_runs(
         &mut self,
         source: &Source,
-        first: u64,
-        end: u64,
+        first: GrainIndex,
+        end: GrainIndex,
         limit: u64,
         depth: u32,
         runs: &mut Vec<Run>,
-    ) -> Result<(u64, u64)> {
+    ) -> Result<(GrainIndex, GrainIndex)> {
         let mut points = match source {
             Source::Live { volume, .. } => self.live_points(*volume, first, end, limit)?,
             Source::Snapshot(s) => self.snapshot_points(s, first, end, limit)?,
@@ -350,7 +352,7 @@ impl<'e> Reader<'e> {
                     let next_point = next.map(|&(g, _)| g).unwrap_or(end).min(end);
                     let range_end = match range {
                         Some((_, r)) => r.end_grain,
-                        None => ranges.next_start_after(grain).unwrap_or(u64::MAX),
+                        None => ranges.next_start_after(grain).unwrap_or(GrainIndex::MAX),
                     };
                     (
                         next_point.min(range_end),
@@ -373,12 +375,12 @@ impl<'e> Reader<'e> {
     fn push_effective(
         &mut self,
         eff: Effective,
-        from: u64,
-        to: u64,
+        from: GrainIndex,
+        to: GrainIndex,
         limit: u64,
         depth: u32,
         runs: &mut Vec<Run>,
-    ) -> Result<u64> {
+    ) -> Result<GrainIndex> {
         match eff {
             Effective::Hole => push(runs, to - from, Content::Hole),
             Effective::Pattern(p) => push(runs, to - from, Content::Pattern(p)),

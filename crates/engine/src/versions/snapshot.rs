@@ -37,7 +37,7 @@ pub struct SnapshotRec {
     pub volume_name: String,
     /// `None` for pins.
     pub name: Option<String>,
-    pub seq: u64,
+    pub seq: crate::ids::SnapshotSeq,
     pub size_bytes: u64,
     pub created_unix_s: u64,
     #[serde(default)]
@@ -59,7 +59,7 @@ pub(crate) struct SnapshotShared {
     pub id: u64,
     pub volume_id: crate::ids::VolumeId,
     pub volume_name: String,
-    pub seq: u64,
+    pub seq: crate::ids::SnapshotSeq,
     pub size_bytes: u64,
     pub created_unix_s: u64,
     /// The volume's range records as they were at `seq`.
@@ -434,7 +434,8 @@ impl Engine {
     /// nothing changed since, else a new pin. The caller holds `pin_lock`.
     pub(crate) fn pin_volume(&self, volume: &Arc<VolumeShared>) -> Result<Arc<SnapshotShared>> {
         let size_bytes = volume.view.read().size_bytes;
-        let last_change = volume.last_change_seq.load(Ordering::SeqCst);
+        let last_change =
+            crate::ids::SnapshotSeq::new(volume.last_change_seq.load(Ordering::SeqCst));
         let newest = self
             .catalog
             .snapshots

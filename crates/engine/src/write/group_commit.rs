@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::ids::GrainIndex;
 use crate::meta::schema::is_data;
 use crate::meta::schema::{GrainTarget, MapValue};
 use crate::write::classify::GrainContent;
@@ -55,7 +56,7 @@ fn joins_batch(batch: &[Arc<WriteJob>], grains: usize, job: &WriteJob) -> bool {
 /// One host write waiting for a commit.
 pub(crate) struct WriteJob {
     volume: Arc<VolumeShared>,
-    first_grain: u64,
+    first_grain: GrainIndex,
     contents: Vec<GrainContent>,
     /// Bytes of segment records its data grains take, if each is stored as a
     /// new block (worked out here, before the writer mutex).
@@ -69,7 +70,7 @@ pub(crate) struct WriteJob {
 impl WriteJob {
     fn new(
         volume: Arc<VolumeShared>,
-        first_grain: u64,
+        first_grain: GrainIndex,
         contents: Vec<GrainContent>,
     ) -> Arc<WriteJob> {
         let (mut record_bytes, mut data_grains) = (0, 0);
@@ -143,7 +144,7 @@ impl Engine {
     pub(crate) fn commit_grains(
         &self,
         volume: Arc<VolumeShared>,
-        first_grain: u64,
+        first_grain: GrainIndex,
         contents: Vec<GrainContent>,
     ) -> Result<()> {
         let job = WriteJob::new(volume, first_grain, contents);
@@ -206,7 +207,7 @@ impl Engine {
         &self,
         ws: &mut WriterState,
         volume: Arc<VolumeShared>,
-        first_grain: u64,
+        first_grain: GrainIndex,
         contents: Vec<GrainContent>,
     ) -> Result<()> {
         let job = WriteJob::new(volume, first_grain, contents);
@@ -360,7 +361,7 @@ impl Engine {
         for (job, job_bits) in batch.iter().zip(bits) {
             job.volume
                 .last_change_seq
-                .store(seq, std::sync::atomic::Ordering::SeqCst);
+                .store(seq.get(), std::sync::atomic::Ordering::SeqCst);
             job.volume.live_mapped.lock().set_range(
                 job.first_grain,
                 job.first_grain + job_bits.len() as u64,
@@ -404,10 +405,10 @@ impl Engine {
 /// What a batch's transaction leaves for after it commits.
 struct BatchEffects {
     /// The sequence number of every write in the batch.
-    seq: u64,
+    seq: crate::ids::SnapshotSeq,
     /// When the batch joins the shared open transaction: its grains, listed
     /// for readers until that transaction commits.
-    pending: Option<Vec<(u64, u64, PendingGrain)>>,
+    pending: Option<Vec<(u64, GrainIndex, PendingGrain)>>,
     /// The blocks its grains were stored in (new or shared).
     stored: Vec<(crate::ids::BlockId, crate::meta::schema::BlockRec)>,
 }
@@ -496,7 +497,11 @@ mod tests {
     /// Queues a one-grain write to `volume` at `grain`, as a writer does
     /// before it waits.
     fn queue_write(engine: &Engine, volume: &Arc<VolumeShared>, grain: u64) -> Arc<WriteJob> {
-        let job = WriteJob::new(volume.clone(), grain, vec![data_grain(grain as u8)]);
+        let job = WriteJob::new(
+            volume.clone(),
+            GrainIndex::new(grain),
+            vec![data_grain(grain as u8)],
+        );
         engine
             .committer
             .write_queue
@@ -608,7 +613,7 @@ mod tests {
         // Queued: small, small, large, large, small, small. Batches: the two
         // small ones, each large one alone, then the two small ones.
         let sizes = [1usize, 1, SOLO_WRITE_GRAINS, SOLO_WRITE_GRAINS, 1, 2];
-        let mut first_grain = 0u64;
+        let mut first_grain = GrainIndex::new(0);
         for (i, &size) in sizes.iter().enumerate() {
             let contents = (0..size).map(|g| data_grain((i * 7 + g) as u8)).collect();
             let job = WriteJob::new(volume.clone(), first_grain, contents);
@@ -660,7 +665,8 @@ mod tests {
                     std::thread::spawn(move || {
                         let grain = round * WRITERS + w;
                         let content = data_grain((grain % 251) as u8);
-                        engine.commit_grains(volume, grain, vec![content]).unwrap();
+                        let at = GrainIndex::new(grain);
+                        engine.commit_grains(volume, at, vec![content]).unwrap();
                         finished_tx.send(grain).unwrap();
                     })
                 })
@@ -991,14 +997,18 @@ mod tests {
         // A grain with grain 0's fingerprint but other bytes, alone (the
         // candidate's record is read from its segment) ...
         let one = vec![colliding(2, fingerprint_of(1))];
-        engine.commit_grains(shared.clone(), 1, one).unwrap();
+        engine
+            .commit_grains(shared.clone(), GrainIndex::new(1), one)
+            .unwrap();
         // ... and in one write after the grain it collides with (the
         // candidate's record is still in the transaction's appends).
         let run = vec![
             crate::write::classify::classify(&grain_bytes(3)),
             colliding(4, fingerprint_of(3)),
         ];
-        engine.commit_grains(shared.clone(), 2, run).unwrap();
+        engine
+            .commit_grains(shared.clone(), GrainIndex::new(2), run)
+            .unwrap();
         assert!(read_grains(&volume, 0, 4) == run_bytes(&[1, 2, 3, 4]));
         assert_eq!(block_rows(&engine), rows + 3, "no collision was shared");
         // Equal bytes still share, alone and within one write.

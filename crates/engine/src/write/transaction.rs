@@ -11,7 +11,7 @@ use std::hash::BuildHasherDefault;
 
 use redb::{Durability, ReadableTable, Table, WriteTransaction};
 
-use crate::ids::BlockId;
+use crate::ids::{BlockId, GrainIndex, SnapshotSeq};
 use crate::meta::mapping_cache::ChangedMappings;
 use crate::meta::schema::{
     self, kv_error, BlockRec, GrainTarget, HistValue, MapValue, RangeHistValue, RangeRec,
@@ -45,7 +45,7 @@ pub struct WriterState {
     /// collects apart from fresh host writes.
     pub clean_segment: Option<SegmentId>,
     pub next_block_id: BlockId,
-    pub next_seq: u64,
+    pub next_seq: SnapshotSeq,
     pub next_volume_id: crate::ids::VolumeId,
     pub next_segment_id: SegmentId,
     /// Segments written since the last sync.
@@ -399,7 +399,7 @@ pub fn persist_writer_state(txn: &WriteTransaction, ws: &mut WriterState) -> Res
     let mut counters = txn.open_table(schema::COUNTERS).map_err(kv_error)?;
     for (name, value) in [
         ("next_block_id", ws.next_block_id.get()),
-        ("next_seq", ws.next_seq),
+        ("next_seq", ws.next_seq.get()),
         ("next_volume_id", ws.next_volume_id.get()),
         ("next_segment_id", u64::from(ws.next_segment_id.get())),
     ] {
@@ -420,7 +420,7 @@ pub fn persist_writer_state(txn: &WriteTransaction, ws: &mut WriterState) -> Res
 /// Local copies of what a transaction changes outside redb.
 pub struct TxState {
     pub next_block_id: BlockId,
-    pub next_seq: u64,
+    pub next_seq: SnapshotSeq,
     pub next_volume_id: crate::ids::VolumeId,
     pub next_segment_id: SegmentId,
     pub open_segment: SegmentId,
@@ -592,8 +592,8 @@ impl TxState {
         self.expected_append_records = records;
     }
 
-    pub fn take_seq(&mut self) -> u64 {
-        self.next_seq += 1;
+    pub fn take_seq(&mut self) -> SnapshotSeq {
+        self.next_seq = self.next_seq.next();
         self.next_seq
     }
 
@@ -1270,9 +1270,9 @@ impl TxState {
         &mut self,
         t: &mut Tables,
         volume: crate::ids::VolumeId,
-        grain: u64,
+        grain: GrainIndex,
         value: MapValue,
-        snapshot_seqs: &[u64],
+        snapshot_seqs: &[SnapshotSeq],
     ) -> Result<()> {
         let old = crate::meta::point_rows::set(&mut t.maps, volume, grain, value)?;
         t.changed.add(volume, grain, Some(value));
@@ -1292,12 +1292,12 @@ impl TxState {
         &mut self,
         t: &mut Tables,
         volume: crate::ids::VolumeId,
-        first: u64,
+        first: GrainIndex,
         values: &[MapValue],
     ) -> Result<()> {
         let end = first + values.len() as u64;
         crate::meta::point_rows::insert_run(&mut t.maps, volume, first, values)?;
-        for (grain, value) in (first..end).zip(values) {
+        for (grain, value) in first.range_to(end).zip(values) {
             t.changed.add(volume, grain, Some(*value));
         }
         *self.mapping_delta.entry(volume).or_default() += values.len() as i64;
@@ -1317,11 +1317,11 @@ impl TxState {
         &mut self,
         t: &mut Tables,
         volume: crate::ids::VolumeId,
-        (first, end): (u64, u64),
+        (first, end): (GrainIndex, GrainIndex),
         limit: usize,
         death: Death,
         dies: impl Fn(&MapValue) -> bool,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<Vec<GrainIndex>> {
         let removed =
             crate::meta::point_rows::extract_in(&mut t.maps, volume, (first, end), limit, dies)?;
         for (grain, _) in &removed {
@@ -1349,10 +1349,10 @@ impl TxState {
         &mut self,
         t: &mut Tables,
         volume: crate::ids::VolumeId,
-        grain: u64,
+        grain: GrainIndex,
         old: MapValue,
-        died_seq: u64,
-        snapshot_seqs: &[u64],
+        died_seq: SnapshotSeq,
+        snapshot_seqs: &[SnapshotSeq],
     ) -> Result<()> {
         if !schema::visible_to_any(snapshot_seqs, old.seq, died_seq) {
             return self.release(t, old.target);
@@ -1370,7 +1370,10 @@ impl TxState {
             target: old.target,
         };
         t.history()?
-            .insert((volume.get(), grain, old.seq), &kept.encode()[..])
+            .insert(
+                (volume.get(), grain.get(), old.seq.get()),
+                &kept.encode()[..],
+            )
             .map_err(kv_error)?;
         self.records_written += 1;
         Ok(())
@@ -1381,13 +1384,16 @@ impl TxState {
         &mut self,
         t: &mut Tables,
         volume: crate::ids::VolumeId,
-        start: u64,
+        start: GrainIndex,
         rec: RangeRec,
-        died_seq: u64,
+        died_seq: SnapshotSeq,
     ) -> Result<()> {
         let kept = RangeHistValue { rec, died_seq };
         t.range_history()?
-            .insert((volume.get(), start, rec.seq), &kept.encode()[..])
+            .insert(
+                (volume.get(), start.get(), rec.seq.get()),
+                &kept.encode()[..],
+            )
             .map_err(kv_error)?;
         self.records_written += 1;
         Ok(())
@@ -1415,8 +1421,8 @@ fn dense_prefix(counts: &[(BlockId, u32)]) -> &[(BlockId, u32)] {
 
 /// When removed mappings died, and which snapshots may still see them.
 pub struct Death<'a> {
-    pub seq: u64,
-    pub snapshot_seqs: &'a [u64],
+    pub seq: SnapshotSeq,
+    pub snapshot_seqs: &'a [SnapshotSeq],
 }
 
 /// Runs `f` in one write transaction (not durable by itself: a later FLUSH makes it

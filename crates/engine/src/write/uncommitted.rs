@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use parking_lot::RwLock;
 
+use crate::ids::GrainIndex;
 use crate::meta::schema::BlockRec;
 
 /// Most grains one open transaction takes before it is committed: bounds the
@@ -56,13 +57,13 @@ pub enum PendingGrain {
 /// The grains written in the open transaction: volume id → grain → content.
 #[derive(Debug, Default)]
 pub struct PendingWrites {
-    volumes: RwLock<HashMap<u64, BTreeMap<u64, PendingGrain>>>,
+    volumes: RwLock<HashMap<u64, BTreeMap<GrainIndex, PendingGrain>>>,
 }
 
 impl PendingWrites {
     /// Records a batch's grains (under the writer mutex, before the writes are
     /// acknowledged).
-    pub fn insert(&self, grains: impl IntoIterator<Item = (u64, u64, PendingGrain)>) {
+    pub fn insert(&self, grains: impl IntoIterator<Item = (u64, GrainIndex, PendingGrain)>) {
         let mut volumes = self.volumes.write();
         for (volume, grain, content) in grains {
             volumes.entry(volume).or_default().insert(grain, content);
@@ -78,9 +79,9 @@ impl PendingWrites {
     pub fn range(
         &self,
         volume: crate::ids::VolumeId,
-        first: u64,
-        end: u64,
-    ) -> Vec<(u64, PendingGrain)> {
+        first: GrainIndex,
+        end: GrainIndex,
+    ) -> Vec<(GrainIndex, PendingGrain)> {
         let volumes = self.volumes.read();
         let Some(grains) = volumes.get(&volume.get()) else {
             return Vec::new();
@@ -97,27 +98,38 @@ mod tests {
     use super::*;
     use crate::ids::VolumeId;
 
+    fn g(grain: u64) -> GrainIndex {
+        GrainIndex::new(grain)
+    }
+
     #[test]
     fn range_returns_only_the_volumes_grains_in_order() {
         let pending = PendingWrites::default();
         pending.insert([
-            (1, 9, PendingGrain::Pattern(9)),
-            (1, 3, PendingGrain::Pattern(3)),
-            (2, 4, PendingGrain::Pattern(4)),
-            (1, 10, PendingGrain::Pattern(10)),
+            (1, g(9), PendingGrain::Pattern(9)),
+            (1, g(3), PendingGrain::Pattern(3)),
+            (2, g(4), PendingGrain::Pattern(4)),
+            (1, g(10), PendingGrain::Pattern(10)),
         ]);
         assert_eq!(
-            pending.range(VolumeId::new(1), 3, 10),
-            vec![(3, PendingGrain::Pattern(3)), (9, PendingGrain::Pattern(9))]
+            pending.range(VolumeId::new(1), g(3), g(10)),
+            vec![
+                (g(3), PendingGrain::Pattern(3)),
+                (g(9), PendingGrain::Pattern(9))
+            ]
         );
-        assert!(pending.range(VolumeId::new(3), 0, u64::MAX).is_empty());
+        assert!(pending
+            .range(VolumeId::new(3), g(0), GrainIndex::MAX)
+            .is_empty());
         // A later write of the same grain replaces the earlier one.
-        pending.insert([(1, 3, PendingGrain::Pattern(33))]);
+        pending.insert([(1, g(3), PendingGrain::Pattern(33))]);
         assert_eq!(
-            pending.range(VolumeId::new(1), 3, 4),
-            vec![(3, PendingGrain::Pattern(33))]
+            pending.range(VolumeId::new(1), g(3), g(4)),
+            vec![(g(3), PendingGrain::Pattern(33))]
         );
         pending.clear();
-        assert!(pending.range(VolumeId::new(1), 0, u64::MAX).is_empty());
+        assert!(pending
+            .range(VolumeId::new(1), g(0), GrainIndex::MAX)
+            .is_empty());
     }
 }

@@ -107,6 +107,10 @@ pub trait ControlPlane: Send + Sync + 'static {
     fn scrub_status(&self) -> Result<ScrubStatus, EngineError> {
         Err(no_scrub())
     }
+    /// Stops the running pass; answers its report once it has stopped.
+    fn cancel_scrub(&self) -> Result<ScrubReport, EngineError> {
+        Err(no_scrub())
+    }
 }
 
 fn no_scrub() -> EngineError {
@@ -276,5 +280,9 @@ impl ControlPlane for Engine {
 
     fn scrub_status(&self) -> Result<ScrubStatus, EngineError> {
         Ok(Engine::scrub_status(self))
+    }
+
+    fn cancel_scrub(&self) -> Result<ScrubReport, EngineError> {
+        Engine::cancel_scrub(self)
     }
 }

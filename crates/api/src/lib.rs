@@ -44,7 +44,7 @@ use axum::http::{header, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use lacuna_engine::integrity::scrub::{ScrubStart, ScrubStatus};
+use lacuna_engine::integrity::scrub::{ScrubReport, ScrubStart, ScrubStatus};
 use lacuna_engine::{
     ContainerInfo, CopyReport, EngineError, GroupSnapshot, Provisioning, SnapshotInfo, SpaceReport,
     VolumeInfo,
@@ -139,7 +139,7 @@ fn authenticated_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(show_container, update_container, delete_container))
         .routes(routes!(reclaim_container))
         .routes(routes!(array_space))
-        .routes(routes!(scrub_status, start_scrub))
+        .routes(routes!(scrub_status, start_scrub, cancel_scrub))
         .routes(routes!(prometheus_metrics))
         .routes(routes!(list_hosts, create_host))
         .routes(routes!(show_host, delete_host))
@@ -743,7 +743,7 @@ async fn array_space(State(state): State<ApiState>) -> Result<Json<SpaceReport>,
 }
 
 /// Start a scrub pass: read back and verify every stored record, at a rate if given; answers the
-/// pass running already if there is one
+/// pass running already if it runs at that rate, and replaces one running at another rate
 #[utoipa::path(
     post, path = "/v1/array/scrub", operation_id = "startScrub",
     request_body(content = ScrubRequest, example = json!({"rate_bytes_per_s": 1000000})),
@@ -786,6 +786,19 @@ async fn start_scrub(
 )]
 async fn scrub_status(State(state): State<ApiState>) -> Result<Json<ScrubStatus>, ApiError> {
     Ok(Json(blocking(&state, |c| c.scrub_status()).await?))
+}
+
+/// Cancel the running scrub pass; answers its report once it has stopped
+#[utoipa::path(
+    delete, path = "/v1/array/scrub", operation_id = "cancelScrub",
+    responses(
+        (status = 200, description = "The cancelled pass, stopped", body = ScrubReport),
+        (status = 400, response = BadRequest),
+        (status = 500, response = InternalError),
+    )
+)]
+async fn cancel_scrub(State(state): State<ApiState>) -> Result<Json<ScrubReport>, ApiError> {
+    Ok(Json(blocking(&state, |c| c.cancel_scrub()).await?))
 }
 
 /// List hosts, sorted by name (CHAP users, never secrets)

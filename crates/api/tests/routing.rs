@@ -505,6 +505,14 @@ impl ControlPlane for FakeArray {
         Ok(scrub_report(None))
     }
 
+    fn cancel_scrub(&self) -> Result<ScrubReport, EngineError> {
+        self.check("cancel_scrub".to_string())?;
+        Ok(ScrubReport {
+            cancelled: true,
+            ..scrub_report(Some(1))
+        })
+    }
+
     fn scrub_status(&self) -> Result<ScrubStatus, EngineError> {
         self.check("scrub_status".to_string())?;
         Ok(ScrubStatus {
@@ -521,6 +529,7 @@ pub fn scrub_report(rate_bytes_per_s: Option<u64>) -> ScrubReport {
         pass: 1,
         background: false,
         running: false,
+        cancelled: false,
         rate_bytes_per_s,
         started_unix_s: 1,
         finished_unix_s: Some(2),

@@ -177,3 +177,37 @@ fn background_scrub_runs_passes_at_its_rate_until_close() {
     engine.close().unwrap();
     handle.join().unwrap();
 }
+
+/// A pass can be stopped: a cancel ends a pass at 1 byte/s (which would run
+/// for days) and reports it cancelled; a request at another rate replaces the
+/// running pass, one at the same rate follows it; and a later pass runs.
+#[test]
+fn a_scrub_can_be_cancelled_and_replaced() {
+    let tmp = temp_dir("scrub", "cancel");
+    let engine = open(tmp.path());
+    engine.create_volume("a", 8 << 20).unwrap();
+    let volume = engine.open_volume("a").unwrap();
+    volume.write(0, &unique_bytes(1 << 20, 3)).unwrap();
+    volume.flush().unwrap();
+    assert!(engine.cancel_scrub().is_err(), "nothing to cancel");
+
+    let slow = engine.start_scrub(Some(1)).unwrap();
+    assert!(slow.running);
+    let same = engine.begin_scrub(Some(1)).unwrap();
+    assert!(!same.started && same.report.pass == slow.pass);
+    let cancelled = engine.cancel_scrub().unwrap();
+    assert_eq!(cancelled.pass, slow.pass);
+    assert!(cancelled.cancelled && !cancelled.running, "{cancelled:?}");
+    assert!(cancelled.records_checked < cancelled.records_total);
+    assert!(engine.scrub_status().current.is_none());
+
+    let slow = engine.start_scrub(Some(1)).unwrap();
+    let replaced = engine.begin_scrub(None).unwrap();
+    assert!(replaced.started && replaced.report.pass > slow.pass);
+    let report = engine.run_scrub(replaced.report.pass).unwrap();
+    assert!(!report.cancelled && report.error.is_none(), "{report:?}");
+    assert_eq!(report.records_checked, report.records_total);
+    let status = engine.scrub_status();
+    assert_eq!(status.last.unwrap().pass, replaced.report.pass);
+    engine.close().unwrap();
+}

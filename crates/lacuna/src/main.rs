@@ -95,8 +95,12 @@ enum Command {
 #[derive(Args)]
 pub struct ScrubArgs {
     /// Most MB (10^6 bytes) of records read per second; unlimited by default.
-    #[arg(long)]
+    /// A pass running at another rate is replaced.
+    #[arg(long, conflicts_with = "cancel")]
     rate: Option<f64>,
+    /// Stop the running pass instead (and print what it had checked).
+    #[arg(long)]
+    cancel: bool,
 }
 
 #[derive(Args)]
@@ -167,48 +171,52 @@ fn main() -> ExitCode {
     // thread-safe to set).
     allocator::keep_freed_memory();
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Serve(args) => {
-            init_logging(&args.log);
-            allocator::no_transparent_huge_pages();
-            let scrub_rate = args
-                .scrub_rate
-                .map(scrub::rate_bytes_per_s)
-                .transpose()
-                .map_err(|e| e.context("--scrub-rate"));
-            scrub_rate.and_then(|scrub_rate| {
-                serve::run(serve::ServeConfig {
-                    data_dir: cli.data_dir,
-                    capacity_bytes: args.capacity,
-                    nbd_listen: args.nbd_listen,
-                    api_listen: args.api_listen,
-                    iscsi_listen: args.iscsi_listen,
-                    iscsi_target_name: args.iscsi_target_name,
-                    iscsi_open_access: args.iscsi_open_access,
-                    iscsi_poll_us: args.iscsi_poll_us,
-                    nbd_poll_us: args.nbd_poll_us,
-                    nbd_open_access: args.nbd_open_access,
-                    nbd_tls: args.nbd_tls,
-                    soft_threshold_percent: args.soft_threshold_percent,
-                    destroy_retention_s: args.destroy_retention,
-                    metadata_cache_bytes: args.metadata_cache,
-                    scrub_rate_bytes_per_s: scrub_rate,
+    let result =
+        match cli.command {
+            Command::Serve(args) => {
+                init_logging(&args.log);
+                allocator::no_transparent_huge_pages();
+                let scrub_rate = args
+                    .scrub_rate
+                    .map(scrub::rate_bytes_per_s)
+                    .transpose()
+                    .map_err(|e| e.context("--scrub-rate"));
+                scrub_rate.and_then(|scrub_rate| {
+                    serve::run(serve::ServeConfig {
+                        data_dir: cli.data_dir,
+                        capacity_bytes: args.capacity,
+                        nbd_listen: args.nbd_listen,
+                        api_listen: args.api_listen,
+                        iscsi_listen: args.iscsi_listen,
+                        iscsi_target_name: args.iscsi_target_name,
+                        iscsi_open_access: args.iscsi_open_access,
+                        iscsi_poll_us: args.iscsi_poll_us,
+                        nbd_poll_us: args.nbd_poll_us,
+                        nbd_open_access: args.nbd_open_access,
+                        nbd_tls: args.nbd_tls,
+                        soft_threshold_percent: args.soft_threshold_percent,
+                        destroy_retention_s: args.destroy_retention,
+                        metadata_cache_bytes: args.metadata_cache,
+                        scrub_rate_bytes_per_s: scrub_rate,
+                    })
                 })
-            })
-        }
-        Command::Volume(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
-            .and_then(|c| cli::run_volume(&c, command, cli.json)),
-        Command::Snapshot(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
-            .and_then(|c| cli::run_snapshot(&c, command, cli.json)),
-        Command::Container(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
-            .and_then(|c| cli::run_container(&c, command, cli.json)),
-        Command::Array(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
-            .and_then(|c| cli::run_array(&c, command, cli.json)),
-        Command::Host(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
-            .and_then(|c| cli::run_host(&c, command, cli.json)),
-        Command::Scrub(args) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
-            .and_then(|c| scrub::run(&c, args.rate, cli.json)),
-    };
+            }
+            Command::Volume(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+                .and_then(|c| cli::run_volume(&c, command, cli.json)),
+            Command::Snapshot(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+                .and_then(|c| cli::run_snapshot(&c, command, cli.json)),
+            Command::Container(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+                .and_then(|c| cli::run_container(&c, command, cli.json)),
+            Command::Array(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+                .and_then(|c| cli::run_array(&c, command, cli.json)),
+            Command::Host(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+                .and_then(|c| cli::run_host(&c, command, cli.json)),
+            Command::Scrub(args) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+                .and_then(|c| match args.cancel {
+                    true => scrub::cancel(&c, cli.json),
+                    false => scrub::run(&c, args.rate, cli.json),
+                }),
+        };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -57,6 +57,18 @@ pub fn run(client: &Client, rate_mb_per_s: Option<f64>, as_json: bool) -> anyhow
     Ok(())
 }
 
+/// Stops the running pass and prints what it had checked.
+pub fn cancel(client: &Client, as_json: bool) -> anyhow::Result<()> {
+    let answer = client.call(Method::Delete, "/v1/array/scrub", None)?;
+    let report: ScrubReport = decode(&answer)?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("cancelled scrub pass {}\n{}", report.pass, summary(&report));
+    }
+    Ok(())
+}
+
 /// Polls until pass `first.pass` has finished, drawing its progress.
 fn follow(client: &Client, first: &ScrubReport) -> anyhow::Result<ScrubReport> {
     let bar = ProgressBar::new(first.bytes_total.max(1));

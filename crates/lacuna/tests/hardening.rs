@@ -21,6 +21,12 @@ fn rss_bytes(daemon: &Daemon) -> u64 {
     kib * 1024
 }
 
+/// Writes 1 MiB of random (irreducible) data at the start of `volume`.
+fn write_random_mib(daemon: &Daemon, volume: &str) {
+    let script = "import os; h.pwrite(os.urandom(1 << 20), 0); h.flush()";
+    support::tool_ok("nbdsh", &["-u", &daemon.uri(volume), "-c", script]);
+}
+
 /// Memory follows data, not provisioned size: volumes created, resized,
 /// cloned and snapshotted at the largest allowed size (1 PiB) grow the
 /// daemon by a bounded constant, at once and after a restart, and the memory
@@ -79,15 +85,7 @@ fn the_data_directory_is_private() {
     let daemon = Daemon::start(dir.path());
     daemon.cli_ok(&["volume", "create", "v", "--size", "16M"]);
     daemon.cli_ok(&["host", "create", "h", "--iqn", "iqn.2024-01.org:h"]);
-    support::tool_ok(
-        "nbdsh",
-        &[
-            "-u",
-            &daemon.uri("v"),
-            "-c",
-            "import os; h.pwrite(os.urandom(1 << 20), 0); h.flush()",
-        ],
-    );
+    write_random_mib(&daemon, "v");
     let mut seen = Vec::new();
     let mut pending = vec![data.clone()];
     while let Some(path) = pending.pop() {
@@ -247,4 +245,52 @@ fn a_connection_flood_on_every_listener_fences_nothing() {
     );
     let health = daemon.cli_ok(&["array", "space"]);
     assert!(!health.contains("fenced"), "{health}");
+}
+
+/// A scrub at 1 byte/s no longer blocks every later one until a restart:
+/// `scrub --cancel` stops it (and the command following it says so), and a
+/// new pass then runs to its end.
+#[test]
+fn a_slow_scrub_can_be_cancelled_from_the_cli() {
+    let dir = temp_dir("hardening-scrub");
+    let daemon = Daemon::start(dir.path()).owning(dir);
+    daemon.cli_ok(&["volume", "create", "v", "--size", "16M"]);
+    write_random_mib(&daemon, "v");
+    let follower = std::process::Command::new(support::BIN)
+        .args(["--api", &format!("http://127.0.0.1:{}", daemon.api_port)])
+        .arg("--data-dir")
+        .arg(daemon.dir.join("data"))
+        .args(["scrub", "--rate", "0.000001"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = daemon.cli(&["scrub", "--cancel"]);
+        if status.status.success() {
+            let text = String::from_utf8_lossy(&status.stdout).into_owned();
+            assert!(text.contains("cancelled scrub pass 1"), "{text}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow pass never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let followed = follower.wait_with_output().unwrap();
+    assert!(
+        !followed.status.success(),
+        "the cancelled pass's command succeeded"
+    );
+    let err = String::from_utf8_lossy(&followed.stderr);
+    assert!(err.contains("cancelled on request"), "{err}");
+    let out = daemon.cli_ok(&["scrub"]);
+    assert!(out.contains("pass 2"), "{out}");
+    let again = daemon.cli(&["scrub", "--cancel"]);
+    assert!(
+        !again.status.success(),
+        "a cancel with nothing running succeeded"
+    );
 }

@@ -43,6 +43,8 @@ pub const MAX_LISTED_RANGES: usize = 1000;
 const BURST_BYTES: u64 = 1 << 20;
 /// Longest single sleep while pacing, so a closing engine is noticed quickly.
 const MAX_PACING_SLEEP: Duration = Duration::from_millis(100);
+/// Longest a cancel waits for its pass to stop.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
 /// Pause between background passes (an empty array must not spin).
 const BACKGROUND_PAUSE: Duration = Duration::from_secs(1);
 
@@ -58,6 +60,10 @@ pub struct ScrubReport {
     // Rather than on request.
     pub background: bool,
     pub running: bool,
+    /// Stopped on request (cancel, or a request at another rate) before its end
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub cancelled: bool,
     /// The pass's rate limit; null when unlimited
     #[cfg_attr(feature = "openapi", schema(required = true, minimum = 1))]
     pub rate_bytes_per_s: Option<u64>,
@@ -149,6 +155,8 @@ pub(crate) struct Scrubs {
 
 #[derive(Default)]
 struct ScrubsInner {
+    /// The pass asked to stop, until it has.
+    cancel: Option<u64>,
     current: Option<ScrubReport>,
     last: Option<ScrubReport>,
     passes: u64,
@@ -186,11 +194,65 @@ impl Engine {
         Ok(self.run_pass(start.report.pass, rate))
     }
 
-    /// Begins a pass, or answers the one running (`started` false): the caller
-    /// then runs a begun pass with [`Engine::run_scrub`], on a thread of its own.
+    /// Begins a pass, or answers the one running (`started` false) when it
+    /// runs at the rate asked; one at another rate is cancelled and replaced.
+    /// The caller then runs a begun pass with [`Engine::run_scrub`], on a
+    /// thread of its own.
     pub fn begin_scrub(&self, rate_bytes_per_s: Option<u64>) -> Result<ScrubStart> {
         rate_of(rate_bytes_per_s)?;
+        let running_rate = self
+            .scrubs
+            .inner
+            .lock()
+            .current
+            .as_ref()
+            .map(|c| c.rate_bytes_per_s);
+        if running_rate.is_some_and(|rate| rate != rate_bytes_per_s) {
+            self.cancel_scrub()?;
+        }
         self.begin_pass(rate_bytes_per_s, false)
+    }
+
+    /// Stops the running pass and answers its report (finished, `cancelled`).
+    /// Waits for it to stop: it checks between records and while it paces,
+    /// at least every [`MAX_PACING_SLEEP`].
+    pub fn cancel_scrub(&self) -> Result<ScrubReport> {
+        let pass = {
+            let mut inner = self.scrubs.inner.lock();
+            let Some(current) = &inner.current else {
+                return Err(EngineError::InvalidArgument(
+                    "no scrub pass is running".into(),
+                ));
+            };
+            let pass = current.pass;
+            inner.cancel = Some(pass);
+            pass
+        };
+        let deadline = std::time::Instant::now() + CANCEL_WAIT;
+        loop {
+            {
+                let inner = self.scrubs.inner.lock();
+                let stopped = inner.current.as_ref().is_none_or(|c| c.pass != pass);
+                if stopped {
+                    let last = inner.last.clone().filter(|l| l.pass == pass);
+                    return last.ok_or_else(|| {
+                        EngineError::InvalidArgument(format!("scrub pass {pass} did not report"))
+                    });
+                }
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(EngineError::InvalidArgument(format!(
+                    "scrub pass {pass} did not stop within {} s",
+                    CANCEL_WAIT.as_secs()
+                )));
+            }
+            std::thread::sleep(MAX_PACING_SLEEP / 4);
+        }
+    }
+
+    /// Whether pass `pass` was asked to stop.
+    fn scrub_cancelled(&self, pass: u64) -> bool {
+        self.scrubs.inner.lock().cancel == Some(pass)
     }
 
     /// Runs pass `pass`, begun by [`Engine::begin_scrub`], to its end.
@@ -264,6 +326,7 @@ impl Engine {
             pass: inner.passes,
             background,
             running: true,
+            cancelled: false,
             rate_bytes_per_s,
             started_unix_s: now_unix_s(),
             finished_unix_s: None,
@@ -286,7 +349,7 @@ impl Engine {
     /// Runs pass `pass` (already begun) to its end and files its report.
     fn run_pass(&self, pass: u64, rate: Rate) -> ScrubReport {
         let mut findings = Findings::default();
-        let walked = self.walk_blocks(rate, &mut findings);
+        let walked = self.walk_blocks(pass, rate, &mut findings);
         let bad_ids: BTreeSet<u64> = findings.bad.keys().copied().collect();
         let affected = if bad_ids.is_empty() {
             Ok(Vec::new())
@@ -296,6 +359,7 @@ impl Engine {
         let mut inner = self.scrubs.inner.lock();
         let mut report = inner.current.take().expect("a running pass has a report");
         assert_eq!(report.pass, pass);
+        report.cancelled = inner.cancel.take() == Some(pass);
         report.running = false;
         report.finished_unix_s = Some(now_unix_s());
         report.bad_records = findings.bad.len() as u64;
@@ -307,6 +371,9 @@ impl Engine {
         match (walked, affected) {
             (Ok(()), Ok(affected)) => report.affected = affected,
             (Err(e), _) | (_, Err(e)) => report.error = Some(e.to_string()),
+        }
+        if report.cancelled {
+            report.error = Some("cancelled on request".into());
         }
         if report.bad_records > 0 {
             tracing::error!(
@@ -340,7 +407,7 @@ impl Engine {
     }
 
     /// Verifies every record in the block table, in batches.
-    fn walk_blocks(&self, rate: Rate, findings: &mut Findings) -> Result<()> {
+    fn walk_blocks(&self, pass: u64, rate: Rate, findings: &mut Findings) -> Result<()> {
         let clock = SystemClock::default();
         let mut bucket = TokenBucket::new(rate, BURST_BYTES, clock.now());
         let mut next_id = 0u64;
@@ -352,7 +419,7 @@ impl Engine {
             next_id = last_id + 1;
             batch.sort_unstable_by_key(|(_, rec)| (rec.segment, rec.offset_bytes));
             for (id, rec) in batch {
-                self.pace(&mut bucket, &clock, rec.record_bytes())?;
+                self.pace(pass, &mut bucket, &clock, rec.record_bytes())?;
                 if let Err(reason) = self.verify_stored(id, &rec) {
                     if self.still_stored_at(id, &rec)? {
                         tracing::error!(
@@ -399,12 +466,21 @@ impl Engine {
 
     /// Waits until the rate allows reading `bytes` more; fails once the engine
     /// is closing.
-    fn pace(&self, bucket: &mut TokenBucket, clock: &SystemClock, bytes: u64) -> Result<()> {
+    fn pace(
+        &self,
+        pass: u64,
+        bucket: &mut TokenBucket,
+        clock: &SystemClock,
+        bytes: u64,
+    ) -> Result<()> {
         loop {
             if self.scheduler.shutdown.load(Ordering::SeqCst) {
                 return Err(EngineError::InvalidArgument(
                     "stopped: the array is closing".into(),
                 ));
+            }
+            if self.scrub_cancelled(pass) {
+                return Err(EngineError::InvalidArgument("cancelled".into()));
             }
             match bucket.wait_for(bytes, clock.now()) {
                 Some(wait) if !wait.is_zero() => std::thread::sleep(wait.min(MAX_PACING_SLEEP)),

@@ -167,6 +167,8 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
         Some(r#"{"key":"00112233445566778899aabbccddeeff"}"#),
     ),
     ("DELETE", "/v1/hosts/{host}/nbd-psk", None),
+    // Last, so the indexes used below stay put.
+    ("DELETE", "/v1/array/scrub", None),
 ];
 
 fn concrete(path: &str) -> String {

@@ -704,6 +704,11 @@ impl HostControl for RegistryHosts {
 mod tests {
     use super::*;
 
+    /// An engine of 1 GiB in `<dir>/array`.
+    fn test_engine(dir: &Path) -> Arc<Engine> {
+        Engine::open(lacuna_engine::EngineConfig::new(dir.join("array"), 1 << 30)).unwrap()
+    }
+
     fn host(name: &str, iqn: &str) -> Host {
         Host {
             name: name.into(),
@@ -835,11 +840,7 @@ mod tests {
     #[test]
     fn grants_end_with_their_object_and_do_not_pass_to_a_namesake() {
         let dir = tempfile::tempdir().unwrap();
-        let engine = Engine::open(lacuna_engine::EngineConfig::new(
-            dir.path().join("array"),
-            1 << 30,
-        ))
-        .unwrap();
+        let engine = test_engine(dir.path());
         let first = engine.create_volume("r1", 1 << 20).unwrap();
         engine.create_snapshots(&["r1"], Some("s"), None).unwrap();
         let hosts = RegistryHosts {
@@ -896,11 +897,7 @@ mod tests {
     #[test]
     fn grants_of_an_older_registry_are_bound_to_their_objects() {
         let dir = tempfile::tempdir().unwrap();
-        let engine = Engine::open(lacuna_engine::EngineConfig::new(
-            dir.path().join("array"),
-            1 << 30,
-        ))
-        .unwrap();
+        let engine = test_engine(dir.path());
         let vm1 = engine.create_volume("vm1", 1 << 20).unwrap();
         let taken = engine.create_snapshots(&["vm1"], Some("s1"), None).unwrap();
         let old = r#"{"hosts":{"esx1":{"name":"esx1","iqns":["iqn.1998-01.com.VMware:ESX1"],
@@ -973,11 +970,7 @@ mod tests {
     fn registry_hosts_check_volumes_against_the_engine() {
         use lacuna_api::ChapCredentials;
         let dir = tempfile::tempdir().unwrap();
-        let engine = Engine::open(lacuna_engine::EngineConfig::new(
-            dir.path().join("array"),
-            1 << 30,
-        ))
-        .unwrap();
+        let engine = test_engine(dir.path());
         engine.create_volume("vm1", 1 << 20).unwrap();
         engine.create_volume("gone", 1 << 20).unwrap();
         engine.create_snapshots(&["vm1"], Some("s1"), None).unwrap();

@@ -167,7 +167,7 @@ fn run(weak: Weak<Engine>) {
             continue;
         }
         engine.yield_to_foreground();
-        let host_ops_before = engine.hosts.foreground_ops.load(Ordering::Relaxed);
+        let host_ops_before = engine.hosts.ops();
         let started = std::time::Instant::now();
         match engine.background_step() {
             Ok(true) => {
@@ -229,24 +229,11 @@ impl Engine {
             return;
         }
         for _ in 0..MAX_FOREGROUND_YIELDS {
-            if self.hosts.foreground_inflight.load(Ordering::SeqCst) == 0 {
+            if self.hosts.in_flight() == 0 {
                 return;
             }
             std::thread::sleep(FOREGROUND_YIELD);
         }
-    }
-
-    /// No host I/O in flight, and none begun for `HOSTS_QUIET` (real time: it
-    /// is about the hosts' latency, not about rates).
-    fn hosts_idle(&self) -> bool {
-        let ops = self.hosts.foreground_ops.load(Ordering::Relaxed);
-        let mut seen = self.hosts.foreground_seen.lock();
-        let now = std::time::Instant::now();
-        if seen.0 != ops {
-            *seen = (ops, now);
-        }
-        self.hosts.foreground_inflight.load(Ordering::SeqCst) == 0
-            && now.duration_since(seen.1) >= HOSTS_QUIET
     }
 
     /// Physical free space below twice the cleaner's reserve (as of the last
@@ -275,7 +262,7 @@ impl Engine {
     /// still owed: nothing once the hosts went quiet meanwhile (background
     /// work then runs at full speed again) or space is short.
     fn pay_pause(&self, owed: Duration) -> Duration {
-        let host_ops_before = self.hosts.foreground_ops.load(Ordering::Relaxed);
+        let host_ops_before = self.hosts.ops();
         let paid = owed.min(MAX_BUSY_PAUSE);
         std::thread::sleep(paid);
         if self.hosts_owed_pause(host_ops_before) {
@@ -288,9 +275,7 @@ impl Engine {
     /// Hosts began I/O since `host_ops_before` or have some in flight, and
     /// space is not short: background work pauses for them.
     fn hosts_owed_pause(&self, host_ops_before: u64) -> bool {
-        let busy = self.hosts.foreground_ops.load(Ordering::Relaxed) != host_ops_before
-            || self.hosts.foreground_inflight.load(Ordering::SeqCst) > 0;
-        busy && !self.space_short()
+        self.hosts.busy_since(host_ops_before) && !self.space_short()
     }
 
     fn background_flush_if_due(&self) {
@@ -309,10 +294,7 @@ impl Engine {
     pub(crate) fn reclaim_step(&self) -> Result<bool> {
         let now = self.clock.now();
         let containers: Vec<_> = self.catalog.containers.read().values().cloned().collect();
-        let first = self
-            .scheduler
-            .reclaim_cursor
-            .fetch_add(1, Ordering::Relaxed) as usize;
+        let first = self.scheduler.next_round_start();
         let mut token_wait: Option<Duration> = None;
         for k in 0..containers.len() {
             let container = &containers[(first + k) % containers.len()];
@@ -346,7 +328,7 @@ impl Engine {
             });
         }
         let draining = container.draining.load(Ordering::SeqCst);
-        let batch_grains = if self.hosts_idle() {
+        let batch_grains = if self.hosts.idle(HOSTS_QUIET) {
             IDLE_BATCH_MAPPINGS
         } else {
             BATCH_MAPPINGS
@@ -626,7 +608,7 @@ mod tests {
         let dir = crate::testing::test_data::data_dir("pause");
         let engine = crate::testing::test_data::quiet_engine(dir.path(), 1 << 30);
         let step = Duration::from_millis(10);
-        let ops = engine.hosts.foreground_ops.load(Ordering::Relaxed);
+        let ops = engine.hosts.ops();
         assert_eq!(engine.pause_owed(step, ops), Duration::ZERO, "hosts idle");
         let busy = engine.hosts.begin();
         let owed = engine.pause_owed(step, ops);

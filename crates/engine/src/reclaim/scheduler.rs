@@ -42,6 +42,12 @@ impl Scheduler {
         *flag.lock() = true;
         condvar.notify_one();
     }
+
+    /// Where the next reclaim round over the containers starts: each round
+    /// one further on, so no container waits behind another with work.
+    pub(crate) fn next_round_start(&self) -> usize {
+        self.reclaim_cursor.fetch_add(1, Ordering::Relaxed) as usize
+    }
 }
 
 impl HostActivity {
@@ -50,6 +56,34 @@ impl HostActivity {
         self.foreground_inflight.fetch_add(1, Ordering::SeqCst);
         self.foreground_ops.fetch_add(1, Ordering::Relaxed);
         HostRequest { hosts: self }
+    }
+
+    /// Host requests begun since start.
+    pub(crate) fn ops(&self) -> u64 {
+        self.foreground_ops.load(Ordering::Relaxed)
+    }
+
+    /// Host requests in progress.
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.foreground_inflight.load(Ordering::SeqCst)
+    }
+
+    /// Hosts began requests since `ops_before` (a value of [`Self::ops`]) or
+    /// have some in progress.
+    pub(crate) fn busy_since(&self, ops_before: u64) -> bool {
+        self.ops() != ops_before || self.in_flight() > 0
+    }
+
+    /// No host request in progress, and none begun for `quiet` (real time:
+    /// it is about the hosts' latency, not about rates).
+    pub(crate) fn idle(&self, quiet: std::time::Duration) -> bool {
+        let ops = self.ops();
+        let mut seen = self.foreground_seen.lock();
+        let now = std::time::Instant::now();
+        if seen.0 != ops {
+            *seen = (ops, now);
+        }
+        self.in_flight() == 0 && now.duration_since(seen.1) >= quiet
     }
 }
 

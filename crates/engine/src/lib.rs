@@ -561,6 +561,62 @@ impl Volume {
         self.engine
             .extents(&self.shared, offset_bytes, length_bytes)
     }
+
+    /// The byte runs of `[offset, offset+length)` that hold data, from the
+    /// volume's data bits in memory: at most `max_runs`, whole up to
+    /// `reached_bytes`. Never misses data; may name as data what a clone or
+    /// copy still settling references (see [`VolumeInfo::written_settling`]).
+    /// Costs what is written, not what is provisioned.
+    pub fn data_runs(
+        &self,
+        offset_bytes: u64,
+        length_bytes: u64,
+        max_runs: usize,
+    ) -> Result<DataRuns> {
+        self.live()?;
+        let size_bytes = self.size_bytes()?;
+        let end_bytes = offset_bytes
+            .checked_add(length_bytes)
+            .filter(|&end| end <= size_bytes)
+            .ok_or_else(|| {
+                EngineError::InvalidArgument(format!(
+                    "range {offset_bytes}+{length_bytes} is past the volume's end ({size_bytes})"
+                ))
+            })?;
+        let first = ids::GrainIndex::new(offset_bytes / GRAIN_BYTES);
+        let end = ids::GrainIndex::new(end_bytes.div_ceil(GRAIN_BYTES));
+        let found = self.shared.bitmap.lock().set_runs(first, end, max_runs);
+        let runs = found
+            .runs
+            .iter()
+            .map(|&(a, b)| {
+                let from = (a * GRAIN_BYTES).max(offset_bytes);
+                let to = (b * GRAIN_BYTES).min(end_bytes);
+                (from, to - from)
+            })
+            .collect();
+        Ok(DataRuns {
+            runs,
+            reached_bytes: (found.reached.get() * GRAIN_BYTES).min(end_bytes),
+        })
+    }
+
+    /// The offset of the first grain at or after `from_bytes` that holds data
+    /// (as [`Volume::data_runs`] sees it), if any.
+    pub fn next_data_offset(&self, from_bytes: u64) -> Result<Option<u64>> {
+        self.live()?;
+        let from = ids::GrainIndex::new(from_bytes / GRAIN_BYTES);
+        let next = self.shared.bitmap.lock().next_set(from);
+        Ok(next.map(|grain| (grain.get() * GRAIN_BYTES).max(from_bytes)))
+    }
+}
+
+/// What [`Volume::data_runs`] answers: (offset, length) byte runs holding data,
+/// complete up to `reached_bytes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataRuns {
+    pub runs: Vec<(u64, u64)>,
+    pub reached_bytes: u64,
 }
 
 /// Host I/O in progress (see [`Engine::foreground`]).

@@ -35,6 +35,38 @@ pub struct DataBitmap {
     set_count: u64,
 }
 
+/// What [`DataBitmap::set_runs`] answers: the set runs found, and the grain
+/// up to which they are the whole answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetRuns {
+    pub runs: Vec<(u64, u64)>,
+    pub reached: GrainIndex,
+}
+
+/// Appends the runs of set bits of one partial chunk (its first grain is
+/// `base`) to `out`, merging with a run in `out` that ends where one begins.
+fn bit_runs(words: &[u64; WORDS], base: u64, out: &mut Vec<(u64, u64)>) {
+    let mut bit = 0u64;
+    while bit < BITMAP_CHUNK_GRAINS {
+        let word = words[(bit / 64) as usize] >> (bit % 64);
+        if word == 0 {
+            bit = (bit / 64 + 1) * 64;
+            continue;
+        }
+        let skip = u64::from(word.trailing_zeros());
+        let start = bit + skip;
+        let mut stop = start;
+        while stop < BITMAP_CHUNK_GRAINS && words[(stop / 64) as usize] & (1 << (stop % 64)) != 0 {
+            stop += 1;
+        }
+        match out.last_mut() {
+            Some(last) if last.1 == base + start => last.1 = base + stop,
+            _ => out.push((base + start, base + stop)),
+        }
+        bit = stop;
+    }
+}
+
 impl DataBitmap {
     pub fn new(grains: u64) -> Self {
         let mut bitmap = DataBitmap::default();
@@ -150,6 +182,111 @@ impl DataBitmap {
                 from += run;
             }
         }
+    }
+
+    /// The runs of set bits in [start, end), in order, as (first, end) grain
+    /// pairs, merged across chunk borders: at most `max_runs` of them, the last
+    /// one possibly cut short at where the answer stops (`reached`). Costs a
+    /// step per full run and per partial chunk in the range, never one per
+    /// grain of a full or empty chunk: how allocation bitmaps of a sparse
+    /// terabyte cost what is written.
+    pub fn set_runs(&self, start: GrainIndex, end: GrainIndex, max_runs: usize) -> SetRuns {
+        assert!(max_runs > 0);
+        let (start, end) = (start.get(), end.get().min(self.grains));
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        if start >= end {
+            return SetRuns {
+                runs,
+                reached: GrainIndex::new(start.max(end)),
+            };
+        }
+        let first_chunk = start / BITMAP_CHUNK_GRAINS;
+        let end_chunk = end.div_ceil(BITMAP_CHUNK_GRAINS);
+        let mut pieces: Vec<(u64, u64)> = self
+            .full_runs_within(first_chunk, end_chunk)
+            .map(|(a, b)| (a * BITMAP_CHUNK_GRAINS, b * BITMAP_CHUNK_GRAINS))
+            .collect();
+        let mut partial = self.partial.range(first_chunk..end_chunk).peekable();
+        let mut full = std::mem::take(&mut pieces).into_iter().peekable();
+        // Where the scan stopped early, if it did: the answer is whole only up
+        // to the last piece found.
+        let mut cut = None;
+        loop {
+            let take_full = match (full.peek(), partial.peek()) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some(&(f, _)), Some((&chunk, _))) => f < chunk * BITMAP_CHUNK_GRAINS,
+            };
+            if take_full {
+                pieces.push(full.next().expect("peeked"));
+            } else {
+                let (&chunk, bits) = partial.next().expect("peeked");
+                bit_runs(&bits.words, chunk * BITMAP_CHUNK_GRAINS, &mut pieces);
+            }
+            if pieces.len() > max_runs {
+                cut = pieces.last().map(|&(_, b)| b.min(end));
+                break;
+            }
+        }
+        for (a, b) in pieces {
+            let (a, b) = (a.max(start), b.min(end));
+            if a >= b {
+                continue;
+            }
+            match runs.last_mut() {
+                Some(last) if last.1 == a => last.1 = b,
+                _ => runs.push((a, b)),
+            }
+        }
+        let reached = if runs.len() > max_runs {
+            runs.truncate(max_runs);
+            runs.last().expect("max_runs > 0").1
+        } else {
+            cut.unwrap_or(end)
+        };
+        SetRuns {
+            runs,
+            reached: GrainIndex::new(reached),
+        }
+    }
+
+    /// The first set bit at or after `from`, if any: a step per chunk that
+    /// holds one, not per empty chunk passed.
+    pub fn next_set(&self, from: GrainIndex) -> Option<GrainIndex> {
+        let from = from.get();
+        if from >= self.grains {
+            return None;
+        }
+        let chunk = from / BITMAP_CHUNK_GRAINS;
+        if self.is_full(chunk) {
+            return Some(GrainIndex::new(from));
+        }
+        let in_partial = self.partial.get(&chunk).and_then(|bits| {
+            let mut runs = Vec::new();
+            bit_runs(&bits.words, chunk * BITMAP_CHUNK_GRAINS, &mut runs);
+            runs.into_iter()
+                .find(|&(_, b)| b > from)
+                .map(|(a, _)| a.max(from))
+        });
+        if in_partial.is_some() {
+            return in_partial.map(GrainIndex::new);
+        }
+        let next_full = self
+            .full_runs
+            .range(chunk + 1..)
+            .next()
+            .map(|(&start, _)| start * BITMAP_CHUNK_GRAINS);
+        let next_partial = self.partial.range(chunk + 1..).next().map(|(&c, bits)| {
+            let mut runs = Vec::new();
+            bit_runs(&bits.words, c * BITMAP_CHUNK_GRAINS, &mut runs);
+            runs.first().expect("a partial chunk has a set bit").0
+        });
+        match (next_full, next_partial) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(GrainIndex::new)
     }
 
     /// Whether every bit of `chunk` is set.
@@ -377,6 +514,65 @@ fn low_mask(width: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn set_runs_and_next_set_agree_with_the_bits() {
+        let grains = 5 * BITMAP_CHUNK_GRAINS + 100;
+        let mut bitmap = DataBitmap::new(grains);
+        let g = GrainIndex::new;
+        bitmap.set_range(g(3), g(70), true);
+        bitmap.set_range(
+            g(BITMAP_CHUNK_GRAINS - 2),
+            g(3 * BITMAP_CHUNK_GRAINS + 1),
+            true,
+        );
+        bitmap.set(g(4 * BITMAP_CHUNK_GRAINS + 7), true);
+        bitmap.set_range(g(5 * BITMAP_CHUNK_GRAINS + 90), g(grains), true);
+        let naive = |start: u64, end: u64| {
+            let mut runs: Vec<(u64, u64)> = Vec::new();
+            for grain in start..end {
+                if bitmap.get(g(grain)) {
+                    match runs.last_mut() {
+                        Some(last) if last.1 == grain => last.1 = grain + 1,
+                        _ => runs.push((grain, grain + 1)),
+                    }
+                }
+            }
+            runs
+        };
+        for (start, end) in [
+            (0, grains),
+            (5, 69),
+            (100, 2 * BITMAP_CHUNK_GRAINS),
+            (71, 80),
+        ] {
+            let answer = bitmap.set_runs(g(start), g(end), 100);
+            assert_eq!(answer.runs, naive(start, end), "{start}..{end}");
+            assert_eq!(answer.reached, g(end));
+        }
+        let first_two = bitmap.set_runs(g(0), g(grains), 2);
+        assert_eq!(first_two.runs, naive(0, first_two.reached.get()));
+        assert_eq!(first_two.runs.len(), 2);
+        assert!(first_two.reached.get() < grains);
+        for from in [
+            0,
+            3,
+            69,
+            70,
+            4000,
+            3 * BITMAP_CHUNK_GRAINS + 1,
+            4 * BITMAP_CHUNK_GRAINS + 8,
+            grains - 1,
+            grains,
+        ] {
+            let expected = (from..grains).find(|&x| bitmap.get(g(x)));
+            assert_eq!(
+                bitmap.next_set(g(from)).map(|x| x.get()),
+                expected,
+                "from {from}"
+            );
+        }
+    }
+
     use super::*;
 
     fn at(grain: u64) -> GrainIndex {

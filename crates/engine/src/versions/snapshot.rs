@@ -268,29 +268,49 @@ impl Engine {
             (None, Some(g)) => g.to_string(),
             (None, None) => format!("snap-{}", now_unix_s()),
         };
-        validate_name(NameKind::Snapshot, &name)?;
-        let mut members = Vec::new();
-        for volume in volumes {
+        let named: Vec<(&str, &str)> = volumes.iter().map(|v| (*v, name.as_str())).collect();
+        self.create_snapshots_named(&named, group, prepare_started)
+    }
+
+    /// Takes a snapshot of each (volume, snapshot name) pair at one instant
+    /// with respect to writes, each under its own name: what a batch of vVol
+    /// snapshots commits. All or none.
+    pub fn create_named_snapshots(
+        &self,
+        named: &[(&str, &str)],
+        group: Option<&str>,
+    ) -> Result<GroupSnapshot> {
+        if named.is_empty() {
+            return Err(EngineError::InvalidArgument("no volume to snapshot".into()));
+        }
+        if let Some(group) = group {
+            validate_name(NameKind::Group, group)?;
+        }
+        self.create_snapshots_named(named, group, Instant::now())
+    }
+
+    fn create_snapshots_named(
+        &self,
+        named: &[(&str, &str)],
+        group: Option<&str>,
+        prepare_started: Instant,
+    ) -> Result<GroupSnapshot> {
+        let mut members: Vec<(Arc<VolumeShared>, Option<String>)> = Vec::new();
+        for (volume, name) in named {
+            validate_name(NameKind::Snapshot, name)?;
             let shared = self.shared_volume(volume)?;
-            if members
-                .iter()
-                .any(|m: &Arc<VolumeShared>| m.id == shared.id)
-            {
+            if members.iter().any(|(m, _)| m.id == shared.id) {
                 return Err(EngineError::InvalidArgument(format!(
                     "volume '{volume}' named twice"
                 )));
             }
-            if self.find_snapshot(volume, &name).is_ok() {
+            if self.find_snapshot(volume, name).is_ok() {
                 return Err(EngineError::SnapshotExists(format!("{volume}@{name}")));
             }
-            members.push(shared);
+            members.push((shared, Some(name.to_string())));
         }
         let prepare_us = prepare_started.elapsed().as_micros() as u64;
-        let named: Vec<_> = members
-            .into_iter()
-            .map(|m| (m, Some(name.clone())))
-            .collect();
-        let (taken, window) = self.commit_snapshots(named, group.map(str::to_string))?;
+        let (taken, window) = self.commit_snapshots(members, group.map(str::to_string))?;
         self.flush()?;
         Ok(GroupSnapshot {
             snapshots: taken.iter().map(|s| self.snapshot_info(s)).collect(),

@@ -1,0 +1,203 @@
+//! Allocation bitmaps (VASA `allocatedBitmapVirtualVolume`): one bit a chunk
+//! of a segment of a vVol, set where some grain of the chunk holds data, and
+//! the VASA 3.5 hint of where the next data after the segment lies, so a host
+//! scanning a sparse disk skips what holds none. Worked out from the
+//! volume's data bits in memory: the cost follows the data runs in the
+//! segment, not its length (a snapshot vVol walks its block status instead).
+//!
+//! Bit order: bit `i` of the answer is chunk `i` of the segment, most
+//! significant bit first within each byte (bit 7 of byte 0 is chunk 0).
+
+use serde::{Deserialize, Serialize};
+
+use crate::fault::VvolFault;
+use crate::model::VvolId;
+use crate::{Result, VvolService};
+
+/// Largest bitmap one call answers (VASA's limit).
+pub const MAX_BITMAP_BYTES: u64 = 4 << 20;
+/// Smallest and largest chunk.
+pub const MIN_CHUNK_BYTES: u64 = 512;
+pub const MAX_CHUNK_BYTES: u64 = 1 << 30;
+/// Most data runs read from a volume's bits in one step.
+const RUNS_PER_STEP: usize = 4096;
+/// Most block status calls a snapshot vVol's bitmap makes (each covers up to
+/// the engine's scan limit of mappings).
+const MAX_SNAPSHOT_STEPS: usize = 1 << 16;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocatedBitmap {
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
+    pub chunk_bytes: u64,
+    /// One bit a chunk, most significant first; the last byte's unused bits clear.
+    #[serde(with = "hex_bytes")]
+    pub bitmap: Vec<u8>,
+    /// Where the first data at or after the segment's end lies; null when
+    /// nothing after it holds data.
+    pub next_allocated_offset_bytes: Option<u64>,
+}
+
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        s.serialize_str(&text)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        (0..text.len() / 2 * 2)
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(serde::de::Error::custom))
+            .collect()
+    }
+}
+
+/// A bitmap being filled.
+struct Bits {
+    offset_bytes: u64,
+    end_bytes: u64,
+    chunk_bytes: u64,
+    bytes: Vec<u8>,
+}
+
+impl Bits {
+    /// Marks the chunks that [from, from + length) touches.
+    fn mark(&mut self, from: u64, length: u64) {
+        let from = from.max(self.offset_bytes);
+        let to = (from + length).min(self.end_bytes);
+        if from >= to {
+            return;
+        }
+        let first = (from - self.offset_bytes) / self.chunk_bytes;
+        let end = (to - self.offset_bytes).div_ceil(self.chunk_bytes);
+        let mut chunk = first;
+        while chunk < end {
+            if chunk.is_multiple_of(8) && end - chunk >= 8 {
+                let whole = (end - chunk) / 8;
+                let at = (chunk / 8) as usize;
+                self.bytes[at..at + whole as usize].fill(0xff);
+                chunk += whole * 8;
+            } else {
+                self.bytes[(chunk / 8) as usize] |= 0x80 >> (chunk % 8);
+                chunk += 1;
+            }
+        }
+    }
+}
+
+/// The part of a vVol a bitmap covers, and its chunk size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
+    pub chunk_bytes: u64,
+}
+
+impl VvolService {
+    pub fn allocated_bitmap(&self, id: &VvolId, segment: Segment) -> Result<AllocatedBitmap> {
+        let result = self.bitmap_inner(id, segment);
+        self.counted(result)
+    }
+
+    fn bitmap_inner(&self, id: &VvolId, segment: Segment) -> Result<AllocatedBitmap> {
+        let Segment {
+            offset_bytes,
+            length_bytes,
+            chunk_bytes,
+        } = segment;
+        let rec = self.record(id)?;
+        check_segment(rec.size_bytes(), offset_bytes, length_bytes, chunk_bytes)?;
+        let chunks = length_bytes.div_ceil(chunk_bytes);
+        let mut bits = Bits {
+            offset_bytes,
+            end_bytes: offset_bytes + length_bytes,
+            chunk_bytes,
+            bytes: vec![0; chunks.div_ceil(8) as usize],
+        };
+        let next = if rec.read_only() {
+            self.mark_snapshot(&rec.engine_name(), &mut bits)?;
+            // Not worked out for snapshots: the hint only says "go on".
+            (bits.end_bytes < rec.size_bytes()).then_some(bits.end_bytes)
+        } else {
+            let volume = self.engine.open_volume(&rec.engine_name())?;
+            let mut at = offset_bytes;
+            while at < bits.end_bytes {
+                let found = volume.data_runs(at, bits.end_bytes - at, RUNS_PER_STEP)?;
+                for &(from, length) in &found.runs {
+                    bits.mark(from, length);
+                }
+                assert!(found.reached_bytes > at, "a step moves on");
+                at = found.reached_bytes;
+            }
+            if bits.end_bytes < rec.size_bytes() {
+                volume.next_data_offset(bits.end_bytes)?
+            } else {
+                None
+            }
+        };
+        Ok(AllocatedBitmap {
+            offset_bytes,
+            length_bytes,
+            chunk_bytes,
+            bitmap: bits.bytes,
+            next_allocated_offset_bytes: next,
+        })
+    }
+
+    fn mark_snapshot(&self, name: &str, bits: &mut Bits) -> Result<()> {
+        let snapshot = self.engine.open_snapshot(name)?;
+        let mut at = bits.offset_bytes;
+        for _ in 0..MAX_SNAPSHOT_STEPS {
+            if at >= bits.end_bytes {
+                return Ok(());
+            }
+            let extents = snapshot.extents(at, bits.end_bytes - at)?;
+            for extent in extents {
+                if extent.state == lacuna_engine::ExtentState::Data {
+                    bits.mark(at, extent.length_bytes);
+                }
+                at += extent.length_bytes;
+            }
+        }
+        Err(VvolFault::OutOfResource(format!(
+            "the segment holds more mappings than {MAX_SNAPSHOT_STEPS} block status steps cover: ask for a shorter one"
+        )))
+    }
+}
+
+fn check_segment(
+    size_bytes: u64,
+    offset_bytes: u64,
+    length_bytes: u64,
+    chunk_bytes: u64,
+) -> Result<()> {
+    let invalid = |why: String| Err(VvolFault::InvalidArgument(why));
+    if !chunk_bytes.is_power_of_two() || !(MIN_CHUNK_BYTES..=MAX_CHUNK_BYTES).contains(&chunk_bytes)
+    {
+        return invalid(format!(
+            "chunk size {chunk_bytes}: a power of two from {MIN_CHUNK_BYTES} to {MAX_CHUNK_BYTES} bytes"
+        ));
+    }
+    if length_bytes == 0 || !offset_bytes.is_multiple_of(chunk_bytes) {
+        return invalid(format!(
+            "segment {offset_bytes}+{length_bytes}: not empty, and starting on a chunk boundary"
+        ));
+    }
+    let past_end = offset_bytes
+        .checked_add(length_bytes)
+        .is_none_or(|end| end > size_bytes);
+    if past_end {
+        return invalid(format!(
+            "segment {offset_bytes}+{length_bytes} is past the vVol's end ({size_bytes} bytes)"
+        ));
+    }
+    if length_bytes.div_ceil(chunk_bytes).div_ceil(8) > MAX_BITMAP_BYTES {
+        return Err(VvolFault::OutOfResource(format!(
+            "segment {length_bytes} bytes in {chunk_bytes}-byte chunks is a bitmap over {MAX_BITMAP_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}

@@ -18,6 +18,12 @@ pub enum ApiError {
     /// What the host registry refused or failed to do.
     #[error(transparent)]
     Hosts(#[from] HostControlError),
+    /// What the vVol service refused or failed to do, by its VASA fault.
+    #[error(transparent)]
+    Vvol(#[from] lacuna_vvol::VvolFault),
+    /// A vVol route on an API state built without the vVol service: 501.
+    #[error("virtual volumes are not available on this server")]
+    VvolsUnavailable,
     /// A host route on an API state built without host management (see
     /// `ApiState::with_hosts`): 501, the server does not offer it.
     #[error("host management is not available on this server")]
@@ -57,7 +63,8 @@ impl ApiError {
                 HostControlError::Engine(e) => engine_status(e),
                 HostControlError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
-            ApiError::HostsUnavailable => StatusCode::NOT_IMPLEMENTED,
+            ApiError::HostsUnavailable | ApiError::VvolsUnavailable => StatusCode::NOT_IMPLEMENTED,
+            ApiError::Vvol(fault) => vvol_status(fault),
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -86,6 +93,20 @@ fn engine_status(e: &EngineError) -> StatusCode {
         | EngineError::UnsupportedFormat { .. }
         | EngineError::WouldBlock(_) => StatusCode::INTERNAL_SERVER_ERROR,
         EngineError::Fenced(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+fn vvol_status(fault: &lacuna_vvol::VvolFault) -> StatusCode {
+    use lacuna_vvol::VvolFault as F;
+    match fault {
+        F::NotFound(_) => StatusCode::NOT_FOUND,
+        F::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+        F::IncompatibleVolume(_) | F::ResourceInUse(_) => StatusCode::CONFLICT,
+        F::OutOfResource(_) => StatusCode::INSUFFICIENT_STORAGE,
+        F::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
+        F::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        F::LostEvent(_) => StatusCode::GONE,
+        F::StorageFault(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

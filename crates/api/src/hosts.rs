@@ -34,6 +34,10 @@ pub struct HostInfo {
     pub nbd_psk: bool,
     /// What the host sees, by ascending LUN
     pub luns: Vec<LunInfo>,
+    /// The LUN of the host's vVol protocol endpoint; null without one
+    #[serde(default)]
+    #[schema(required = true)]
+    pub protocol_endpoint_lun: Option<u64>,
 }
 
 /// One LUN of a host.
@@ -340,6 +344,24 @@ pub trait HostControl: Send + Sync + 'static {
     /// Sets (`Some`, hex) or removes (`None`) a host's NBD pre-shared key; NBD
     /// connections already open keep running.
     fn set_nbd_psk(&self, host: &str, key: Option<String>) -> Result<HostInfo, HostControlError>;
+    /// Gives the host the array's vVol protocol endpoint at `lun` (the lowest
+    /// free one when `None`), or moves it there.
+    fn add_protocol_endpoint(
+        &self,
+        host: &str,
+        lun: Option<u64>,
+    ) -> Result<HostInfo, HostControlError>;
+    /// Takes the protocol endpoint away: vVols bound to the host are out of its
+    /// reach until it has one again.
+    fn remove_protocol_endpoint(&self, host: &str) -> Result<HostInfo, HostControlError>;
+}
+
+/// Body of `PUT /v1/hosts/{host}/protocol-endpoint`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProtocolEndpointRequest {
+    /// The LUN (0 to 16383); default the lowest free one
+    pub lun: Option<u64>,
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod openapi;
 mod requests;
 mod token;
+pub mod vvols;
 
 use std::sync::Arc;
 
@@ -62,8 +63,8 @@ pub use control::ControlPlane;
 pub use error::{ApiError, ErrorBody};
 pub use hosts::{
     ChapCredentials, ConnectVolumeRequest, CreateHostRequest, DisconnectVolumeRequest, HostControl,
-    HostControlError, HostInfo, LunInfo, NewHost, NewLun, SetNbdPskRequest, BLOCK_SIZES,
-    DEFAULT_BLOCK_SIZE_BYTES,
+    HostControlError, HostInfo, LunInfo, NewHost, NewLun, ProtocolEndpointRequest,
+    SetNbdPskRequest, BLOCK_SIZES, DEFAULT_BLOCK_SIZE_BYTES,
 };
 pub use listener::{serve, serve_with_limits, ApiLimits};
 pub use requests::{
@@ -85,6 +86,7 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub struct ApiState {
     control: Arc<dyn ControlPlane>,
     hosts: Option<Arc<dyn HostControl>>,
+    vvols: Option<Arc<lacuna_vvol::VvolService>>,
     token: Arc<str>,
 }
 
@@ -96,8 +98,15 @@ impl ApiState {
         ApiState {
             control,
             hosts: None,
+            vvols: None,
             token: Arc::from(token.into()),
         }
+    }
+
+    /// Serves the vVol routes from `vvols`; without it they answer 501.
+    pub fn with_vvols(mut self, vvols: Arc<lacuna_vvol::VvolService>) -> ApiState {
+        self.vvols = Some(vvols);
+        self
     }
 
     /// Serves the host routes from `hosts` (the daemon's host registry).
@@ -146,7 +155,9 @@ fn authenticated_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(connect_volume))
         .routes(routes!(disconnect_volume))
         .routes(routes!(set_nbd_psk, remove_nbd_psk))
+        .routes(routes!(add_protocol_endpoint, remove_protocol_endpoint))
         .routes(routes!(openapi_document))
+        .merge(vvols::routes())
 }
 
 /// The API as an axum router, state applied.
@@ -973,6 +984,49 @@ async fn remove_nbd_psk(
 ) -> Result<Json<HostInfo>, ApiError> {
     Ok(Json(
         hosts_blocking(&state, move |h| h.set_nbd_psk(&host, None)).await?,
+    ))
+}
+
+/// Give the host the array's vVol protocol endpoint (or move it) at a LUN
+///
+/// The lowest free LUN unless 'lun' is given; 400 if that LUN is taken. vVols bound to the host are
+/// its subsidiary LUNs (second-level ids under this LUN).
+#[utoipa::path(
+    put, path = "/v1/hosts/{host}/protocol-endpoint", operation_id = "addProtocolEndpoint", params(HostPath),
+    request_body(content = ProtocolEndpointRequest, example = json!({"lun": 255})),
+    responses(
+        (status = 200, description = "The host", body = HostInfo),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 501, response = NotImplemented),
+    )
+)]
+async fn add_protocol_endpoint(
+    State(state): State<ApiState>,
+    PathParam(host): PathParam,
+    JsonBody(body): JsonBody<ProtocolEndpointRequest>,
+) -> Result<Json<HostInfo>, ApiError> {
+    Ok(Json(
+        hosts_blocking(&state, move |h| h.add_protocol_endpoint(&host, body.lun)).await?,
+    ))
+}
+
+/// Take the protocol endpoint away from the host (400 if it has none)
+#[utoipa::path(
+    delete, path = "/v1/hosts/{host}/protocol-endpoint", operation_id = "removeProtocolEndpoint", params(HostPath),
+    responses(
+        (status = 200, description = "The host", body = HostInfo),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 501, response = NotImplemented),
+    )
+)]
+async fn remove_protocol_endpoint(
+    State(state): State<ApiState>,
+    PathParam(host): PathParam,
+) -> Result<Json<HostInfo>, ApiError> {
+    Ok(Json(
+        hosts_blocking(&state, move |h| h.remove_protocol_endpoint(&host)).await?,
     ))
 }
 

@@ -622,6 +622,7 @@ impl HostControl for FakeHosts {
             mutual_chap_user: host.mutual_chap.as_ref().map(|c| c.user.clone()),
             nbd_psk: host.nbd_psk_key.is_some(),
             luns: Vec::new(),
+            protocol_endpoint_lun: None,
         };
         let secrets = host
             .chap
@@ -712,6 +713,30 @@ impl HostControl for FakeHosts {
                 .or_default()
                 .push(key);
         }
+        Ok(info.clone())
+    }
+
+    fn add_protocol_endpoint(
+        &self,
+        host: &str,
+        lun: Option<u64>,
+    ) -> Result<HostInfo, HostControlError> {
+        self.check(format!("add_protocol_endpoint {host} {lun:?}"))?;
+        let mut hosts = self.hosts.lock().unwrap();
+        let info = hosts
+            .get_mut(host)
+            .ok_or_else(|| HostControlError::HostNotFound(host.into()))?;
+        info.protocol_endpoint_lun = Some(lun.unwrap_or(0));
+        Ok(info.clone())
+    }
+
+    fn remove_protocol_endpoint(&self, host: &str) -> Result<HostInfo, HostControlError> {
+        self.check(format!("remove_protocol_endpoint {host}"))?;
+        let mut hosts = self.hosts.lock().unwrap();
+        let info = hosts
+            .get_mut(host)
+            .ok_or_else(|| HostControlError::HostNotFound(host.into()))?;
+        info.protocol_endpoint_lun = None;
         Ok(info.clone())
     }
 }
@@ -814,8 +839,35 @@ fn app() -> (axum::Router, Arc<FakeArray>) {
 fn app_with_hosts() -> (axum::Router, Arc<FakeArray>, Arc<FakeHosts>) {
     let fake = Arc::new(FakeArray::default());
     let hosts = Arc::new(FakeHosts::default());
-    let state = ApiState::new(fake.clone(), TOKEN).with_hosts(hosts.clone());
+    let state = ApiState::new(fake.clone(), TOKEN)
+        .with_hosts(hosts.clone())
+        .with_vvols(vvol_service());
     (router(state), fake, hosts)
+}
+
+/// The real vVol service on a real engine, one for the whole test binary
+/// (the engine's directory lives as long as it).
+fn vvol_service() -> Arc<lacuna_vvol::VvolService> {
+    struct NoHosts;
+    impl lacuna_vvol::HostDirectory for NoHosts {
+        fn protocol_endpoint(
+            &self,
+            host: &str,
+        ) -> lacuna_vvol::Result<lacuna_vvol::ProtocolEndpoint> {
+            Err(lacuna_vvol::VvolFault::NotFound(format!("host '{host}'")))
+        }
+    }
+    static SERVICE: std::sync::OnceLock<(tempfile::TempDir, Arc<lacuna_vvol::VvolService>)> =
+        std::sync::OnceLock::new();
+    let (_, service) = SERVICE.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let config = lacuna_engine::EngineConfig::new(dir.path(), 1 << 30);
+        let engine = lacuna_engine::Engine::open(config).unwrap();
+        let service =
+            lacuna_vvol::VvolService::open(engine, dir.path(), Arc::new(NoHosts)).unwrap();
+        (dir, service)
+    });
+    service.clone()
 }
 
 fn bearer() -> Option<&'static str> {
@@ -854,6 +906,11 @@ fn operations() -> Vec<(String, String, Option<String>)> {
 
 fn is_host_route(path: &str) -> bool {
     path.starts_with("/v1/hosts")
+}
+
+/// A route of the vVol service (tested against the real one, in `vvols.rs`).
+fn is_vvol_route(path: &str) -> bool {
+    path.starts_with("/v1/vvol")
 }
 
 /// A path template with its parameters filled in.
@@ -1200,7 +1257,9 @@ async fn every_engine_error_maps_to_its_status() {
         let all = operations();
         let operations = all
             .iter()
-            .filter(|(_, path, _)| path != "/v1/openapi.json" && !is_host_route(path))
+            .filter(|(_, path, _)| {
+                path != "/v1/openapi.json" && !is_host_route(path) && !is_vvol_route(path)
+            })
             .map(|(method, path, body)| (method.as_str(), concrete(path), body.as_deref()))
             .chain([("POST", "/v1/volumes".to_string(), Some(clone))]);
         for (method, uri, body) in operations {
@@ -1357,7 +1416,8 @@ async fn host_lifecycle_statuses() {
             "chap_user": "esx1",
             "mutual_chap_user": "array",
             "nbd_psk": false,
-            "luns": []
+            "luns": [],
+            "protocol_endpoint_lun": null
         })
     );
     assert_eq!(
@@ -1971,6 +2031,7 @@ async fn openapi_document_matches_router_and_types() {
             mutual_chap_user: None,
             nbd_psk: true,
             luns: vec![lun],
+            protocol_endpoint_lun: None,
         })
         .unwrap(),
         &[
@@ -1980,6 +2041,7 @@ async fn openapi_document_matches_router_and_types() {
             "mutual_chap_user",
             "nbd_psk",
             "luns",
+            "protocol_endpoint_lun",
         ],
     );
     check(
@@ -2614,4 +2676,148 @@ async fn healthz_reports_degraded_read_only_and_fenced_states() {
             "{text}"
         );
     }
+}
+
+/// The vVol routes against the real service: a create, query and info round
+/// trip, metadata updates, a two-phase snapshot, a bitmap, and the faults
+/// with their statuses (a bind to an unknown host, a revert to another vVol's
+/// snapshot, a batch over the limit, events lost).
+#[tokio::test]
+async fn vvol_routes_answer_the_service_and_its_faults() {
+    let (app, _, _) = app_with_hosts();
+    let vm = format!("vm-{}", std::process::id());
+    let create = json!({"container": "default", "vvol_type": "Config", "size_mib": 16,
+        "metadata": {"VMW_VmID": vm, "VMW_VVolType": "Config"}})
+    .to_string();
+    let r = send(&app, "POST", "/v1/vvols", bearer(), Some(&create)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["id"].as_str().unwrap().to_string();
+    assert_eq!(r.body["size_bytes"], 16 << 20);
+    let other = send(&app, "POST", "/v1/vvols", bearer(), Some(&create))
+        .await
+        .body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let query = json!({"metadata": {"VMW_VmID": vm}}).to_string();
+    let r = send(&app, "POST", "/v1/vvols/query", bearer(), Some(&query)).await;
+    let mut found: Vec<String> = serde_json::from_value(r.body["ids"].clone()).unwrap();
+    found.sort();
+    let mut expected = vec![id.clone(), other.clone()];
+    expected.sort();
+    assert_eq!(found, expected);
+
+    let info = json!({"ids": [id, "rfc4122.00000000-0000-4000-8000-000000000009"]}).to_string();
+    let r = send(&app, "POST", "/v1/vvols/info", bearer(), Some(&info)).await;
+    assert_eq!(r.body[0]["result"]["metadata"]["VMW_VVolType"], "Config");
+    assert_eq!(r.body[1]["fault"]["kind"], "NotFound");
+
+    let meta = json!({"metadata": {"VMW_VVolName": "vm.vmx"}}).to_string();
+    let r = send(
+        &app,
+        "PATCH",
+        &format!("/v1/vvols/{id}/metadata"),
+        bearer(),
+        Some(&meta),
+    )
+    .await;
+    assert_eq!(r.body["metadata"]["VMW_VVolName"], "vm.vmx", "{}", r.body);
+
+    let r = send(
+        &app,
+        "POST",
+        &format!("/v1/vvols/{id}/prepare-snapshot"),
+        bearer(),
+        Some("{}"),
+    )
+    .await;
+    let snapshot = r.body["snapshot_id"].as_str().unwrap().to_string();
+    let commit = json!({"snapshots": [{"snapshot_id": snapshot}]}).to_string();
+    let r = send(&app, "POST", "/v1/vvols/snapshot", bearer(), Some(&commit)).await;
+    assert!(r.body["results"][0]["fault"].is_null(), "{}", r.body);
+    assert!(r.body["commit_window_us"].is_u64());
+    let revert = json!({"snapshot": snapshot}).to_string();
+    let r = send(
+        &app,
+        "POST",
+        &format!("/v1/vvols/{other}/revert"),
+        bearer(),
+        Some(&revert),
+    )
+    .await;
+    assert!(error_message(&r, StatusCode::CONFLICT).contains("incompatible volume"));
+    let r = send(
+        &app,
+        "POST",
+        &format!("/v1/vvols/{id}/revert"),
+        bearer(),
+        Some(&revert),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+
+    let segment =
+        json!({"offset_bytes": 0, "length_bytes": 16 << 20, "chunk_bytes": 1 << 20}).to_string();
+    let r = send(
+        &app,
+        "POST",
+        &format!("/v1/vvols/{id}/allocated-bitmap"),
+        bearer(),
+        Some(&segment),
+    )
+    .await;
+    assert_eq!(r.body["bitmap"], "0000", "{}", r.body);
+    let past =
+        json!({"offset_bytes": 0, "length_bytes": 32 << 20, "chunk_bytes": 1 << 20}).to_string();
+    let r = send(
+        &app,
+        "POST",
+        &format!("/v1/vvols/{id}/allocated-bitmap"),
+        bearer(),
+        Some(&past),
+    )
+    .await;
+    error_message(&r, StatusCode::BAD_REQUEST);
+
+    let bind = json!({"host": "nohost", "ids": [id]}).to_string();
+    let r = send(&app, "POST", "/v1/vvols/bind", bearer(), Some(&bind)).await;
+    assert!(error_message(&r, StatusCode::NOT_FOUND).contains("host 'nohost'"));
+    let many: Vec<&str> = vec![id.as_str(); lacuna_vvol::MAX_BATCH + 1];
+    let r = send(
+        &app,
+        "POST",
+        "/v1/vvols/info",
+        bearer(),
+        Some(&json!({"ids": many}).to_string()),
+    )
+    .await;
+    error_message(&r, StatusCode::INSUFFICIENT_STORAGE);
+    let r = send(&app, "GET", "/v1/vvol-events?since=0", bearer(), None).await;
+    let newest = r.body.as_array().unwrap().last().unwrap()["id"]
+        .as_u64()
+        .unwrap();
+    let r = send(
+        &app,
+        "GET",
+        &format!("/v1/vvol-events?since={}", newest + 5),
+        bearer(),
+        None,
+    )
+    .await;
+    error_message(&r, StatusCode::GONE);
+    let r = send(&app, "GET", "/v1/vvols/not-an-id", bearer(), None).await;
+    error_message(&r, StatusCode::BAD_REQUEST);
+
+    let r = send(&app, "DELETE", &format!("/v1/vvols/{id}"), bearer(), None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = send(
+        &app,
+        "GET",
+        &format!("/v1/vvols/{snapshot}"),
+        bearer(),
+        None,
+    )
+    .await;
+    error_message(&r, StatusCode::NOT_FOUND);
 }

@@ -166,6 +166,38 @@ pub struct Host {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nbd_psk: Option<NbdPsk>,
     pub luns: BTreeMap<u64, LunSpec>,
+    /// The LUN of the array's vVol protocol endpoint in this host's list, if
+    /// it has one (never one of `luns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_endpoint_lun: Option<u64>,
+}
+
+impl Host {
+    /// Refuses a LUN above the range or taken (by a volume or the protocol endpoint).
+    fn check_free(&self, lun: u64) -> Result<(), HostError> {
+        if lun > MAX_LUN {
+            return Err(HostError::Invalid(format!("LUN {lun} is above {MAX_LUN}")));
+        }
+        if let Some(spec) = self.luns.get(&lun) {
+            return Err(HostError::Invalid(format!(
+                "LUN {lun} of host '{}' is taken by '{}'",
+                self.name, spec.volume
+            )));
+        }
+        if self.protocol_endpoint_lun == Some(lun) {
+            return Err(HostError::Invalid(format!(
+                "LUN {lun} of host '{}' is its protocol endpoint",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn lowest_free_lun(&self) -> Result<u64, HostError> {
+        (0..=MAX_LUN)
+            .find(|&l| self.check_free(l).is_ok())
+            .ok_or_else(|| HostError::Invalid(format!("host '{}' has no free LUN", self.name)))
+    }
 }
 
 /// A host as the API shows it: secrets never leave the daemon.
@@ -181,6 +213,7 @@ fn host_info(h: &Host) -> HostInfo {
             .iter()
             .map(|(lun, spec)| lun_info(*lun, spec))
             .collect(),
+        protocol_endpoint_lun: h.protocol_endpoint_lun,
     }
 }
 
@@ -413,24 +446,50 @@ impl HostRegistry {
                 )));
             }
             let lun = match lun {
-                Some(lun) if lun > MAX_LUN => {
-                    return Err(HostError::Invalid(format!("LUN {lun} is above {MAX_LUN}")))
+                Some(lun) => {
+                    host.check_free(lun)?;
+                    lun
                 }
-                Some(lun) if host.luns.contains_key(&lun) => {
-                    return Err(HostError::Invalid(format!(
-                        "LUN {lun} of host '{}' is taken by '{}'",
-                        host.name, host.luns[&lun].volume
-                    )))
-                }
-                Some(lun) => lun,
-                None => (0..=MAX_LUN)
-                    .find(|l| !host.luns.contains_key(l))
-                    .ok_or_else(|| {
-                        HostError::Invalid(format!("host '{}' has no free LUN", host.name))
-                    })?,
+                None => host.lowest_free_lun()?,
             };
             host.luns.insert(lun, spec);
             Ok(lun)
+        })
+    }
+
+    /// Gives `host` the protocol endpoint at `lun` (the lowest free one when
+    /// `None`), or moves it there.
+    pub fn add_protocol_endpoint(
+        &self,
+        host: &str,
+        lun: Option<u64>,
+    ) -> Result<HostInfo, HostError> {
+        self.update(|hosts| {
+            let host = hosts
+                .get_mut(host)
+                .ok_or_else(|| HostError::NotFound(host.to_string()))?;
+            let previous = host.protocol_endpoint_lun.take();
+            let lun = match lun {
+                Some(lun) => host.check_free(lun).map(|()| lun),
+                None => previous.map_or_else(|| host.lowest_free_lun(), Ok),
+            };
+            host.protocol_endpoint_lun = Some(lun?);
+            Ok(host_info(host))
+        })
+    }
+
+    pub fn remove_protocol_endpoint(&self, host: &str) -> Result<HostInfo, HostError> {
+        self.update(|hosts| {
+            let host = hosts
+                .get_mut(host)
+                .ok_or_else(|| HostError::NotFound(host.to_string()))?;
+            if host.protocol_endpoint_lun.take().is_none() {
+                return Err(HostError::Invalid(format!(
+                    "host '{}' has no protocol endpoint",
+                    host.name
+                )));
+            }
+            Ok(host_info(host))
         })
     }
 
@@ -667,6 +726,7 @@ impl HostControl for RegistryHosts {
             mutual_chap: host.mutual_chap.map(chap),
             nbd_psk: host.nbd_psk_key.as_deref().map(NbdPsk::parse).transpose()?,
             luns: BTreeMap::new(),
+            protocol_endpoint_lun: None,
         })?)
     }
 
@@ -698,6 +758,18 @@ impl HostControl for RegistryHosts {
     fn disconnect(&self, host: &str, volume: &str) -> Result<(), HostControlError> {
         Ok(self.registry.disconnect(host, volume)?)
     }
+
+    fn add_protocol_endpoint(
+        &self,
+        host: &str,
+        lun: Option<u64>,
+    ) -> Result<HostInfo, HostControlError> {
+        Ok(self.registry.add_protocol_endpoint(host, lun)?)
+    }
+
+    fn remove_protocol_endpoint(&self, host: &str) -> Result<HostInfo, HostControlError> {
+        Ok(self.registry.remove_protocol_endpoint(host)?)
+    }
 }
 
 #[cfg(test)]
@@ -717,6 +789,7 @@ mod tests {
             mutual_chap: None,
             nbd_psk: None,
             luns: BTreeMap::new(),
+            protocol_endpoint_lun: None,
         }
     }
 

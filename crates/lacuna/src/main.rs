@@ -17,6 +17,7 @@ mod duration;
 // The host registry: its own crate, so that the API's tests run against it too.
 use lacuna_hosts as hosts;
 mod nbd_export;
+mod protocol_endpoint;
 mod scrub;
 mod scsi_backend;
 mod serve;

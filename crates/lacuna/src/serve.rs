@@ -239,6 +239,12 @@ async fn serve_all(
     host_control
         .reconcile()
         .context("binding the host registry's grants to volumes")?;
+    let vvol_hosts = Arc::new(crate::protocol_endpoint::VvolHosts {
+        hosts: iscsi.hosts.clone(),
+        unit_id: crate::protocol_endpoint::unit_id(iscsi.array_id),
+    });
+    let vvols = lacuna_vvol::VvolService::open(engine.clone(), &config.data_dir, vvol_hosts)
+        .context("opening the vVol store")?;
     let backend = Arc::new(EngineBackend::new(
         engine.clone(),
         iscsi.hosts.clone(),
@@ -260,7 +266,9 @@ async fn serve_all(
     ));
     let nbd = nbd_server(engine.clone(), iscsi.hosts.clone(), config, connections.nbd)?;
     let nbd = nbd.serve_tcp(nbd_listener);
-    let api_state = lacuna_api::ApiState::new(engine, token).with_hosts(host_control);
+    let api_state = lacuna_api::ApiState::new(engine, token)
+        .with_hosts(host_control)
+        .with_vvols(vvols);
     let api_limits = lacuna_api::ApiLimits {
         max_connections: connections.api,
         ..lacuna_api::ApiLimits::default()

@@ -791,6 +791,7 @@ mod tests {
                 lacuna_api::LunInfo::new(0, "vm1", 512, false),
                 lacuna_api::LunInfo::new(12, "vm1@s1", 4096, true),
             ],
+            protocol_endpoint_lun: None,
         };
         let t = host_table(std::slice::from_ref(&host));
         assert_eq!(

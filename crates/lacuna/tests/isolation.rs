@@ -169,6 +169,50 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
     ("DELETE", "/v1/hosts/{host}/nbd-psk", None),
     // Last, so the indexes used below stay put.
     ("DELETE", "/v1/array/scrub", None),
+    (
+        "PUT",
+        "/v1/hosts/{host}/protocol-endpoint",
+        Some(r#"{"lun":9}"#),
+    ),
+    ("DELETE", "/v1/hosts/{host}/protocol-endpoint", None),
+    (
+        "POST",
+        "/v1/vvols",
+        Some(r#"{"container":"default","vvol_type":"Data","size_mib":16}"#),
+    ),
+    ("GET", "/v1/vvols/{id}", None),
+    ("DELETE", "/v1/vvols/{id}", None),
+    ("POST", "/v1/vvols/query", Some("{}")),
+    ("POST", "/v1/vvols/info", Some(r#"{"ids":["x"]}"#)),
+    (
+        "PATCH",
+        "/v1/vvols/{id}/metadata",
+        Some(r#"{"metadata":{"k":"v"}}"#),
+    ),
+    ("POST", "/v1/vvols/{id}/resize", Some(r#"{"size_mib":32}"#)),
+    ("POST", "/v1/vvols/{id}/clone", Some("{}")),
+    ("POST", "/v1/vvols/{id}/revert", Some(r#"{"snapshot":"x"}"#)),
+    ("POST", "/v1/vvols/{id}/prepare-snapshot", Some("{}")),
+    ("POST", "/v1/vvols/snapshot", Some(r#"{"snapshots":[]}"#)),
+    (
+        "POST",
+        "/v1/vvols/bind",
+        Some(r#"{"host":"alpha","ids":["x"]}"#),
+    ),
+    (
+        "POST",
+        "/v1/vvols/unbind",
+        Some(r#"{"host":"alpha","ids":["x"]}"#),
+    ),
+    ("POST", "/v1/vvols/unbind-all", Some(r#"{"host":"alpha"}"#)),
+    (
+        "POST",
+        "/v1/vvols/{id}/allocated-bitmap",
+        Some(r#"{"offset_bytes":0,"length_bytes":4096,"chunk_bytes":4096}"#),
+    ),
+    ("GET", "/v1/vvols/{id}/space", None),
+    ("GET", "/v1/vvol-containers/{container}", None),
+    ("GET", "/v1/vvol-events", None),
 ];
 
 fn concrete(path: &str) -> String {
@@ -176,6 +220,7 @@ fn concrete(path: &str) -> String {
         .replace("{snapshot}", "vol@snap")
         .replace("{host}", "alpha")
         .replace("{container}", "box")
+        .replace("{id}", "rfc4122.00000000-0000-4000-8000-000000000001")
 }
 
 /// Volumes `vol` (with snapshot `snap`) and `other`, container `box`, host
@@ -210,6 +255,7 @@ fn state(daemon: &Daemon) -> Vec<(String, String)> {
         "/v1/hosts",
         "/v1/hosts/alpha",
         "/v1/array/scrub",
+        "/v1/vvol-events",
     ]
     .iter()
     .map(|path| {

@@ -17,6 +17,7 @@ use crate::{ItemResult, Result, VvolService};
 
 /// A host's protocol endpoint, as the daemon presents it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProtocolEndpoint {
     /// The PE's in-band id (`naa.` and its NAA designator in hex).
     pub in_band_id: String,
@@ -33,6 +34,7 @@ pub trait HostDirectory: Send + Sync {
 
 /// One bound vVol, as a bind answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Binding {
     pub vvol: VvolId,
     pub host: String,

@@ -26,12 +26,14 @@ const RUNS_PER_STEP: usize = 4096;
 const MAX_SNAPSHOT_STEPS: usize = 1 << 16;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AllocatedBitmap {
     pub offset_bytes: u64,
     pub length_bytes: u64,
     pub chunk_bytes: u64,
-    /// One bit a chunk, most significant first; the last byte's unused bits clear.
+    /// One bit a chunk in hex, most significant bit first; the last byte's unused bits clear.
     #[serde(with = "hex_bytes")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub bitmap: Vec<u8>,
     /// Where the first data at or after the segment's end lies; null when
     /// nothing after it holds data.
@@ -90,6 +92,7 @@ impl Bits {
 
 /// The part of a vVol a bitmap covers, and its chunk size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Segment {
     pub offset_bytes: u64,
     pub length_bytes: u64,

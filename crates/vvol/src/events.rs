@@ -16,6 +16,7 @@ pub const MAX_EVENTS: usize = 4096;
 pub const MAX_EVENTS_PER_POLL: usize = 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum EventKind {
     /// A vVol was created, changed (metadata, size, revert) or deleted.
     Config,
@@ -24,6 +25,7 @@ pub enum EventKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Event {
     pub id: u64,
     pub kind: EventKind,

@@ -36,6 +36,7 @@ pub enum VvolFault {
 
 /// A fault as it travels in an answer: its kind and message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FaultBody {
     pub kind: String,
     pub message: String,

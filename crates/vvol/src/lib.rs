@@ -55,6 +55,7 @@ pub type Result<T> = std::result::Result<T, VvolFault>;
 
 /// One item of a batch's answer: its result or its fault.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ItemResult<T> {
     pub id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -83,6 +84,7 @@ impl<T> ItemResult<T> {
 
 /// A vVol as answered: its record, its size in bytes and where it is bound.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VvolInfo {
     #[serde(flatten)]
     pub rec: VvolRec,
@@ -92,6 +94,7 @@ pub struct VvolInfo {
 
 /// What `create` takes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewVvol {
     pub container: String,
     pub vvol_type: VvolType,
@@ -104,6 +107,7 @@ pub struct NewVvol {
 
 /// What `clone` takes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CloneSpec {
     /// Another container (a full clone only); default the source's.
     pub container: Option<String>,
@@ -118,6 +122,7 @@ pub struct CloneSpec {
 
 /// A vVol's space figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VvolSpace {
     pub id: VvolId,
     pub size_bytes: u64,
@@ -130,6 +135,7 @@ pub struct VvolSpace {
 
 /// A storage container's space as vVols see it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ContainerSpace {
     pub container: String,
     pub vvol_count: u64,

@@ -29,6 +29,7 @@ pub(crate) const MIB: u64 = 1 << 20;
 
 /// A vVol's id: `rfc4122.` and a lowercase UUID. Parsed case-insensitively.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(try_from = "String", into = "String")]
 pub struct VvolId(String);
 
@@ -105,6 +106,7 @@ impl fmt::Display for VvolId {
 
 /// What a vVol holds for its VM (VASA's `VirtualVolumeTypeEnum`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum VvolType {
     /// The VM's home: its configuration files (a small file system).
     Config,
@@ -152,6 +154,7 @@ impl VvolType {
 /// How a snapshot vVol may be used: read-only (an engine snapshot) or
 /// writable (a clone of one, taken at the same instant).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum SnapshotKind {
     #[default]
     ReadOnly,
@@ -204,6 +207,7 @@ pub fn check_size_mib(size_mib: u64) -> Result<(), VvolFault> {
 
 /// A snapshot vVol's origin: the vVol it is a snapshot of, and its kind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SnapshotOf {
     pub base: VvolId,
     pub kind: SnapshotKind,
@@ -211,6 +215,7 @@ pub struct SnapshotOf {
 
 /// One vVol as kept (in the store, as JSON) and answered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VvolRec {
     pub id: VvolId,
     pub vvol_type: VvolType,

@@ -25,6 +25,7 @@ pub const PREPARED_TTL: Duration = Duration::from_secs(600);
 
 /// A prepared snapshot, as the prepare answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PreparedSnapshot {
     pub snapshot_id: VvolId,
     pub base: VvolId,
@@ -33,6 +34,7 @@ pub struct PreparedSnapshot {
 
 /// One snapshot of a commit batch: a prepared id and the new vVol's metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SnapshotRequest {
     pub snapshot_id: String,
     #[serde(default)]
@@ -42,6 +44,7 @@ pub struct SnapshotRequest {
 /// What a commit answers: a result per snapshot and how long writes to the
 /// batch's vVols were held.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SnapshotCommit {
     pub results: Vec<ItemResult<crate::VvolInfo>>,
     /// Checks before the commit, in microseconds (writes flow meanwhile).

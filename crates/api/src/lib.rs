@@ -1054,7 +1054,8 @@ async fn prometheus_metrics(State(state): State<ApiState>) -> Result<Response, A
         Ok((c.space()?, c.list_containers()?, volumes))
     })
     .await?;
-    let text = metrics::render(&space, &containers, &volumes);
+    let vvols = state.vvols.as_deref().map(metrics::VvolFigures::of);
+    let text = metrics::render(&space, &containers, &volumes, vvols.as_ref());
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 

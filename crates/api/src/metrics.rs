@@ -18,15 +18,114 @@ use prometheus_client::registry::Registry;
 
 /// The text of `GET /metrics`: the space report, then every container's and
 /// volume's figures.
-pub fn render(space: &SpaceReport, containers: &[ContainerInfo], volumes: &[VolumeInfo]) -> String {
+pub fn render(
+    space: &SpaceReport,
+    containers: &[ContainerInfo],
+    volumes: &[VolumeInfo],
+    vvols: Option<&VvolFigures>,
+) -> String {
     let mut families = array_families(space);
     families.push(state_family(space));
     families.extend(container_families(containers, volumes));
+    if let Some(vvols) = vvols {
+        families.extend(vvol_families(vvols));
+    }
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape(families)));
     let mut text = String::new();
     prometheus_text::encode(&mut text, &registry).expect("writing to a String cannot fail");
     text
+}
+
+/// The vVol service's figures at one scrape.
+#[derive(Debug, Clone, Default)]
+pub struct VvolFigures {
+    /// (container, type, count)
+    pub counts: Vec<(String, &'static str, u64)>,
+    pub bindings: u64,
+    pub operations: u64,
+    pub faults: u64,
+    pub busy: u64,
+    pub binds: u64,
+    pub unbinds: u64,
+    pub snapshots_committed: u64,
+    pub last_commit_window_us: u64,
+}
+
+impl VvolFigures {
+    pub fn of(service: &lacuna_vvol::VvolService) -> VvolFigures {
+        use std::sync::atomic::Ordering::Relaxed;
+        let stats = &service.stats;
+        VvolFigures {
+            counts: service
+                .counts()
+                .into_iter()
+                .map(|(container, kind, n)| (container, kind.as_str(), n))
+                .collect(),
+            bindings: service.binding_count() as u64,
+            operations: stats.operations.load(Relaxed),
+            faults: stats.faults.load(Relaxed),
+            busy: stats.busy.load(Relaxed),
+            binds: stats.binds.load(Relaxed),
+            unbinds: stats.unbinds.load(Relaxed),
+            snapshots_committed: stats.snapshots_committed.load(Relaxed),
+            last_commit_window_us: stats.last_commit_window_us.load(Relaxed),
+        }
+    }
+}
+
+fn vvol_families(v: &VvolFigures) -> Vec<Family> {
+    let counter =
+        |name, help, value: u64| single(name, MetricType::Counter, help, Value::Int(value));
+    vec![
+        Family {
+            name: "lacuna_vvols",
+            kind: MetricType::Gauge,
+            help: "vVols by storage container and type.",
+            samples: v
+                .counts
+                .iter()
+                .map(|(container, kind, n)| {
+                    let labels = vec![("container", container.clone()), ("type", kind.to_string())];
+                    (labels, Value::Int(*n))
+                })
+                .collect(),
+        },
+        single(
+            "lacuna_vvol_bindings",
+            MetricType::Gauge,
+            "vVols bound, counted once per host.",
+            Value::Int(v.bindings),
+        ),
+        counter(
+            "lacuna_vvol_operations_total",
+            "vVol operations answered.",
+            v.operations,
+        ),
+        counter(
+            "lacuna_vvol_faults_total",
+            "vVol operations that answered a fault.",
+            v.faults,
+        ),
+        counter(
+            "lacuna_vvol_busy_total",
+            "vVol requests refused as busy (too many in flight for a host).",
+            v.busy,
+        ),
+        counter("lacuna_vvol_binds_total", "vVols bound.", v.binds),
+        counter("lacuna_vvol_unbinds_total", "vVols unbound.", v.unbinds),
+        counter(
+            "lacuna_vvol_snapshots_committed_total",
+            "Snapshot vVols committed.",
+            v.snapshots_committed,
+        ),
+        single(
+            "lacuna_vvol_last_commit_window_seconds",
+            MetricType::Gauge,
+            "How long writes were held by the last batch snapshot commit.",
+            Value::Float(v.last_commit_window_us as f64 / 1e6),
+        ),
+    ]
 }
 
 /// A sample's labels, in the order they are written.
@@ -488,6 +587,26 @@ mod tests {
         let mut text = String::new();
         prometheus_text::encode(&mut text, &registry).unwrap();
         text
+    }
+
+    #[test]
+    fn vvol_figures_are_labelled_by_container_and_type() {
+        let figures = VvolFigures {
+            counts: vec![("default".into(), "Config", 3), ("gold".into(), "Data", 5)],
+            bindings: 4,
+            busy: 2,
+            last_commit_window_us: 250,
+            ..VvolFigures::default()
+        };
+        let text: String = vvol_families(&figures).into_iter().map(encoded).collect();
+        assert!(
+            text.contains("lacuna_vvols{container=\"default\",type=\"Config\"} 3"),
+            "{text}"
+        );
+        assert!(text.contains("lacuna_vvols{container=\"gold\",type=\"Data\"} 5"));
+        assert!(text.contains("lacuna_vvol_bindings 4"));
+        assert!(text.contains("lacuna_vvol_busy_total 2"));
+        assert!(text.contains("lacuna_vvol_last_commit_window_seconds 0.00025"));
     }
 
     fn sample_text(value: Value) -> String {

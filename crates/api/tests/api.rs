@@ -40,6 +40,7 @@ fn fixture(tag: &str) -> Fixture {
     let host_control = std::sync::Arc::new(hosts::RegistryHosts {
         registry,
         engine: engine.clone(),
+        on_delete: None,
     });
     Fixture {
         app: router(ApiState::new(engine.clone(), token.clone()).with_hosts(host_control)),

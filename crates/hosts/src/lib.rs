@@ -664,7 +664,13 @@ impl From<HostError> for HostControlError {
 pub struct RegistryHosts {
     pub registry: Arc<HostRegistry>,
     pub engine: Arc<Engine>,
+    /// Called with a host's name once it is deleted: what else the daemon
+    /// granted the host (its vVol bindings) ends with it.
+    pub on_delete: Option<HostDeleted>,
 }
+
+/// See [`RegistryHosts::on_delete`].
+pub type HostDeleted = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl RegistryHosts {
     /// The id of the live volume or snapshot `name`.
@@ -736,7 +742,11 @@ impl HostControl for RegistryHosts {
     }
 
     fn delete_host(&self, name: &str) -> Result<(), HostControlError> {
-        Ok(self.registry.delete(name)?)
+        self.registry.delete(name)?;
+        if let Some(deleted) = &self.on_delete {
+            deleted(name);
+        }
+        Ok(())
     }
 
     fn connect(&self, host: &str, lun: NewLun) -> Result<LunInfo, HostControlError> {
@@ -919,6 +929,7 @@ mod tests {
         let hosts = RegistryHosts {
             registry: Arc::new(HostRegistry::open(dir.path(), false).unwrap()),
             engine: engine.clone(),
+            on_delete: None,
         };
         hosts
             .registry
@@ -954,6 +965,7 @@ mod tests {
         let reopened = RegistryHosts {
             registry: Arc::new(HostRegistry::open(dir.path(), false).unwrap()),
             engine: engine.clone(),
+            on_delete: None,
         };
         assert_eq!(
             reopened.registry.nbd_exports("hostb"),
@@ -982,6 +994,7 @@ mod tests {
         let hosts = RegistryHosts {
             registry: Arc::new(HostRegistry::open(dir.path(), false).unwrap()),
             engine: engine.clone(),
+            on_delete: None,
         };
         hosts.reconcile().unwrap();
         let esx1 = hosts
@@ -1051,6 +1064,7 @@ mod tests {
         let hosts = RegistryHosts {
             registry: Arc::new(HostRegistry::open(dir.path(), false).unwrap()),
             engine: engine.clone(),
+            on_delete: None,
         };
         let new_host = NewHost {
             name: "esx1".into(),

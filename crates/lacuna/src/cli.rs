@@ -218,6 +218,17 @@ pub enum HostCommand {
     },
     /// Take a volume (or snapshot) away from a host.
     Disconnect { host: String, volume: String },
+    /// Give a host the array's vVol protocol endpoint at a LUN (the lowest free
+    /// one unless --lun), or move it; --remove takes it away. vVols bound to
+    /// the host are reached through it.
+    ProtocolEndpoint {
+        host: String,
+        /// The LUN (0 to 16383).
+        #[arg(long, conflicts_with = "remove")]
+        lun: Option<u64>,
+        #[arg(long)]
+        remove: bool,
+    },
     /// Set or remove a host's NBD TLS pre-shared key (open NBD connections keep
     /// running).
     Set {
@@ -640,7 +651,7 @@ pub fn run_snapshot(
     }
 }
 
-fn host_path(name: &str) -> String {
+pub(crate) fn host_path(name: &str) -> String {
     format!("/v1/hosts/{}", path_segment(name))
 }
 
@@ -722,6 +733,20 @@ pub fn run_host(client: &Client, command: HostCommand, as_json: bool) -> anyhow:
             print(as_json, &answer, |h: HostInfo| {
                 let state = if h.nbd_psk { "set" } else { "removed" };
                 format!("host {}: nbd-psk {state}", h.name)
+            })
+        }
+        HostCommand::ProtocolEndpoint { host, lun, remove } => {
+            let path = format!("{}/protocol-endpoint", host_path(&host));
+            let answer = if remove {
+                client.call(Method::Delete, &path, None)?
+            } else {
+                client.call(Method::Put, &path, Some(&json!({ "lun": lun })))?
+            };
+            print(as_json, &answer, |h: HostInfo| {
+                match h.protocol_endpoint_lun {
+                    Some(lun) => format!("host {}: protocol endpoint at LUN {lun}", h.name),
+                    None => format!("host {}: no protocol endpoint", h.name),
+                }
             })
         }
         HostCommand::List => {
@@ -948,7 +973,7 @@ pub fn run_array(client: &Client, command: ArrayCommand, as_json: bool) -> anyho
 /// Prints the API's JSON as is, or decodes it into the type the human rendering
 /// needs: a daemon speaking a different API version then fails loudly instead of
 /// printing zeroes for fields it no longer sends.
-fn print<T: DeserializeOwned>(
+pub(crate) fn print<T: DeserializeOwned>(
     as_json: bool,
     answer: &Value,
     human: impl FnOnce(T) -> String,

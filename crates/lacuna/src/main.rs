@@ -23,6 +23,7 @@ mod scsi_backend;
 mod serve;
 mod size;
 mod table;
+mod vvol_cli;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -87,6 +88,11 @@ enum Command {
     /// the NBD key, connect and disconnect volumes.
     #[command(subcommand)]
     Host(cli::HostCommand),
+    /// Virtual volumes (vVols): create, list, show, delete, set metadata,
+    /// resize, clone, revert, snapshot in batches, bind and unbind to hosts,
+    /// allocation bitmaps and events.
+    #[command(subcommand)]
+    Vvol(vvol_cli::VvolCommand),
     /// Read back and verify every stored record on the running daemon, with
     /// progress and a summary of bad records and the volume ranges they affect;
     /// fails when any record is bad.
@@ -212,6 +218,8 @@ fn main() -> ExitCode {
                 .and_then(|c| cli::run_array(&c, command, cli.json)),
             Command::Host(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
                 .and_then(|c| cli::run_host(&c, command, cli.json)),
+            Command::Vvol(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+                .and_then(|c| vvol_cli::run(&c, command, cli.json)),
             Command::Scrub(args) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
                 .and_then(|c| match args.cancel {
                     true => scrub::cancel(&c, cli.json),

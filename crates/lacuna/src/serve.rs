@@ -232,19 +232,25 @@ async fn serve_all(
             target_config.target_name
         );
     }
-    let host_control = Arc::new(RegistryHosts {
-        registry: iscsi.hosts.clone(),
-        engine: engine.clone(),
-    });
-    host_control
-        .reconcile()
-        .context("binding the host registry's grants to volumes")?;
     let vvol_hosts = Arc::new(crate::protocol_endpoint::VvolHosts {
         hosts: iscsi.hosts.clone(),
         unit_id: crate::protocol_endpoint::unit_id(iscsi.array_id),
     });
     let vvols = lacuna_vvol::VvolService::open(engine.clone(), &config.data_dir, vvol_hosts)
         .context("opening the vVol store")?;
+    let unbind_deleted = vvols.clone();
+    let host_control = Arc::new(RegistryHosts {
+        registry: iscsi.hosts.clone(),
+        engine: engine.clone(),
+        on_delete: Some(Arc::new(move |host: &str| {
+            if let Err(e) = unbind_deleted.unbind_all(host) {
+                tracing::error!(host, "unbinding the vVols of a deleted host: {e}");
+            }
+        })),
+    });
+    host_control
+        .reconcile()
+        .context("binding the host registry's grants to volumes")?;
     let backend = Arc::new(EngineBackend::new(
         engine.clone(),
         iscsi.hosts.clone(),

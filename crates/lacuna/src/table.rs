@@ -456,6 +456,11 @@ pub fn host_details(h: &HostInfo) -> String {
     pairs.push(("chap", chap_mode(h)));
     let nbd_psk = if h.nbd_psk { "set" } else { "none" };
     pairs.push(("nbd-psk", nbd_psk.to_string()));
+    let endpoint = match h.protocol_endpoint_lun {
+        Some(lun) => format!("LUN {lun}"),
+        None => "none".to_string(),
+    };
+    pairs.push(("protocol-endpoint", endpoint));
     let mut text = key_values(&pairs);
     text.push_str("\n\n");
     if h.luns.is_empty() {

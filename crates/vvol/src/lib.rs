@@ -228,8 +228,13 @@ impl VvolService {
             }
         }
         for (host, ids) in loaded.bindings {
+            // A host deleted while the daemon was down takes its bindings along.
+            let host_gone = matches!(
+                self.hosts.protocol_endpoint(&host),
+                Err(VvolFault::NotFound(_))
+            );
             for id in ids {
-                if catalog.get(&id).is_some() {
+                if catalog.get(&id).is_some() && !host_gone {
                     catalog.bind(&host, &id);
                 } else {
                     changes.unbind.push((host.clone(), id));

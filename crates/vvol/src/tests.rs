@@ -534,3 +534,45 @@ fn a_deleted_vvol_must_be_unbound_first() {
         Err(VvolFault::NotFound(_))
     ));
 }
+
+/// A directory whose hosts can be deleted.
+struct Hosts(parking_lot::Mutex<Vec<&'static str>>);
+
+impl HostDirectory for Hosts {
+    fn protocol_endpoint(&self, host: &str) -> Result<ProtocolEndpoint> {
+        if self.0.lock().contains(&host) {
+            TwoHosts.protocol_endpoint("esx1")
+        } else {
+            Err(VvolFault::NotFound(format!("host '{host}'")))
+        }
+    }
+}
+
+#[test]
+fn a_host_deleted_while_the_array_was_down_loses_its_bindings_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = Arc::new(Hosts(parking_lot::Mutex::new(vec!["esx1", "esx2"])));
+    let disk = {
+        let engine = open_engine(dir.path());
+        let service = VvolService::open(engine.clone(), dir.path(), hosts.clone()).unwrap();
+        let disk = service.create(new_vvol(VvolType::Data, "vm", 64)).unwrap();
+        let id = disk.rec.id.to_string();
+        service.bind("esx1", std::slice::from_ref(&id)).unwrap();
+        service.bind("esx2", &[id]).unwrap();
+        drop(service);
+        engine.close().unwrap();
+        disk
+    };
+    hosts.0.lock().retain(|h| *h != "esx2");
+    let engine = open_engine(dir.path());
+    let service = VvolService::open(engine, dir.path(), hosts.clone()).unwrap();
+    assert_eq!(
+        service.get(&disk.rec.id).unwrap().bound_hosts,
+        vec!["esx1".to_string()]
+    );
+    hosts.0.lock().push("esx2");
+    assert!(
+        service.bound("esx2").is_empty(),
+        "a namesake host does not inherit them"
+    );
+}

@@ -5,7 +5,8 @@
 //! - a client that proved a host's NBD key over TLS (PSK identity = host name)
 //!   lists and opens exactly the volumes and snapshots connected to that host;
 //!   anything else is "no such export" (`NBD_REP_ERR_UNKNOWN`), so a host cannot
-//!   learn what else exists;
+//!   learn what else exists; the vVols bound to the host are among them, under
+//!   their volume's name (`vvol-<uuid>`, a snapshot vVol's `vvol-<base>@<uuid>`);
 //! - an anonymous client (no TLS) lists and opens everything with
 //!   `--nbd-open-access`; without it, it lists nothing and every open is
 //!   refused by policy (`NBD_REP_ERR_POLICY`) with a message saying how to get
@@ -38,6 +39,8 @@ pub struct VolumeExports {
     pub hosts: Arc<HostRegistry>,
     /// Anonymous clients see every export (`serve --nbd-open-access`).
     pub open_access: bool,
+    /// The vVols bound to each host are its exports too.
+    pub vvols: Arc<lacuna_vvol::VvolService>,
 }
 
 /// Which exports a client may use.
@@ -55,13 +58,14 @@ impl VolumeExports {
         match &client.identity {
             // A host deleted (or whose key was removed) since the handshake sees
             // nothing more.
-            Some(host) => Allowed::Only(
-                self.hosts
-                    .nbd_exports(host)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .collect(),
-            ),
+            Some(host) => Allowed::Only(match self.hosts.nbd_exports(host) {
+                Some(granted) => {
+                    let bound = self.vvols.bound(host).into_iter();
+                    let bound = bound.map(|b| (b.engine_name, b.object_id));
+                    granted.into_iter().chain(bound).collect()
+                }
+                None => BTreeSet::new(),
+            }),
             None if self.open_access => Allowed::Everything,
             None => Allowed::Refused,
         }

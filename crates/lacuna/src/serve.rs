@@ -145,6 +145,7 @@ struct Iscsi {
 fn nbd_server(
     engine: Arc<Engine>,
     hosts: Arc<HostRegistry>,
+    vvols: Arc<lacuna_vvol::VvolService>,
     config: &ServeConfig,
     max_connections: usize,
 ) -> anyhow::Result<lacuna_nbd::Server> {
@@ -152,6 +153,7 @@ fn nbd_server(
         engine,
         hosts: hosts.clone(),
         open_access: config.nbd_open_access,
+        vvols,
     });
     let server_config = lacuna_nbd::ServerConfig {
         idle_poll: std::time::Duration::from_micros(u64::from(config.nbd_poll_us)),
@@ -270,7 +272,13 @@ async fn serve_all(
             let _ = iscsi_stopped.await;
         },
     ));
-    let nbd = nbd_server(engine.clone(), iscsi.hosts.clone(), config, connections.nbd)?;
+    let nbd = nbd_server(
+        engine.clone(),
+        iscsi.hosts.clone(),
+        vvols.clone(),
+        config,
+        connections.nbd,
+    )?;
     let nbd = nbd.serve_tcp(nbd_listener);
     let api_state = lacuna_api::ApiState::new(engine, token)
         .with_hosts(host_control)

@@ -39,7 +39,7 @@ impl Kind {
 pub enum VvolCommand {
     /// Create a vVol: a size in whole MiB (e.g. 10G), a type, metadata pairs.
     Create {
-        #[arg(long = "type", value_enum)]
+        #[arg(long = "type", value_enum, ignore_case = true)]
         kind: Kind,
         #[arg(long, value_parser = parse_size)]
         size: u64,
@@ -56,7 +56,7 @@ pub enum VvolCommand {
     List {
         #[arg(long)]
         container: Option<String>,
-        #[arg(long = "type", value_enum)]
+        #[arg(long = "type", value_enum, ignore_case = true)]
         kind: Option<Kind>,
         #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = parse_pair)]
         metadata: Vec<(String, String)>,

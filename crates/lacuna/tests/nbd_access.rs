@@ -430,3 +430,50 @@ fn a_grant_ends_with_its_volume_and_never_passes_to_a_namesake() {
     let out = open_results(&daemon, "hostb", &["r1", "keep@s"]);
     assert_eq!(out.trim(), "r1 ok\nkeep@s ENOENT");
 }
+
+/// A vVol bound to a host is an NBD export for that host only, from the bind
+/// to the unbind; a bound snapshot vVol is a read-only one.
+#[test]
+fn a_bound_vvol_is_an_export_of_its_host_until_it_is_unbound() {
+    let daemon = two_hosts("nbd-vvols", &[]);
+    daemon.cli_ok(&["host", "protocol-endpoint", "alice"]);
+    daemon.cli_ok(&["host", "protocol-endpoint", "bob"]);
+    let created = daemon.cli_ok(&[
+        "--json", "vvol", "create", "--type", "Data", "--size", "16M",
+    ]);
+    let vvol: serde_json::Value = serde_json::from_str(&created).unwrap();
+    let id = vvol["id"].as_str().unwrap().to_string();
+    let volume = format!("vvol-{}", id.strip_prefix("rfc4122.").unwrap());
+    let before = listed(&tls_uri(&daemon, "alice", ""));
+    assert!(!before.contains(&volume), "{before:?}");
+    daemon.cli_ok(&["vvol", "bind", "alice", &id]);
+    assert!(listed(&tls_uri(&daemon, "alice", "")).contains(&volume));
+    assert!(
+        !listed(&tls_uri(&daemon, "bob", "")).contains(&volume),
+        "bound to alice only"
+    );
+    let results = open_results(&daemon, "bob", &[&volume]);
+    assert_eq!(results.trim(), format!("{volume} ENOENT"));
+    let key_file = daemon.dir.join("alice.psk");
+    let read_back = python(&format!(
+        r#"
+import nbd
+h = nbd.NBD()
+h.set_tls(nbd.TLS_REQUIRE)
+h.set_tls_username("alice")
+h.set_tls_psk_file("{}")
+h.set_export_name("{volume}")
+h.connect_tcp("127.0.0.1", "{}")
+h.pwrite(b"\x5a" * 65536, 0)
+h.flush()
+print(h.pread(65536, 0) == b"\x5a" * 65536, h.get_size())
+"#,
+        key_file.display(),
+        daemon.nbd_port
+    ));
+    assert_eq!(read_back.trim(), format!("True {}", 16 << 20));
+    daemon.cli_ok(&["vvol", "unbind", "alice", &id]);
+    assert!(!listed(&tls_uri(&daemon, "alice", "")).contains(&volume));
+    let results = open_results(&daemon, "alice", &[&volume]);
+    assert_eq!(results.trim(), format!("{volume} ENOENT"));
+}

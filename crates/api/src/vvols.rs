@@ -14,8 +14,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use lacuna_vvol::{
     AllocatedBitmap, Binding, CloneSpec, ContainerSpace, Event, ItemResult, Metadata, NewVvol,
-    PreparedSnapshot, Segment, SnapshotCommit, SnapshotKind, SnapshotRequest, VvolId, VvolInfo,
-    VvolQuery, VvolService, VvolSpace, VvolType,
+    PreparedSnapshot, Segment, SnapshotCommit, SnapshotKind, SnapshotRequest, UnsharedChunks,
+    VvolId, VvolInfo, VvolQuery, VvolService, VvolSpace, VvolType,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -168,6 +168,8 @@ pub(crate) fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(unbind_vvols))
         .routes(routes!(unbind_all))
         .routes(routes!(allocated_bitmap))
+        .routes(routes!(unshared_bitmap))
+        .routes(routes!(unshared_chunks))
         .routes(routes!(vvol_space))
         .routes(routes!(container_vvol_space))
         .routes(routes!(vvol_events))
@@ -442,6 +444,64 @@ async fn allocated_bitmap(
     let id = vvol_id(&id)?;
     Ok(Json(
         vvols_blocking(&state, move |v| v.allocated_bitmap(&id, segment)).await?,
+    ))
+}
+
+/// Body of the unshared bitmap and chunk calls: a segment and the base vVol.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UnsharedRequest {
+    /// The vVol to compare with (a snapshot vVol of this one, for a backup)
+    pub base: String,
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
+    pub chunk_bytes: u64,
+}
+
+impl UnsharedRequest {
+    fn parts(self) -> Result<(VvolId, Segment), ApiError> {
+        let segment = Segment {
+            offset_bytes: self.offset_bytes,
+            length_bytes: self.length_bytes,
+            chunk_bytes: self.chunk_bytes,
+        };
+        Ok((vvol_id(&self.base)?, segment))
+    }
+}
+
+/// Which chunks of a segment read other than the base vVol (unsharedBitmapVirtualVolume)
+#[utoipa::path(
+    post, path = "/v1/vvols/{id}/unshared-bitmap", operation_id = "unsharedBitmapVirtualVolume", params(VvolPath),
+    request_body(content = UnsharedRequest),
+    responses((status = 200, description = "The bitmap", body = AllocatedBitmap), (status = 400, response = BadRequest), (status = 404, response = NotFound))
+)]
+async fn unshared_bitmap(
+    State(state): State<ApiState>,
+    PathParam(id): PathParam,
+    JsonBody(body): JsonBody<UnsharedRequest>,
+) -> Result<Json<AllocatedBitmap>, ApiError> {
+    let id = vvol_id(&id)?;
+    let (base, segment) = body.parts()?;
+    Ok(Json(
+        vvols_blocking(&state, move |v| v.unshared_bitmap(&id, &base, segment)).await?,
+    ))
+}
+
+/// How many chunks of a segment are unshared with the base vVol (unsharedChunksVirtualVolume)
+#[utoipa::path(
+    post, path = "/v1/vvols/{id}/unshared-chunks", operation_id = "unsharedChunksVirtualVolume", params(VvolPath),
+    request_body(content = UnsharedRequest),
+    responses((status = 200, description = "The counts", body = UnsharedChunks), (status = 400, response = BadRequest), (status = 404, response = NotFound))
+)]
+async fn unshared_chunks(
+    State(state): State<ApiState>,
+    PathParam(id): PathParam,
+    JsonBody(body): JsonBody<UnsharedRequest>,
+) -> Result<Json<UnsharedChunks>, ApiError> {
+    let id = vvol_id(&id)?;
+    let (base, segment) = body.parts()?;
+    Ok(Json(
+        vvols_blocking(&state, move |v| v.unshared_chunks(&id, &base, segment)).await?,
     ))
 }
 

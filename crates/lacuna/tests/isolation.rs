@@ -210,6 +210,16 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
         "/v1/vvols/{id}/allocated-bitmap",
         Some(r#"{"offset_bytes":0,"length_bytes":4096,"chunk_bytes":4096}"#),
     ),
+    (
+        "POST",
+        "/v1/vvols/{id}/unshared-bitmap",
+        Some(r#"{"base":"x","offset_bytes":0,"length_bytes":4096,"chunk_bytes":4096}"#),
+    ),
+    (
+        "POST",
+        "/v1/vvols/{id}/unshared-chunks",
+        Some(r#"{"base":"x","offset_bytes":0,"length_bytes":4096,"chunk_bytes":4096}"#),
+    ),
     ("GET", "/v1/vvols/{id}/space", None),
     ("GET", "/v1/vvol-containers/{container}", None),
     ("GET", "/v1/vvol-events", None),

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 pub use admission::{MAX_BATCH, MAX_REQUESTS_PER_HOST};
 pub use bindings::{Binding, BoundVvol, HostDirectory, ProtocolEndpoint};
-pub use bitmap::{AllocatedBitmap, Segment, MAX_BITMAP_BYTES};
+pub use bitmap::{AllocatedBitmap, Segment, UnsharedChunks, MAX_BITMAP_BYTES};
 pub use catalog::VvolQuery;
 pub use events::{Event, EventKind};
 pub use fault::{FaultBody, VvolFault};

@@ -576,3 +576,35 @@ fn a_host_deleted_while_the_array_was_down_loses_its_bindings_at_start() {
         "a namesake host does not inherit them"
     );
 }
+
+#[test]
+fn unshared_bitmaps_show_what_changed_since_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, service) = open(&dir);
+    let disk = service.create(new_vvol(VvolType::Data, "vm", 64)).unwrap();
+    let volume = engine.open_volume(&disk.rec.engine_name()).unwrap();
+    volume.write(0, &[1; 4096]).unwrap();
+    let prepared = service
+        .prepare_snapshot(&disk.rec.id, SnapshotKind::ReadOnly)
+        .unwrap();
+    let request = SnapshotRequest {
+        snapshot_id: prepared.snapshot_id.to_string(),
+        metadata: Metadata::new(),
+    };
+    service.commit_snapshots(&[request], 10_000).unwrap();
+    volume.write(5 * MIB, &[2; 4096]).unwrap();
+    volume.write(9 * MIB + 4096, &[3; 4096]).unwrap();
+    let base = &prepared.snapshot_id;
+    let bitmap = service
+        .unshared_bitmap(&disk.rec.id, base, seg(0, 16 * MIB, MIB))
+        .unwrap();
+    assert_eq!(bitmap.bitmap, vec![0b0000_0100, 0b0100_0000]);
+    let chunks = service
+        .unshared_chunks(&disk.rec.id, base, seg(0, 16 * MIB, MIB))
+        .unwrap();
+    assert_eq!((chunks.scanned_chunks, chunks.unshared_chunks), (16, 2));
+    let none = service
+        .unshared_bitmap(base, base, seg(0, 64 * MIB, MIB))
+        .unwrap();
+    assert!(none.bitmap.iter().all(|&b| b == 0));
+}

@@ -10,6 +10,7 @@
 //! May use: `meta`, `space`, `names`, `units`, `testing`.
 
 pub mod copy;
+pub(crate) mod diff;
 pub(crate) mod jobs;
 pub(crate) mod lifecycle;
 pub mod range_map;

@@ -11,6 +11,7 @@
 
 use lacuna_fuzz::complete_now;
 use lacuna_iscsi::pdu::{self, Digests, Header, Oversized, RawPdu, ReadOutcome, BHS_LEN_BYTES};
+use lacuna_scsi::lun::Lun;
 use libfuzzer_sys::fuzz_target;
 
 /// PDUs read from one input at most.
@@ -74,16 +75,16 @@ fn check_ahs(ahs: &[u8]) {
 }
 
 fn check_lun(bhs: &[u8; BHS_LEN_BYTES]) {
-    let field: [u8; 8] = bhs[8..16].try_into().unwrap();
-    let lun = pdu::decode_lun(&field);
-    // Flat numbers a target hands out (below 16384) survive encode → decode.
-    if lun < 1 << 14 {
+    let lun = Lun(bhs[8..16].try_into().unwrap());
+    // What a LUN addresses survives encode → decode, and the canonical form is settled.
+    if let Some(address) = lun.address() {
         assert_eq!(
-            pdu::decode_lun(&pdu::encode_lun(lun)),
-            lun,
+            Lun::from(address).address(),
+            Some(address),
             "LUN {lun} round trip"
         );
     }
+    assert_eq!(lun.canonical().canonical(), lun.canonical(), "LUN {lun}");
 }
 
 fuzz_target!(|input: &[u8]| {

@@ -15,6 +15,7 @@
 
 use lacuna_fuzz::scsi_array::Array;
 use lacuna_fuzz::Input;
+use lacuna_scsi::lun::Lun;
 use lacuna_scsi::target::{ScsiTarget, TaskManagementFunction};
 use libfuzzer_sys::fuzz_target;
 
@@ -58,9 +59,11 @@ fuzz_target!(|bytes: &[u8]| {
         let nexus = usize::from(header >> 2 & 1);
         if header & 0x08 != 0 {
             let selector = input.byte();
-            let _ = array
-                .core
-                .task_management(&array.nexuses[nexus], lun, function(selector));
+            let _ = array.core.task_management(
+                &array.nexuses[nexus],
+                Lun::single_level(lun),
+                function(selector),
+            );
             continue;
         }
         let cdb_len = input.byte() % (MAX_CDB_BYTES + 1);

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use lacuna_scsi::lun::Lun;
 use lacuna_scsi::memory::{MemoryBackend, MemoryUnit, MemoryUnitConfig};
 use lacuna_scsi::target::{
     Command, CommandOutcome, ItNexus, ScsiStatus, ScsiTarget, TaskAttribute,
@@ -67,6 +68,7 @@ impl Array {
     pub fn execute(&self, nexus: usize, lun: u64, cdb: &[u8], data_out: &[u8]) -> CommandOutcome {
         let nexus = &self.nexuses[nexus % self.nexuses.len()];
         // Must not panic whatever the CDB; the answer is not checked (it is a hint).
+        let lun = Lun::single_level(lun);
         let _ = self.core.data_out_bytes(nexus, lun, cdb);
         let outcome = self.core.execute(
             nexus,

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use lacuna_scsi::lun::Lun;
 use lacuna_scsi::target::{
     Command, CommandOutcome, ScsiStatus, TaskAttribute, TaskManagementFunction,
     TaskManagementResponse,
@@ -382,8 +383,8 @@ async fn end_all_tasks(target: &Target, session: &Session) {
 /// A SCSI command as accepted, before its data is complete.
 struct PendingCommand {
     itt: u32,
-    lun: u64,
-    lun_field: [u8; 8],
+    /// As it arrived: the SCSI layer decodes it, and responses carry it back.
+    lun: Lun,
     cdb: Vec<u8>,
     attribute: TaskAttribute,
     read: bool,
@@ -1162,8 +1163,7 @@ impl Connection {
         };
         Ok(PendingCommand {
             itt,
-            lun: pdu::decode_lun(&command.lun),
-            lun_field: command.lun,
+            lun: Lun(command.lun),
             cdb,
             attribute: task_attribute(command.attribute),
             read: command.read,
@@ -1207,7 +1207,7 @@ impl Connection {
                     next_data_sn: 0,
                 });
                 r2ts.push(Header::ReadyToTransfer(pdu::ReadyToTransfer {
-                    lun: gather.command.lun_field,
+                    lun: gather.command.lun.0,
                     initiator_task_tag: itt,
                     target_transfer_tag: tag,
                     stat_sn: 0,
@@ -1289,7 +1289,7 @@ impl Connection {
 
     fn dispatch(&mut self, ready: ReadyCommand) {
         let itt = ready.command.itt;
-        let Some(control) = self.session.add_task(itt, ready.command.lun) else {
+        let Some(control) = self.session.add_task(itt, ready.command.lun.canonical()) else {
             // Checked at admission; a duplicate here would be a bug in this module.
             unreachable!("task tag {itt:#x} dispatched twice");
         };
@@ -1472,7 +1472,8 @@ impl Connection {
         &mut self,
         request: pdu::TaskManagementRequest,
     ) -> Result<Flow, FatalError> {
-        let lun = pdu::decode_lun(&request.lun);
+        // Canonical, to match tasks that named the same LU in another form.
+        let lun = Lun(request.lun).canonical();
         let function = match request.function {
             1 => TaskManagementFunction::AbortTask {
                 referenced_task_tag: request.referenced_task_tag,
@@ -1576,13 +1577,13 @@ impl Connection {
     /// here; dispatched ones are flagged and their tags returned to wait for.
     fn abort_local(
         &mut self,
-        matches: impl Fn(u32, u64) -> bool,
+        matches: impl Fn(u32, Lun) -> bool,
         _hint: u32,
     ) -> (bool, AbortedTasks) {
         let doomed: Vec<u32> = self
             .gathering
             .iter()
-            .filter(|(itt, gather)| matches(**itt, gather.command.lun))
+            .filter(|(itt, gather)| matches(**itt, gather.command.lun.canonical()))
             .map(|(itt, _)| *itt)
             .collect();
         let mut found = !doomed.is_empty();
@@ -1594,7 +1595,7 @@ impl Connection {
             .order
             .iter()
             .filter_map(|(itt, slot)| match slot {
-                Slot::Ready(ready) if matches(*itt, ready.command.lun) => Some(*itt),
+                Slot::Ready(ready) if matches(*itt, ready.command.lun.canonical()) => Some(*itt),
                 _ => None,
             })
             .collect();
@@ -2193,7 +2194,7 @@ fn completion(
             tracing::error!(itt = command.itt, %error, "SCSI layer failed a command");
             return Completion {
                 itt: command.itt,
-                lun_field: command.lun_field,
+                lun_field: command.lun.0,
                 response: 1,
                 status: 0,
                 sense: Vec::new(),
@@ -2225,7 +2226,7 @@ fn completion(
     };
     Completion {
         itt: command.itt,
-        lun_field: command.lun_field,
+        lun_field: command.lun.0,
         response: 0,
         status: outcome.status as u8,
         sense: outcome.sense,

@@ -1283,31 +1283,6 @@ pub fn encode_ahs(ahs_type: u8, specific: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Decodes an 8-byte LUN field to a flat LUN number (SAM-5 §4.7): peripheral device
-/// addressing (bus 0) and flat space addressing. Anything else is passed through whole so
-/// the SCSI layer answers LOGICAL UNIT NOT SUPPORTED.
-pub fn decode_lun(field: &[u8; 8]) -> u64 {
-    match field[0] >> 6 {
-        0b00 if field[0] == 0 => u64::from(field[1]),
-        0b01 => (u64::from(field[0] & 0x3f) << 8) | u64::from(field[1]),
-        _ => u64::from_be_bytes(*field),
-    }
-}
-
-/// Encodes a LUN below 16384 as SAM-5 single-level addressing (peripheral below 256).
-pub fn encode_lun(lun: u64) -> [u8; 8] {
-    let mut field = [0u8; 8];
-    if lun < 256 {
-        field[1] = lun as u8;
-    } else if lun < 16384 {
-        field[0] = 0x40 | (lun >> 8) as u8;
-        field[1] = lun as u8;
-    } else {
-        field = lun.to_be_bytes();
-    }
-    field
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1345,7 +1320,7 @@ mod tests {
             read: true,
             write: false,
             attribute: 1,
-            lun: encode_lun(3),
+            lun: lacuna_scsi::lun::Lun::single_level(3).0,
             initiator_task_tag: 0x1122_3344,
             expected_data_transfer_bytes: 4096,
             cmd_sn: 7,
@@ -1386,15 +1361,6 @@ mod tests {
             Header::parse(&bhs),
             Err(PduError::UnknownOpcode(0x1c))
         ));
-    }
-
-    #[test]
-    fn lun_encoding_round_trips() {
-        for lun in [0u64, 1, 255, 256, 16383] {
-            assert_eq!(decode_lun(&encode_lun(lun)), lun);
-        }
-        assert_eq!(encode_lun(5), [0, 5, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(encode_lun(300), [0x41, 0x2c, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
+use lacuna_scsi::lun::Lun;
 use lacuna_scsi::target::ItNexus;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
@@ -96,7 +97,8 @@ impl CommandWindow {
 /// A command handed to an executor; kept so task management can find and abort it.
 #[derive(Debug)]
 pub struct TaskControl {
-    pub lun: u64,
+    /// Canonical (`Lun::canonical`), as task management names LUs.
+    pub lun: Lun,
     /// `TASK_RUNNING`, then `TASK_ABORTED` or `TASK_ANSWERED`, whichever
     /// comes first. Why one word for both: an abort and a completion race,
     /// and exactly one may win. The initiator must never see a command's
@@ -109,7 +111,7 @@ const TASK_ABORTED: u8 = 1;
 const TASK_ANSWERED: u8 = 2;
 
 impl TaskControl {
-    fn new(lun: u64) -> TaskControl {
+    fn new(lun: Lun) -> TaskControl {
         TaskControl {
             lun,
             state: AtomicU8::new(TASK_RUNNING),
@@ -255,7 +257,7 @@ impl Session {
 
     /// Registers a dispatched command. False when the initiator reused a tag that is still
     /// in use.
-    pub fn add_task(&self, itt: u32, lun: u64) -> Option<Arc<TaskControl>> {
+    pub fn add_task(&self, itt: u32, lun: Lun) -> Option<Arc<TaskControl>> {
         let mut tasks = self.tasks.lock();
         if tasks.contains_key(&itt) {
             return None;
@@ -508,8 +510,8 @@ mod tests {
             isid: [1; 6],
         };
         let session = Session::new(1, key, SessionType::Normal, params, 1, 8, 4);
-        let answered = session.add_task(10, 0).unwrap();
-        let running = session.add_task(11, 0).unwrap();
+        let answered = session.add_task(10, Lun::single_level(0)).unwrap();
+        let running = session.add_task(11, Lun::single_level(0)).unwrap();
         assert!(answered.answer());
 
         let found = session.abort_tasks(|_, _| true);

@@ -131,6 +131,7 @@ impl Backend for EngineBackend {
                 Some(LunEntry {
                     lun,
                     unit: self.unit(&spec)?,
+                    subsidiaries: None,
                 })
             })
             .collect()

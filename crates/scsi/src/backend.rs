@@ -17,10 +17,25 @@ use std::sync::Arc;
 /// serial number of page 80h, and what EXTENDED COPY target descriptors are matched on.
 pub type UnitId = [u8; 16];
 
-/// A logical unit as one initiator sees it at one LUN number.
+pub use crate::lun::{SecondLevelId, SecondLevelIdOutOfRange};
+
+/// A logical unit as one initiator sees it at one first-level LUN number.
 #[derive(Clone)]
 pub struct LunEntry {
+    /// The first-level LUN number, below [`crate::lun::FIRST_LEVEL_LUNS`] (16384).
     pub lun: u64,
+    pub unit: Arc<dyn LogicalUnit>,
+    /// Some: this is an administrative LU (a conglomerate's; a vVol protocol endpoint),
+    /// with the units bound beneath it for this initiator, addressed by two-level LUNs.
+    /// None: an ordinary LU.
+    pub subsidiaries: Option<Vec<Subsidiary>>,
+}
+
+/// A subsidiary LU of a conglomerate (a bound vVol): the unit at second-level id `id`
+/// beneath its administrative LU.
+#[derive(Clone)]
+pub struct Subsidiary {
+    pub id: SecondLevelId,
     pub unit: Arc<dyn LogicalUnit>,
 }
 
@@ -29,18 +44,32 @@ impl std::fmt::Debug for LunEntry {
         f.debug_struct("LunEntry")
             .field("lun", &self.lun)
             .field("unit", &self.unit.name())
+            .field("subsidiaries", &self.subsidiaries)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Subsidiary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subsidiary")
+            .field("id", &self.id)
+            .field("unit", &self.unit.name())
             .finish()
     }
 }
 
 /// The array as the SCSI layer sees it: LUN masking and array-wide events.
 pub trait Backend: Send + Sync {
-    /// The logical units `initiator_name` may see, each at its LUN number. Only these exist
-    /// for that initiator (REPORT LUNS, addressing). LUN numbers are unique in the list.
+    /// The logical units `initiator_name` may see, each at its first-level LUN number,
+    /// administrative LUs with the subsidiaries bound beneath them. Only these exist for
+    /// that initiator (REPORT LUNS, addressing). LUN numbers are unique in the list, and
+    /// second-level ids beneath each administrative LU.
     fn units_for(&self, initiator_name: &str) -> Vec<LunEntry>;
 
-    /// Increases whenever any initiator's LUN mapping changes. The SCSI layer re-reads
-    /// `units_for` when it changes and raises REPORTED LUNS DATA HAS CHANGED.
+    /// Increases whenever any initiator's LUN mapping changes, binding and unbinding a
+    /// subsidiary included. The SCSI layer re-reads `units_for` when it changes and
+    /// raises REPORTED LUNS DATA HAS CHANGED (on an administrative LU whose subsidiaries
+    /// changed as well).
     fn lun_map_generation(&self) -> u64;
 
     /// Counts how many times the array crossed its soft space threshold (upwards). Each
@@ -202,4 +231,103 @@ pub trait LogicalUnit: Send + Sync {
     ) -> Result<(), BackendError>;
     /// For `copy_from`: lets an implementation recognise its own units among sources.
     fn as_any(&self) -> &dyn Any;
+}
+
+/// The administrative LU of a conglomerate (a vVol protocol endpoint): a unit of zero
+/// capacity. It exists to be addressed (INQUIRY, REPORT LUNS, TEST UNIT READY) and to
+/// give its subsidiaries their first-level LUN; every block command on it is refused
+/// with LOGICAL BLOCK ADDRESS OUT OF RANGE by the SCSI layer's range checks, before any
+/// call reaches it.
+///
+/// Fully provisioned rather than thin: it has no blocks to provision, so UNMAP is not
+/// offered on it and VPD B2h and READ CAPACITY(16) do not claim thin provisioning.
+#[derive(Debug)]
+pub struct AdministrativeUnit {
+    unit_id: UnitId,
+    name: String,
+}
+
+impl AdministrativeUnit {
+    pub fn new(unit_id: UnitId, name: String) -> Self {
+        Self { unit_id, name }
+    }
+
+    /// Only empty ranges are inside a unit of no blocks.
+    fn empty(len_bytes: u64) -> Result<(), BackendError> {
+        if len_bytes == 0 {
+            Ok(())
+        } else {
+            Err(BackendError::OutOfRange)
+        }
+    }
+}
+
+impl LogicalUnit for AdministrativeUnit {
+    fn unit_id(&self) -> UnitId {
+        self.unit_id
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn size_bytes(&self) -> u64 {
+        0
+    }
+
+    fn provisioning(&self) -> Provisioning {
+        Provisioning::ZeroedThick
+    }
+
+    fn capacity_generation(&self) -> u64 {
+        0
+    }
+
+    fn read(&self, _offset_bytes: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        Self::empty(buf.len() as u64)
+    }
+
+    fn write(&self, _offset_bytes: u64, data: &[u8], _fua: bool) -> Result<(), BackendError> {
+        Self::empty(data.len() as u64)
+    }
+
+    fn unmap(&self, _offset_bytes: u64, len_bytes: u64) -> Result<(), BackendError> {
+        Self::empty(len_bytes)
+    }
+
+    fn write_zeroes(
+        &self,
+        _offset_bytes: u64,
+        len_bytes: u64,
+        _allow_unmap: bool,
+    ) -> Result<(), BackendError> {
+        Self::empty(len_bytes)
+    }
+
+    fn flush(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn extents(
+        &self,
+        _offset_bytes: u64,
+        len_bytes: u64,
+        _max_extents: usize,
+    ) -> Result<Vec<Extent>, BackendError> {
+        Self::empty(len_bytes).map(|()| Vec::new())
+    }
+
+    fn copy_from(
+        &self,
+        _source: &dyn LogicalUnit,
+        _source_offset_bytes: u64,
+        _destination_offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(), BackendError> {
+        Self::empty(len_bytes)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
 }

@@ -16,6 +16,8 @@ use crate::backend::{Backend, LogicalUnit, UnitId};
 use crate::block::Geometry;
 use crate::commands::{self, opcode as op, service_action as sa, CommandSpec};
 use crate::data_in::DataInBuffers;
+use crate::lun::Lun;
+use crate::lun_map::{Addressed, LunMap, Membership};
 use crate::sense::{AdditionalSense, Sense, SenseFormat, SenseKey};
 use crate::target::{
     Command, CommandOutcome, ItNexus, ScsiStatus, ScsiTarget, TaskManagementFunction,
@@ -70,9 +72,12 @@ pub(crate) struct Request<'a> {
     pub nexus: &'a ItNexus,
     pub cdb: &'a [u8],
     pub data_out: &'a bytes::Bytes,
-    pub lun: u64,
+    /// Canonical (see [`Lun::canonical`]), so that task management matches it.
+    pub lun: Lun,
     pub task_tag: u32,
     pub unit: &'a Arc<dyn LogicalUnit>,
+    /// Whether the LUN addressed an LU of a conglomerate (INQUIRY reports it).
+    pub membership: Membership,
     pub state: &'a UnitState,
     pub geometry: Geometry,
     pub nexus_state: &'a Mutex<NexusState>,
@@ -103,14 +108,15 @@ impl Request<'_> {
 const MAX_ABORTS_REMEMBERED: usize = 256;
 
 /// A task management function that ends tasks; `None` fields match anything.
-/// Why a unit as well as a LUN: a LUN number names a unit only within one
+/// Why a unit as well as a LUN: a LUN names a unit only within one
 /// nexus's LUN map, and a LOGICAL UNIT RESET ends the unit's tasks from every
-/// nexus, which may know it by other numbers (or another unit by the same).
+/// nexus, which may know it by other LUNs (or another unit by the same).
 #[derive(Clone, Debug)]
 struct Abort {
     generation: u64,
     nexus: Option<ItNexus>,
-    lun: Option<u64>,
+    /// Canonical, as [`Request::lun`] is.
+    lun: Option<Lun>,
     unit: Option<UnitId>,
     task_tag: Option<u32>,
 }
@@ -119,9 +125,9 @@ struct Abort {
 #[derive(Clone, Copy)]
 enum Aborted<'a> {
     /// One task of a nexus.
-    Task(&'a ItNexus, u64, u32),
+    Task(&'a ItNexus, Lun, u32),
     /// Every task of a nexus on one LUN.
-    TaskSet(&'a ItNexus, u64),
+    TaskSet(&'a ItNexus, Lun),
     /// Every task of a nexus.
     Nexus(&'a ItNexus),
     /// Every task on a unit, from every nexus.
@@ -208,7 +214,7 @@ impl ScsiCore {
             if let Some(state) = nexuses.get(nexus) {
                 Arc::clone(state)
             } else {
-                let lun_map = self.backend.units_for(&nexus.initiator_name);
+                let lun_map = LunMap::new(self.backend.units_for(&nexus.initiator_name));
                 let state = Arc::new(Mutex::new(NexusState::new(
                     lun_map,
                     generation,
@@ -220,7 +226,7 @@ impl ScsiCore {
         };
         let stale = state.lock().lun_map_generation < generation;
         if stale {
-            let lun_map = self.backend.units_for(&nexus.initiator_name);
+            let lun_map = LunMap::new(self.backend.units_for(&nexus.initiator_name));
             let mut locked = state.lock();
             if locked.lun_map_generation < generation {
                 locked.replace_lun_map(lun_map, generation);
@@ -229,12 +235,15 @@ impl ScsiCore {
         state
     }
 
-    /// The unit `nexus` sees at `lun`, if any.
-    fn mapped_unit(&self, nexus: &ItNexus, lun: u64) -> Option<Arc<dyn LogicalUnit>> {
+    /// The unit `nexus` reaches at `lun`, if any.
+    fn mapped_unit(&self, nexus: &ItNexus, lun: Lun) -> Option<Arc<dyn LogicalUnit>> {
         let nexus_state = self.nexus_state(nexus);
-        let state = nexus_state.lock();
-        let entry = state.lun_map.iter().find(|e| e.lun == lun)?;
-        Some(Arc::clone(&entry.unit))
+        let unit = nexus_state
+            .lock()
+            .lun_map
+            .resolve(lun)
+            .map(|addressed| Arc::clone(&addressed.unit));
+        unit
     }
 
     pub(crate) fn unit_state(&self, unit: &dyn LogicalUnit) -> Arc<UnitState> {
@@ -260,15 +269,11 @@ impl ScsiCore {
         }
     }
 
-    /// The units `initiator_name` may address (EXTENDED COPY target descriptors).
+    /// The units `initiator_name` may address, subsidiaries of conglomerates included
+    /// (EXTENDED COPY target descriptors, target reset).
     pub(crate) fn units_visible_to(&self, nexus: &ItNexus) -> Vec<Arc<dyn LogicalUnit>> {
         let state = self.nexus_state(nexus);
-        let units = state
-            .lock()
-            .lun_map
-            .iter()
-            .map(|e| Arc::clone(&e.unit))
-            .collect();
+        let units = state.lock().lun_map.units().cloned().collect();
         units
     }
 
@@ -281,20 +286,14 @@ impl ScsiCore {
         from_memory: bool,
     ) -> Option<CommandOutcome> {
         let nexus_state = self.nexus_state(nexus);
-        let unit = {
-            let state = nexus_state.lock();
-            state
-                .lun_map
-                .iter()
-                .find(|e| e.lun == command.lun)
-                .map(|e| Arc::clone(&e.unit))
-        };
-        let Some(unit) = unit else {
+        let lun = command.lun.canonical();
+        let addressed = nexus_state.lock().lun_map.resolve(lun).cloned();
+        let Some(Addressed { unit, membership }) = addressed else {
             if command.cdb.first() == Some(&op::REPORT_LUNS) {
                 // REPORT LUNS is answered whichever LUN it is addressed to (SPC-5 6.33).
                 let result = commands::identify(command.cdb)
                     .map_err(Failure::from)
-                    .and_then(|_| report::report_luns(command.cdb, &nexus_state));
+                    .and_then(|_| report::report_luns(command.cdb, &nexus_state, lun));
                 return Some(outcome(result, SenseFormat::Fixed));
             }
             return Some(self.execute_without_unit(&command));
@@ -305,9 +304,10 @@ impl ScsiCore {
             nexus,
             cdb: command.cdb,
             data_out: command.data_out,
-            lun: command.lun,
+            lun,
             task_tag: command.task_tag,
             unit: &unit,
+            membership,
             state: &state,
             geometry: Geometry::of(unit.as_ref()),
             nexus_state: &nexus_state,
@@ -402,7 +402,7 @@ fn run(request: &Request<'_>, command: &CommandSpec) -> CommandResult {
         (op::UNMAP, _) => provisioning::unmap(request),
         (op::EXTENDED_COPY, _) => xcopy::extended_copy(request),
         (op::RECEIVE_COPY_RESULTS, Some(action)) => xcopy::receive_copy_results(request, action),
-        (op::REPORT_LUNS, _) => report::report_luns(request.cdb, request.nexus_state),
+        (op::REPORT_LUNS, _) => report::report_luns(request.cdb, request.nexus_state, request.lun),
         (op::MAINTENANCE_IN, Some(sa::REPORT_SUPPORTED_OPERATION_CODES)) => {
             report::report_supported_operation_codes(request)
         }
@@ -486,7 +486,7 @@ impl ScsiTarget for ScsiCore {
         self.execute_with(nexus, command, true)
     }
 
-    fn data_out_bytes(&self, nexus: &ItNexus, lun: u64, cdb: &[u8]) -> Option<u64> {
+    fn data_out_bytes(&self, nexus: &ItNexus, lun: Lun, cdb: &[u8]) -> Option<u64> {
         let unit = self.mapped_unit(nexus, lun)?;
         crate::data_out::data_out_bytes(cdb, unit.block_size_bytes())
     }
@@ -495,7 +495,7 @@ impl ScsiTarget for ScsiCore {
     /// says the write will not wait for background work (a durable commit
     /// still may hold it up for milliseconds); and an EXTENDED COPY whose every
     /// segment its destination says is metadata-only (see `xcopy::runs_quickly`).
-    fn runs_quickly(&self, nexus: &ItNexus, lun: u64, cdb: &[u8], data_out: &[u8]) -> bool {
+    fn runs_quickly(&self, nexus: &ItNexus, lun: Lun, cdb: &[u8], data_out: &[u8]) -> bool {
         const FUA: u8 = 0x08;
         if cdb.first() == Some(&op::EXTENDED_COPY) {
             return self.mapped_unit(nexus, lun).is_some()
@@ -528,9 +528,10 @@ impl ScsiTarget for ScsiCore {
     fn task_management(
         &self,
         nexus: &ItNexus,
-        lun: u64,
+        lun: Lun,
         function: TaskManagementFunction,
     ) -> TaskManagementResponse {
+        let lun = lun.canonical();
         match function {
             TaskManagementFunction::AbortTask {
                 referenced_task_tag,
@@ -544,14 +545,7 @@ impl ScsiTarget for ScsiCore {
             }
             TaskManagementFunction::ClearAca => TaskManagementResponse::FunctionNotSupported,
             TaskManagementFunction::LogicalUnitReset => {
-                let nexus_state = self.nexus_state(nexus);
-                let unit = nexus_state
-                    .lock()
-                    .lun_map
-                    .iter()
-                    .find(|e| e.lun == lun)
-                    .map(|e| Arc::clone(&e.unit));
-                let Some(unit) = unit else {
+                let Some(unit) = self.mapped_unit(nexus, lun) else {
                     return TaskManagementResponse::LunDoesNotExist;
                 };
                 self.reset_unit(

@@ -5,11 +5,22 @@
 //! Logical Block Provisioning (B2h); multipath software groups paths by the NAA
 //! designator of page 83h. Every value here is therefore a promise the command modules
 //! keep (the limits are the same constants they enforce).
+//!
+//! Logical unit conglomerates (vVols): ESXi takes an LU for a protocol endpoint from
+//! LU_COLL_TYPE 001b (conglomerate) in the Extended INQUIRY Data page (86h), and the
+//! standard data's LU_CONG bit says an LU is a member of a conglomerate (SPC-5). Both
+//! the administrative LU and its subsidiaries are members (SAM-5 defines the conglomerate
+//! as the administrative LU with its subsidiaries), so both set LU_CONG; sg3_utils too
+//! decodes a LUN the conglomerate way only when the LU it came from has LU_CONG set.
+//! LU_COLL_TYPE is set on the administrative LU only: it is what makes ESXi treat an LU as
+//! a protocol endpoint, and a vVol must never be taken for one. Whether SPC-5 wants it on
+//! subsidiaries as well could not be confirmed here.
 
 use crate::backend::LogicalUnit;
 use crate::block::{be16, truncate, Geometry};
 use crate::caw::MAX_COMPARE_AND_WRITE_BLOCKS;
 use crate::dispatch::{Identity, Request};
+use crate::lun_map::Membership;
 use crate::provisioning::{unmap_granularity_blocks, MAX_UNMAP_DESCRIPTORS, MAX_WRITE_SAME_BLOCKS};
 use crate::sense::Sense;
 use crate::xcopy;
@@ -55,7 +66,11 @@ pub(crate) fn inquiry(request: &Request<'_>) -> Result<Vec<u8>, crate::dispatch:
         if page_code != 0 {
             return Err(Sense::invalid_cdb_field(2, None).into());
         }
-        let data = standard_data(request.core.identity(), request.unit.removable());
+        let data = standard_data(
+            request.core.identity(),
+            request.unit.removable(),
+            request.membership,
+        );
         return Ok(truncate(data, allocation_len));
     }
     let unit = request.unit.as_ref();
@@ -67,7 +82,7 @@ pub(crate) fn inquiry(request: &Request<'_>) -> Result<Vec<u8>, crate::dispatch:
             unit,
             request.nexus.relative_target_port,
         ),
-        PAGE_EXTENDED_INQUIRY => extended_inquiry(),
+        PAGE_EXTENDED_INQUIRY => extended_inquiry(request.membership),
         PAGE_THIRD_PARTY_COPY => third_party_copy(),
         PAGE_BLOCK_LIMITS => block_limits(unit, &request.geometry),
         PAGE_BLOCK_DEVICE_CHARACTERISTICS => block_device_characteristics(),
@@ -86,7 +101,7 @@ pub(crate) fn no_unit(cdb: &[u8]) -> Result<Vec<u8>, Sense> {
     let data = if cdb[1] & 0x01 != 0 {
         vec![0x7f, cdb[2], 0, 0]
     } else {
-        let mut data = standard_data(&Identity::default(), false);
+        let mut data = standard_data(&Identity::default(), false, Membership::Standalone);
         data[0] = 0x7f;
         data
     };
@@ -111,11 +126,14 @@ fn ascii_field(text: &str, len: usize) -> Vec<u8> {
     field
 }
 
-fn standard_data(identity: &Identity, removable: bool) -> Vec<u8> {
+fn standard_data(identity: &Identity, removable: bool, membership: Membership) -> Vec<u8> {
     let mut data = vec![0u8; 96];
     data[0] = 0x00; // connected, direct access block device
     if removable {
-        data[1] = 0x80; // RMB
+        data[1] |= 0x80; // RMB
+    }
+    if membership != Membership::Standalone {
+        data[1] |= 0x40; // LU_CONG
     }
     data[2] = 0x06; // SPC-4
     data[3] = 0x12; // HISUP, RESPONSE DATA FORMAT 2
@@ -183,9 +201,12 @@ fn device_identification(
     body
 }
 
-fn extended_inquiry() -> Vec<u8> {
+fn extended_inquiry(membership: Membership) -> Vec<u8> {
     let mut body = vec![0u8; 0x3c];
     body[1] = 0x07; // HEADSUP, ORDSUP, SIMPSUP (byte 5 of the page)
+    if membership == Membership::Administrative {
+        body[4] = 0x20; // LU_COLL_TYPE 001b: conglomerate (byte 8 of the page)
+    }
     body
 }
 
@@ -274,7 +295,8 @@ mod tests {
 
     #[test]
     fn standard_data_is_ascii_padded_and_claims_spc4_and_3pc() {
-        let data = standard_data(&Identity::default(), false);
+        let data = standard_data(&Identity::default(), false, Membership::Standalone);
+        assert_eq!(data[1], 0x00);
         assert_eq!(data[2], 0x06);
         assert_eq!(data[3] & 0x0f, 2);
         assert_eq!(data[5] & 0x08, 0x08);
@@ -292,6 +314,22 @@ mod tests {
         assert_eq!(&body[0..4], &[0x01, 0x03, 0x00, 16]);
         assert_eq!(body[4] >> 4, 6);
         assert_eq!(&body[4..20], &naa_designator(unit.as_ref()));
+    }
+
+    #[test]
+    fn conglomerate_members_set_lu_cong_and_only_the_administrative_lu_its_type() {
+        for (membership, lu_cong, collection) in [
+            (Membership::Standalone, 0x00, 0x00),
+            (Membership::Administrative, 0x40, 0x20),
+            (Membership::Subsidiary, 0x40, 0x00),
+        ] {
+            let data = standard_data(&Identity::default(), true, membership);
+            assert_eq!(data[1], 0x80 | lu_cong, "{membership:?}");
+            let page = vpd_page(PAGE_EXTENDED_INQUIRY, extended_inquiry(membership));
+            assert_eq!(page[8] & 0xe0, collection, "{membership:?}");
+            assert_eq!(page[5], 0x07);
+        }
+        assert!(PAGES.contains(&PAGE_EXTENDED_INQUIRY));
     }
 
     #[test]

@@ -5,9 +5,13 @@
 //! [`target::Command`]s on an [`target::ItNexus`] and hands them to a [`target::ScsiTarget`].
 //! It knows nothing of segments or mappings either: storage is reached through the traits in
 //! [`backend`], which the daemon implements over the engine. [`ScsiCore`] is the device
-//! server; [`memory`] is the reference backend for tests and conformance runs.
+//! server; [`memory`] is the reference backend for tests and conformance runs. LUNs cross
+//! the boundary as the 8-byte field the transport received ([`lun::Lun`]); the SCSI layer
+//! decodes them, two-level LUNs of logical unit conglomerates (vVols bound beneath a
+//! protocol endpoint) included.
 
 pub mod backend;
+pub mod lun;
 pub mod memory;
 pub mod sense;
 pub mod target;
@@ -20,6 +24,7 @@ mod data_in;
 mod data_out;
 mod dispatch;
 mod inquiry;
+mod lun_map;
 mod medium;
 mod mode;
 mod provisioning;

@@ -3,7 +3,9 @@
 //! For tests and conformance runs only, not for production: nothing is durable and the
 //! whole unit lives in RAM. It exists so the SCSI layer can be exercised end to end
 //! (including thin provisioning, out-of-space, resize and LUN-map changes) without the
-//! engine, and so its behaviour defines what the engine adapter must match.
+//! engine, and so its behaviour defines what the engine adapter must match. It presents
+//! protocol endpoints too: an [`AdministrativeUnit`] mapped like any unit, with memory
+//! units bound beneath it as its subsidiaries (vVols).
 //!
 //! Storage is sparse at the physical block size (the "grain"): a grain that was never
 //! written, or was unmapped, holds no memory and reads as zeros, which is what GET LBA
@@ -19,7 +21,10 @@ const MAX_QUICK_COPY_BYTES: u64 = 64 * 1024;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::backend::{Backend, BackendError, Extent, LogicalUnit, LunEntry, Provisioning, UnitId};
+use crate::backend::{
+    AdministrativeUnit, Backend, BackendError, Extent, LogicalUnit, LunEntry, Provisioning,
+    SecondLevelId, Subsidiary, UnitId,
+};
 
 /// How to create a memory unit.
 #[derive(Clone, Debug)]
@@ -379,7 +384,9 @@ struct Mapping {
     /// `None`: every initiator.
     initiator_name: Option<String>,
     lun: u64,
-    unit: Arc<MemoryUnit>,
+    unit: Arc<dyn LogicalUnit>,
+    /// Some: an administrative unit, with what is bound beneath it.
+    subsidiaries: Option<Vec<Subsidiary>>,
 }
 
 /// The in-memory array: units, LUN masking, the soft-threshold counter and a "no space"
@@ -400,24 +407,99 @@ impl MemoryBackend {
 
     /// Creates a unit (not yet visible to anyone).
     pub fn create_unit(&self, config: MemoryUnitConfig) -> Arc<MemoryUnit> {
+        Arc::new(MemoryUnit::new(
+            self.next_unit_id(),
+            &config,
+            Arc::clone(&self.space),
+        ))
+    }
+
+    fn next_unit_id(&self) -> UnitId {
         let number = self.next_unit_number.fetch_add(1, Ordering::SeqCst) + 1;
         let mut id = [0u8; 16];
         // NAA 6, then an arbitrary 24-bit company id ("LCN"), then the unit number.
         id[0] = 0x60;
         id[1..4].copy_from_slice(b"LCN");
         id[8..16].copy_from_slice(&number.to_be_bytes());
-        Arc::new(MemoryUnit::new(id, &config, Arc::clone(&self.space)))
+        id
     }
 
     /// Makes `unit` visible at `lun` to `initiator_name` (or to every initiator).
     pub fn map(&self, initiator_name: Option<&str>, lun: u64, unit: &Arc<MemoryUnit>) {
-        let mut mappings = self.mappings.lock();
-        mappings.retain(|m| !(m.lun == lun && m.initiator_name.as_deref() == initiator_name));
-        mappings.push(Mapping {
+        self.install(Mapping {
             initiator_name: initiator_name.map(str::to_string),
             lun,
-            unit: Arc::clone(unit),
+            unit: Arc::clone(unit) as Arc<dyn LogicalUnit>,
+            subsidiaries: None,
         });
+    }
+
+    /// Makes a new administrative unit (a protocol endpoint with nothing bound beneath
+    /// it yet) visible at `lun` to `initiator_name` (or to every initiator).
+    pub fn map_administrative(
+        &self,
+        initiator_name: Option<&str>,
+        lun: u64,
+        name: &str,
+    ) -> Arc<AdministrativeUnit> {
+        let unit = Arc::new(AdministrativeUnit::new(
+            self.next_unit_id(),
+            name.to_string(),
+        ));
+        self.install(Mapping {
+            initiator_name: initiator_name.map(str::to_string),
+            lun,
+            unit: Arc::clone(&unit) as Arc<dyn LogicalUnit>,
+            subsidiaries: Some(Vec::new()),
+        });
+        unit
+    }
+
+    fn install(&self, mapping: Mapping) {
+        let mut mappings = self.mappings.lock();
+        mappings.retain(|m| !(m.lun == mapping.lun && m.initiator_name == mapping.initiator_name));
+        mappings.push(mapping);
+        self.lun_map_generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Binds `unit` as subsidiary `id` beneath the administrative unit mapped at `lun`
+    /// for `initiator_name` (or for every initiator), replacing what `id` named.
+    pub fn bind(
+        &self,
+        initiator_name: Option<&str>,
+        lun: u64,
+        id: SecondLevelId,
+        unit: &Arc<MemoryUnit>,
+    ) {
+        self.change_bindings(initiator_name, lun, |subsidiaries| {
+            subsidiaries.retain(|s| s.id != id);
+            subsidiaries.push(Subsidiary {
+                id,
+                unit: Arc::clone(unit) as Arc<dyn LogicalUnit>,
+            });
+        });
+    }
+
+    /// Unbinds subsidiary `id` from beneath the administrative unit at `lun`.
+    pub fn unbind(&self, initiator_name: Option<&str>, lun: u64, id: SecondLevelId) {
+        self.change_bindings(initiator_name, lun, |subsidiaries| {
+            subsidiaries.retain(|s| s.id != id);
+        });
+    }
+
+    fn change_bindings(
+        &self,
+        initiator_name: Option<&str>,
+        lun: u64,
+        change: impl FnOnce(&mut Vec<Subsidiary>),
+    ) {
+        let mut mappings = self.mappings.lock();
+        let subsidiaries = mappings
+            .iter_mut()
+            .find(|m| m.lun == lun && m.initiator_name.as_deref() == initiator_name)
+            .and_then(|m| m.subsidiaries.as_mut())
+            .unwrap_or_else(|| panic!("no administrative unit is mapped at LUN {lun}"));
+        change(subsidiaries);
         self.lun_map_generation.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -453,7 +535,8 @@ impl Backend for MemoryBackend {
                 if matches && entries.iter().all(|e| e.lun != mapping.lun) {
                     entries.push(LunEntry {
                         lun: mapping.lun,
-                        unit: Arc::clone(&mapping.unit) as Arc<dyn LogicalUnit>,
+                        unit: Arc::clone(&mapping.unit),
+                        subsidiaries: mapping.subsidiaries.clone(),
                     });
                 }
             }
@@ -543,6 +626,28 @@ mod tests {
         let mut buf = vec![0u8; 8192];
         unit.read(1024, &mut buf).unwrap();
         assert_eq!(buf, pattern);
+    }
+
+    #[test]
+    fn binding_beneath_an_administrative_unit_moves_the_generation() {
+        let backend = MemoryBackend::new();
+        let vvol = backend.create_unit(MemoryUnitConfig::thin("vvol", 1 << 20));
+        let pe = backend.map_administrative(Some("iqn.x"), 3, "pe");
+        assert_eq!(pe.size_bytes(), 0);
+        let id = SecondLevelId::new(0xa6).unwrap();
+        let before = backend.lun_map_generation();
+        backend.bind(Some("iqn.x"), 3, id, &vvol);
+        assert!(backend.lun_map_generation() > before);
+        let entries = backend.units_for("iqn.x");
+        let bound = entries[0].subsidiaries.as_ref().unwrap();
+        assert_eq!((bound[0].id, bound[0].unit.unit_id()), (id, vvol.unit_id()));
+        backend.unbind(Some("iqn.x"), 3, id);
+        assert!(backend.units_for("iqn.x")[0]
+            .subsidiaries
+            .as_ref()
+            .unwrap()
+            .is_empty());
+        assert!(backend.units_for("iqn.y").is_empty());
     }
 
     #[test]

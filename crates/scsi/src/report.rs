@@ -10,6 +10,8 @@ use crate::backend::LogicalUnit;
 use crate::block::{be16, be32, truncate};
 use crate::commands::{self, opcode, CommandSpec, COMMANDS};
 use crate::dispatch::{CommandResult, Request};
+use crate::lun::Lun;
+use crate::lun_map::Membership;
 use crate::sense::Sense;
 use crate::unit_attention::NexusState;
 
@@ -17,37 +19,48 @@ use crate::unit_attention::NexusState;
 const NOMINAL_TIMEOUT_SECONDS: u32 = 1;
 const RECOMMENDED_TIMEOUT_SECONDS: u32 = 60;
 
-/// REPORT LUNS: the LUNs this initiator may address (LUN masking).
-pub(crate) fn report_luns(cdb: &[u8], nexus_state: &Mutex<NexusState>) -> CommandResult {
+/// REPORT LUNS: the LUNs this initiator may address (LUN masking), as SELECT REPORT
+/// (SPC-5 6.33) picks them with logical unit conglomerates:
+/// - 00h, 02h, 11h: the LUs not in a conglomerate and the administrative LUs. Subsidiary
+///   LUs are left out of every inventory but 12h's: a vVol is reached through its
+///   protocol endpoint, never scanned for as a LUN of its own;
+/// - 01h: the well-known LUs, of which there are none;
+/// - 10h: the administrative LUs only;
+/// - 12h: addressed to an administrative LU, that LU and then its subsidiaries, each by
+///   its full two-level LUN (sg3_utils documents this select report as the administrative
+///   LU's own LUN plus its subsidiaries'); addressed to any other LUN, an empty list.
+///
+/// Not confirmed from SPC-5's text here, so done leniently: whether 10h and 11h must be
+/// addressed to LUN 0 or the REPORT LUNS well-known LU (sg3_utils says so), and whether
+/// 12h sent to an LU that is not administrative is an error rather than an empty list.
+/// Both are answered, from whichever LUN they are sent to.
+pub(crate) fn report_luns(
+    cdb: &[u8],
+    nexus_state: &Mutex<NexusState>,
+    addressed: Lun,
+) -> CommandResult {
     let select_report = cdb[2];
     let allocation_len = be32(cdb, 6) as usize;
     if allocation_len < 16 {
         return Err(Sense::invalid_cdb_field(6, None).into());
     }
-    let luns: Vec<u64> = match select_report {
-        0x00 | 0x02 | 0x10 | 0x12 => nexus_state.lock().lun_map.iter().map(|e| e.lun).collect(),
-        0x01 | 0x11 => Vec::new(), // no well-known logical units
-        _ => return Err(Sense::invalid_cdb_field(2, None).into()),
+    let luns = {
+        let nexus = nexus_state.lock();
+        let map = &nexus.lun_map;
+        match select_report {
+            0x00 | 0x02 | 0x11 => map.first_level_luns(|_| true),
+            0x01 => Vec::new(),
+            0x10 => map.first_level_luns(|membership| membership == Membership::Administrative),
+            0x12 => map.conglomerate(addressed).unwrap_or_default(),
+            _ => return Err(Sense::invalid_cdb_field(2, None).into()),
+        }
     };
     let mut data = ((luns.len() * 8) as u32).to_be_bytes().to_vec();
     data.extend_from_slice(&[0, 0, 0, 0]);
     for lun in luns {
-        data.extend_from_slice(&encode_lun(lun));
+        data.extend_from_slice(&lun.0);
     }
     Ok(truncate(data, allocation_len))
-}
-
-/// SAM-5 single-level LUN: peripheral addressing below 256, flat space up to 16383.
-fn encode_lun(lun: u64) -> [u8; 8] {
-    let mut bytes = [0u8; 8];
-    if lun < 256 {
-        bytes[1] = lun as u8;
-    } else {
-        let lun = (lun & 0x3fff) as u16;
-        bytes[0] = 0x40 | (lun >> 8) as u8;
-        bytes[1] = lun as u8;
-    }
-    bytes
 }
 
 fn timeouts_descriptor() -> [u8; 12] {
@@ -168,12 +181,6 @@ pub(crate) fn report_supported_task_management_functions(request: &Request<'_>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn luns_use_peripheral_then_flat_addressing() {
-        assert_eq!(encode_lun(5), [0, 5, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(encode_lun(300), [0x41, 44, 0, 0, 0, 0, 0, 0]);
-    }
 
     #[test]
     fn one_command_unsupported_and_supported() {

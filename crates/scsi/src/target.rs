@@ -4,7 +4,11 @@
 //! Why commands arrive with all Data-Out gathered: the transport knows the expected transfer
 //! length from its own PDU header (iSCSI's ExpectedDataTransferLength), so it can solicit the
 //! data (R2T) before calling in. The SCSI layer then works on whole buffers and never waits
-//! on the network, and the transport never parses a CDB.
+//! on the network, and the transport never parses a CDB. Nor does it decode LUNs: it passes
+//! the 8-byte LUN field through as a [`Lun`], and the SCSI layer resolves it (two-level
+//! LUNs of conglomerates included) against the nexus's LUN map.
+
+use crate::lun::Lun;
 
 /// An I_T nexus: one initiator port talking to one target port (SAM-5). Unit attentions and
 /// persistent-reservation registrations are kept per nexus.
@@ -31,8 +35,8 @@ pub enum TaskAttribute {
 /// One SCSI command as delivered by a transport.
 #[derive(Debug)]
 pub struct Command<'a> {
-    /// The 8-byte LUN field decoded to a flat LUN number (SAM-5 single-level addressing).
-    pub lun: u64,
+    /// The 8-byte LUN field as it arrived.
+    pub lun: Lun,
     pub cdb: &'a [u8],
     /// All Data-Out bytes the initiator sent (may be shorter or longer than the CDB implies;
     /// the SCSI layer checks and answers with the right sense). Shared, so that a write
@@ -123,14 +127,14 @@ pub trait ScsiTarget: Send + Sync {
     /// command transfers data to the target, so the transport can report write
     /// residuals against its own expected length without parsing CDBs. `None` when
     /// the command sends no data or the LUN is unknown.
-    fn data_out_bytes(&self, _nexus: &ItNexus, _lun: u64, _cdb: &[u8]) -> Option<u64> {
+    fn data_out_bytes(&self, _nexus: &ItNexus, _lun: Lun, _cdb: &[u8]) -> Option<u64> {
         None
     }
     /// Whether `execute` of this command will take microseconds, not wait on
     /// disks or background work: a transport may then run it on its own task
     /// instead of handing it to a blocking pool (whose round trip would cost
     /// more than the command).
-    fn runs_quickly(&self, _nexus: &ItNexus, _lun: u64, _cdb: &[u8], _data_out: &[u8]) -> bool {
+    fn runs_quickly(&self, _nexus: &ItNexus, _lun: Lun, _cdb: &[u8], _data_out: &[u8]) -> bool {
         false
     }
     /// The transport has sent a command's Data-In and gives the buffer back
@@ -142,7 +146,7 @@ pub trait ScsiTarget: Send + Sync {
     fn task_management(
         &self,
         nexus: &ItNexus,
-        lun: u64,
+        lun: Lun,
         function: TaskManagementFunction,
     ) -> TaskManagementResponse;
 }

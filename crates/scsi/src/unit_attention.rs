@@ -5,10 +5,17 @@
 //! already been told. Conditions that the backend announces by a counter (capacity
 //! generation, LUN-map generation, soft-threshold crossings) are detected lazily when a
 //! nexus next sends a command, so the backend never has to call into the SCSI layer.
+//!
+//! REPORTED LUNS DATA HAS CHANGED is told once per nexus, on whichever LU its next command
+//! goes to, and besides on each administrative LU whose subsidiaries changed: an initiator
+//! learns of a bind or an unbind on the protocol endpoint it manages vVols through, even
+//! when its next command went to another LU. A nexus told on the endpoint is not told again
+//! elsewhere for the same change.
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::backend::{LogicalUnit, LunEntry, UnitId};
+use crate::backend::{LogicalUnit, UnitId};
+use crate::lun_map::LunMap;
 use crate::sense::AdditionalSense;
 
 /// Most conditions queued per nexus and unit; older ones are dropped first (they are
@@ -31,7 +38,7 @@ struct UnitAttentions {
 #[derive(Debug)]
 pub(crate) struct NexusState {
     /// The LUN map of this initiator, as of `lun_map_generation`.
-    pub lun_map: Vec<LunEntry>,
+    pub lun_map: LunMap,
     pub lun_map_generation: u64,
     lun_map_changed: bool,
     soft_threshold_events_seen: u64,
@@ -41,7 +48,7 @@ pub(crate) struct NexusState {
 
 impl NexusState {
     pub(crate) fn new(
-        lun_map: Vec<LunEntry>,
+        lun_map: LunMap,
         lun_map_generation: u64,
         soft_threshold_events: u64,
     ) -> Self {
@@ -55,9 +62,13 @@ impl NexusState {
         }
     }
 
-    /// Installs a new LUN map and raises REPORTED LUNS DATA HAS CHANGED.
-    pub(crate) fn replace_lun_map(&mut self, lun_map: Vec<LunEntry>, generation: u64) {
+    /// Installs a new LUN map and raises REPORTED LUNS DATA HAS CHANGED, for the nexus and
+    /// on every administrative LU whose subsidiaries changed.
+    pub(crate) fn replace_lun_map(&mut self, lun_map: LunMap, generation: u64) {
         assert!(generation >= self.lun_map_generation);
+        for unit_id in self.lun_map.changed_conglomerates(&lun_map) {
+            self.raise(&unit_id, AdditionalSense::REPORTED_LUNS_DATA_HAS_CHANGED);
+        }
         self.lun_map = lun_map;
         self.lun_map_generation = generation;
         self.lun_map_changed = true;
@@ -120,6 +131,9 @@ impl NexusState {
             }
         }
         if let Some(code) = entry.pending.pop_front() {
+            if code == AdditionalSense::REPORTED_LUNS_DATA_HAS_CHANGED {
+                self.lun_map_changed = false;
+            }
             return Some(code);
         }
         if std::mem::take(&mut self.lun_map_changed) {
@@ -141,7 +155,7 @@ mod tests {
     fn first_contact_is_power_on_then_nothing() {
         let backend = MemoryBackend::new();
         let unit = backend.create_unit(MemoryUnitConfig::thin("a", 1 << 20));
-        let mut nexus = NexusState::new(Vec::new(), 0, 0);
+        let mut nexus = NexusState::new(LunMap::default(), 0, 0);
         assert_eq!(
             nexus.take(unit.as_ref()),
             Some(AdditionalSense::POWER_ON_RESET_OR_BUS_DEVICE_RESET)
@@ -153,10 +167,10 @@ mod tests {
     fn resize_lun_map_and_threshold_each_report_once() {
         let backend = MemoryBackend::new();
         let unit = backend.create_unit(MemoryUnitConfig::thin("a", 1 << 20));
-        let mut nexus = NexusState::new(Vec::new(), 0, 5);
+        let mut nexus = NexusState::new(LunMap::default(), 0, 5);
         nexus.take(unit.as_ref());
         unit.resize(2 << 20);
-        nexus.replace_lun_map(Vec::new(), 1);
+        nexus.replace_lun_map(LunMap::default(), 1);
         nexus.observe_soft_threshold(5);
         nexus.observe_soft_threshold(6);
         let mut seen = Vec::new();
@@ -178,7 +192,7 @@ mod tests {
         let backend = MemoryBackend::new();
         let unit = backend.create_unit(MemoryUnitConfig::thin("a", 1 << 20));
         let id = unit.unit_id();
-        let mut nexus = NexusState::new(Vec::new(), 0, 0);
+        let mut nexus = NexusState::new(LunMap::default(), 0, 0);
         nexus.take(unit.as_ref());
         nexus.raise(&id, AdditionalSense::MODE_PARAMETERS_CHANGED);
         nexus.raise(&id, AdditionalSense::MODE_PARAMETERS_CHANGED);

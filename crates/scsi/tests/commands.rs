@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use lacuna_scsi::lun::Lun;
 use lacuna_scsi::memory::{MemoryBackend, MemoryUnit, MemoryUnitConfig};
 use lacuna_scsi::target::{
     Command, CommandOutcome, ItNexus, ScsiStatus, ScsiTarget, TaskAttribute,
@@ -50,7 +51,7 @@ fn exec(core: &ScsiCore, nexus: &ItNexus, lun: u64, cdb: &[u8], data_out: &[u8])
     core.execute(
         nexus,
         Command {
-            lun,
+            lun: Lun::single_level(lun),
             cdb,
             data_out: &bytes::Bytes::copy_from_slice(data_out),
             expected_data_in_bytes: 1 << 20,
@@ -242,7 +243,7 @@ fn exec_from_memory(
     core.execute_from_memory(
         nexus,
         Command {
-            lun,
+            lun: Lun::single_level(lun),
             cdb,
             data_out: &bytes::Bytes::new(),
             expected_data_in_bytes: 1 << 20,
@@ -559,8 +560,11 @@ fn only_a_sound_short_extended_copy_runs_quickly() {
     drain_attentions(&array.core, &a, 1);
     let zero = naa_of(&array.core, &a, 0);
     let one = naa_of(&array.core, &a, 1);
-    let quick =
-        |nexus: &ItNexus, cdb: &[u8], list: &[u8]| array.core.runs_quickly(nexus, 0, cdb, list);
+    let quick = |nexus: &ItNexus, cdb: &[u8], list: &[u8]| {
+        array
+            .core
+            .runs_quickly(nexus, Lun::single_level(0), cdb, list)
+    };
     let (cdb, list) = xcopy(&[zero.clone(), one.clone()], &[(0, 1, 64, 0, 1000)]);
     assert!(quick(&a, &cdb, &list));
     // Unit 1 is hidden from b: the copy fails, on the usual path.
@@ -803,18 +807,22 @@ fn spc2_reservation_ends_with_nexus_and_lun_reset() {
     good(exec(&array.core, &b, 0, &read10(0, 1), &[]));
     good(exec(&array.core, &b, 0, &[0x16, 0, 0, 0, 0, 0], &[]));
     assert_eq!(
-        array
-            .core
-            .task_management(&a, 0, TaskManagementFunction::LogicalUnitReset),
+        array.core.task_management(
+            &a,
+            Lun::single_level(0),
+            TaskManagementFunction::LogicalUnitReset
+        ),
         TaskManagementResponse::FunctionComplete
     );
     assert_eq!(drain_attentions(&array.core, &b, 0), vec![(0x29, 0x03)]);
     assert_eq!(drain_attentions(&array.core, &a, 0), vec![(0x29, 0x00)]);
     good(exec(&array.core, &a, 0, &read10(0, 1), &[]));
     assert_eq!(
-        array
-            .core
-            .task_management(&a, 9, TaskManagementFunction::LogicalUnitReset),
+        array.core.task_management(
+            &a,
+            Lun::single_level(9),
+            TaskManagementFunction::LogicalUnitReset
+        ),
         TaskManagementResponse::LunDoesNotExist
     );
 }
@@ -944,9 +952,11 @@ fn sanitize_overwrite_survives_resets_and_nexus_loss() {
         outcome.status == ScsiStatus::CheckCondition && sense(&outcome) == (0x2, 0x04, 0x1b)
     };
     assert!(in_progress(&a));
-    array
-        .core
-        .task_management(&a, 0, TaskManagementFunction::TargetColdReset);
+    array.core.task_management(
+        &a,
+        Lun::single_level(0),
+        TaskManagementFunction::TargetColdReset,
+    );
     array.core.nexus_dropped(&a);
     let b = nexus("iqn.a", 5);
     array.core.nexus_created(&b);
@@ -976,7 +986,7 @@ fn sanitize_without_immed_ends_when_its_task_is_aborted() {
             array.core.execute(
                 &a,
                 Command {
-                    lun: 0,
+                    lun: Lun::single_level(0),
                     cdb: &cdb,
                     data_out: &bytes::Bytes::from(parameters.clone()),
                     expected_data_in_bytes: 0,
@@ -988,7 +998,7 @@ fn sanitize_without_immed_ends_when_its_task_is_aborted() {
         std::thread::sleep(std::time::Duration::from_millis(200));
         array.core.task_management(
             &a,
-            0,
+            Lun::single_level(0),
             TaskManagementFunction::AbortTask {
                 referenced_task_tag: 42,
             },
@@ -1022,7 +1032,7 @@ fn sanitize_waiting<'scope>(
         core.execute(
             nexus,
             Command {
-                lun,
+                lun: Lun::single_level(lun),
                 cdb: &CDB,
                 data_out: &bytes::Bytes::from_static(&PARAMETERS),
                 expected_data_in_bytes: 0,
@@ -1083,14 +1093,22 @@ fn a_lun_reset_ends_tasks_on_its_unit_whatever_lun_names_it_elsewhere() {
         let waiting = sanitize_waiting(scope, &core, &a, 0, 42);
         assert!(!finishes_within(&waiting, 100));
         // b's LUN 0 is another unit: a's SANITIZE goes on waiting.
-        let reset = core.task_management(&b, 0, TaskManagementFunction::LogicalUnitReset);
+        let reset = core.task_management(
+            &b,
+            Lun::single_level(0),
+            TaskManagementFunction::LogicalUnitReset,
+        );
         assert_eq!(reset, TaskManagementResponse::FunctionComplete);
         assert!(
             !finishes_within(&waiting, 300),
             "ended by a reset of another unit"
         );
         // b's LUN 3 is a's unit.
-        let reset = core.task_management(&b, 3, TaskManagementFunction::LogicalUnitReset);
+        let reset = core.task_management(
+            &b,
+            Lun::single_level(3),
+            TaskManagementFunction::LogicalUnitReset,
+        );
         assert_eq!(reset, TaskManagementResponse::FunctionComplete);
         assert!(
             finishes_within(&waiting, 500),
@@ -1114,9 +1132,11 @@ fn a_target_reset_leaves_units_the_nexus_cannot_address_alone() {
     drain_attentions(&array.core, &b, 0);
     // a reserves LUN 1, which b does not see.
     good(exec(&array.core, &a, 1, &[0x16, 0, 0, 0, 0, 0], &[]));
-    let reset = array
-        .core
-        .task_management(&b, 0, TaskManagementFunction::TargetWarmReset);
+    let reset = array.core.task_management(
+        &b,
+        Lun::single_level(0),
+        TaskManagementFunction::TargetWarmReset,
+    );
     assert_eq!(reset, TaskManagementResponse::FunctionComplete);
     // LUN 0 is shared: every nexus hears of its reset.
     assert_eq!(drain_attentions(&array.core, &a, 0), vec![(0x29, 0x03)]);

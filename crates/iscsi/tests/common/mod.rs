@@ -15,11 +15,15 @@ use std::thread;
 use std::time::Duration;
 
 use lacuna_iscsi::{AccessPolicy, ChapRequirement, OpenAccess, TargetConfig};
+use lacuna_scsi::lun::Lun;
 use lacuna_scsi::target::{
     Command, CommandOutcome, ItNexus, ScsiStatus, ScsiTarget, TaskManagementFunction,
     TaskManagementResponse,
 };
 use parking_lot::Mutex;
+
+/// The only LUN the test target serves.
+const LUN_0: Lun = Lun([0; 8]);
 
 pub const BLOCK_BYTES: usize = 512;
 pub const TARGET_IQN: &str = "iqn.2024-01.org.lacuna:test-double";
@@ -256,7 +260,7 @@ impl MemoryDisk {
         if cdb.is_empty() {
             return illegal_request(0x20);
         }
-        if command.lun != 0 && cdb[0] != 0x12 && cdb[0] != 0xa0 {
+        if command.lun != LUN_0 && cdb[0] != 0x12 && cdb[0] != 0xa0 {
             return illegal_request(0x25);
         }
         match cdb[0] {
@@ -309,14 +313,14 @@ impl ScsiTarget for MemoryDisk {
 
     fn execute_from_memory(&self, nexus: &ItNexus, command: Command<'_>) -> Option<CommandOutcome> {
         let read = matches!(command.cdb.first(), Some(0x08 | 0x28 | 0xa8 | 0x88));
-        if !read || command.lun != 0 || self.touches_cold(command.cdb) {
+        if !read || command.lun != LUN_0 || self.touches_cold(command.cdb) {
             return None;
         }
         self.reads_from_memory.fetch_add(1, Ordering::SeqCst);
         Some(self.execute(nexus, command))
     }
 
-    fn data_out_bytes(&self, _nexus: &ItNexus, _lun: u64, cdb: &[u8]) -> Option<u64> {
+    fn data_out_bytes(&self, _nexus: &ItNexus, _lun: Lun, cdb: &[u8]) -> Option<u64> {
         match cdb.first()? {
             0x0a | 0x2a | 0xaa | 0x8a | 0x2e | 0xae | 0x8e => {
                 Some(Self::lba_and_blocks(cdb).1 * BLOCK_BYTES as u64)
@@ -328,14 +332,14 @@ impl ScsiTarget for MemoryDisk {
     fn task_management(
         &self,
         _nexus: &ItNexus,
-        lun: u64,
+        lun: Lun,
         function: TaskManagementFunction,
     ) -> TaskManagementResponse {
         match function {
             TaskManagementFunction::TargetWarmReset | TaskManagementFunction::TargetColdReset => {
                 TaskManagementResponse::FunctionComplete
             }
-            _ if lun != 0 => TaskManagementResponse::LunDoesNotExist,
+            _ if lun.canonical() != LUN_0 => TaskManagementResponse::LunDoesNotExist,
             _ => TaskManagementResponse::FunctionComplete,
         }
     }

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use lacuna_engine::{Engine, EngineError, ExtentState, Provisioning, Snapshot, Volume};
 use lacuna_iscsi::{AccessPolicy, ChapCredentials, ChapRequirement};
-use lacuna_scsi::backend::{self, Backend, BackendError, Extent, LogicalUnit, LunEntry, UnitId};
+use lacuna_scsi::backend::{
+    self, AdministrativeUnit, Backend, BackendError, Extent, LogicalUnit, LunEntry, SecondLevelId,
+    Subsidiary, UnitId,
+};
 use parking_lot::Mutex;
 
 use crate::hosts::{HostRegistry, LunSpec};
@@ -30,10 +33,14 @@ pub fn array_id(data_dir: &Path) -> anyhow::Result<[u8; 16]> {
     Ok(id)
 }
 
-/// The engine as the SCSI layer's backend, with LUN masking by host.
+/// The engine as the SCSI layer's backend, with LUN masking by host, and the
+/// vVol protocol endpoint with each host's bound vVols beneath it.
 pub struct EngineBackend {
     engine: Arc<Engine>,
     hosts: Arc<HostRegistry>,
+    vvols: Arc<lacuna_vvol::VvolService>,
+    /// The array's one protocol endpoint (every host that has one sees this unit).
+    protocol_endpoint: Arc<dyn LogicalUnit>,
     array_id: [u8; 16],
     /// One unit per (volume, presentation), so capacity generations and medium
     /// state survive between lookups.
@@ -51,10 +58,21 @@ struct UnitKey {
 }
 
 impl EngineBackend {
-    pub fn new(engine: Arc<Engine>, hosts: Arc<HostRegistry>, array_id: [u8; 16]) -> Self {
+    pub fn new(
+        engine: Arc<Engine>,
+        hosts: Arc<HostRegistry>,
+        vvols: Arc<lacuna_vvol::VvolService>,
+        array_id: [u8; 16],
+    ) -> Self {
+        let protocol_endpoint = Arc::new(AdministrativeUnit::new(
+            crate::protocol_endpoint::unit_id(array_id),
+            "lacuna vVol protocol endpoint".to_string(),
+        ));
         EngineBackend {
             engine,
             hosts,
+            vvols,
+            protocol_endpoint,
             array_id,
             units: Mutex::new(HashMap::new()),
         }
@@ -110,9 +128,36 @@ impl EngineBackend {
     }
 }
 
+impl EngineBackend {
+    /// The protocol endpoint at `lun` with the vVols bound to `host` beneath
+    /// it, each at its second-level id (its engine object id, never reused).
+    fn endpoint_entry(&self, host: &str, lun: u64) -> LunEntry {
+        let subsidiaries = self
+            .vvols
+            .bound(host)
+            .into_iter()
+            .filter_map(|bound| {
+                let id = SecondLevelId::new(bound.object_id).ok()?;
+                let unit = self.unit(&LunSpec::plain(&bound.engine_name, bound.object_id))?;
+                Some(Subsidiary { id, unit })
+            })
+            .collect();
+        LunEntry {
+            lun,
+            unit: self.protocol_endpoint.clone(),
+            subsidiaries: Some(subsidiaries),
+        }
+    }
+}
+
 impl Backend for EngineBackend {
     fn units_for(&self, initiator_name: &str) -> Vec<LunEntry> {
-        let mapping: Vec<(u64, LunSpec)> = match self.hosts.host_of(initiator_name) {
+        let host = self.hosts.host_of(initiator_name);
+        let endpoint = host.as_ref().and_then(|h| {
+            let lun = h.protocol_endpoint_lun?;
+            Some(self.endpoint_entry(&h.name, lun))
+        });
+        let mapping: Vec<(u64, LunSpec)> = match host {
             Some(host) => host.luns.into_iter().collect(),
             None if self.hosts.open_access => {
                 let mut volumes = self.engine.list_volume_names();
@@ -134,12 +179,15 @@ impl Backend for EngineBackend {
                     subsidiaries: None,
                 })
             })
+            .chain(endpoint)
             .collect()
     }
 
     fn lun_map_generation(&self) -> u64 {
-        // Either kind of change can change what an initiator sees.
-        self.hosts.generation() + self.engine.stats.catalog_generation.load(Ordering::SeqCst)
+        // Any of these changes can change what an initiator sees.
+        self.hosts.generation()
+            + self.engine.stats.catalog_generation.load(Ordering::SeqCst)
+            + self.vvols.generation()
     }
 
     fn soft_threshold_events(&self) -> u64 {

@@ -256,6 +256,7 @@ async fn serve_all(
     let backend = Arc::new(EngineBackend::new(
         engine.clone(),
         iscsi.hosts.clone(),
+        vvols.clone(),
         iscsi.array_id,
     ));
     let scsi = Arc::new(lacuna_scsi::ScsiCore::new(backend));

@@ -258,6 +258,17 @@ impl Daemon {
     }
 
     /// Runs the CLI against this daemon.
+    /// The CLI's command line for this daemon, for scripts that call it.
+    pub fn cli_command_line(&self) -> Vec<String> {
+        vec![
+            BIN.to_string(),
+            "--api".to_string(),
+            format!("http://127.0.0.1:{}", self.api_port),
+            "--data-dir".to_string(),
+            self.dir.join("data").display().to_string(),
+        ]
+    }
+
     pub fn cli(&self, args: &[&str]) -> Output {
         Command::new(BIN)
             .args(["--api", &format!("http://127.0.0.1:{}", self.api_port)])

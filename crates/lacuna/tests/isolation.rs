@@ -28,57 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{temp_dir, tool, tool_ok, Daemon, TARGET_IQN};
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into()
-}
-
-/// One HTTP call; answers the status and the body text.
-fn call(
-    daemon: &Daemon,
-    method: &str,
-    path: &str,
-    authorization: Option<&str>,
-    body: Option<&str>,
-) -> (u16, String) {
-    let url = format!("http://127.0.0.1:{}{path}", daemon.api_port);
-    let agent = agent();
-    let with_auth =
-        |request: ureq::RequestBuilder<ureq::typestate::WithoutBody>| match authorization {
-            Some(a) => request.header("Authorization", a),
-            None => request,
-        };
-    let with_auth_body = |request: ureq::RequestBuilder<ureq::typestate::WithBody>| {
-        let request = request.header("Content-Type", "application/json");
-        match authorization {
-            Some(a) => request.header("Authorization", a),
-            None => request,
-        }
-    };
-    let body = body.unwrap_or("");
-    let result = match method {
-        "GET" => with_auth(agent.get(&url)).call(),
-        "DELETE" => with_auth(agent.delete(&url)).call(),
-        "POST" => with_auth_body(agent.post(&url)).send(body),
-        "PATCH" => with_auth_body(agent.patch(&url)).send(body),
-        "PUT" => with_auth_body(agent.put(&url)).send(body),
-        other => panic!("no method {other}"),
-    };
-    let mut response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-    let status = response.status().as_u16();
-    let text = response.body_mut().read_to_string().unwrap_or_default();
-    (status, text)
-}
-
-fn token(daemon: &Daemon) -> String {
-    let token = std::fs::read_to_string(daemon.dir.join("data/api-token")).unwrap();
-    format!("Bearer {}", token.trim())
-}
+use support::{call, temp_dir, token, tool, tool_ok, Daemon, TARGET_IQN};
 
 /// A request body that would succeed for each protected operation (method, path
 /// template) on the fixture `api_fixture` builds; `None`: no body.

@@ -151,7 +151,9 @@ impl VvolService {
                         )));
                     }
                     let rec = catalog.get(&id).expect("a bound vVol is recorded");
-                    if rec.vvol_type == VvolType::Swap && catalog.hosts_of(&id).len() == 1 {
+                    // A snapshot of a swap vVol is a point in time: kept as it is.
+                    let swap = rec.vvol_type == VvolType::Swap && rec.snapshot.is_none();
+                    if swap && catalog.hosts_of(&id).len() == 1 {
                         emptied.push((rec.engine_name(), rec.size_bytes()));
                     }
                     changes.unbind.push((host.to_string(), id.clone()));
@@ -168,8 +170,12 @@ impl VvolService {
         }
         // Unreachable first, then emptied: no host writes into the discard.
         self.apply_bindings(&mut writer, changes, events)?;
-        for (name, size_bytes) in emptied {
-            self.engine.open_volume(&name)?.unmap(0, size_bytes)?;
+        for (name, size_bytes) in &emptied {
+            self.engine.open_volume(name)?.unmap(0, *size_bytes)?;
+        }
+        if !emptied.is_empty() {
+            // Emptied for good: a crash does not bring the old swap back.
+            self.engine.flush()?;
         }
         Ok(answers)
     }

@@ -659,7 +659,8 @@ impl VvolService {
                 self.engine.restore_volume(&volume, &snap.engine_name())?;
             }
             _ => {
-                if snap_size > rec.size_bytes() {
+                // As a read-only revert does: back to the snapshot's size.
+                if snap_size != rec.size_bytes() {
                     self.engine.resize_volume(&volume, snap_size)?;
                 }
                 self.engine

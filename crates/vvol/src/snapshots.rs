@@ -243,7 +243,16 @@ impl VvolService {
         taken: &lacuna_engine::GroupSnapshot,
     ) -> Result<Vec<VvolRec>> {
         let mut recs = Vec::with_capacity(items.len());
-        for ((prepared, base, metadata), info) in items.iter().zip(&taken.snapshots) {
+        for (prepared, base, metadata) in items {
+            // The engine answers its snapshots in its own order: by name.
+            let full_name = model::snapshot_name(&base.id, &prepared.snapshot_id);
+            let info = taken
+                .snapshots
+                .iter()
+                .find(|s| s.full_name == full_name)
+                .ok_or_else(|| {
+                    VvolFault::StorageFault(format!("snapshot {full_name} was not taken"))
+                })?;
             let object_id = match prepared.kind {
                 SnapshotKind::ReadOnly => info.id,
                 SnapshotKind::ReadWrite => {

@@ -272,9 +272,11 @@ fn binds_are_batched_idempotent_per_host_and_a_swap_unbound_holds_nothing() {
 fn a_batch_snapshot_is_one_instant_all_or_none_and_reverts_only_its_own_vvol() {
     let dir = tempfile::tempdir().unwrap();
     let (engine, service) = open(&dir);
-    let disks: Vec<VvolInfo> = (0..4)
+    let mut disks: Vec<VvolInfo> = (0..4)
         .map(|_| service.create(new_vvol(VvolType::Data, "vm", 64)).unwrap())
         .collect();
+    // Not in the engine's order: each snapshot must still be its own disk's.
+    disks.reverse();
     for (i, disk) in disks.iter().enumerate() {
         engine
             .open_volume(&disk.rec.engine_name())
@@ -330,6 +332,11 @@ fn a_batch_snapshot_is_one_instant_all_or_none_and_reverts_only_its_own_vvol() {
             .unwrap();
         let snapshot = taken.results[i].result.as_ref().unwrap();
         assert!(snapshot.rec.read_only());
+        assert_eq!(
+            engine.object_id(&snapshot.rec.engine_name()),
+            Some(snapshot.rec.object_id),
+            "the record names its own snapshot"
+        );
         let mut buf = vec![0; 4096];
         engine
             .open_snapshot(&snapshot.rec.engine_name())

@@ -290,6 +290,21 @@ impl Daemon {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// SIGTERM, and waits (at most 30 s) for the daemon to close the array.
+    pub fn stop(&mut self) {
+        let pid = i32::try_from(self.child.id()).expect("a pid fits");
+        // SAFETY: a signal to our own child, which has not been reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().expect("poll lacuna serve").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -345,4 +360,72 @@ pub fn tool_ok(program: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// One HTTP call to the daemon's API; answers the status and the body text.
+pub fn call(
+    daemon: &Daemon,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: Option<&str>,
+) -> (u16, String) {
+    let url = format!("http://127.0.0.1:{}{path}", daemon.api_port);
+    let agent = agent();
+    let with_auth =
+        |request: ureq::RequestBuilder<ureq::typestate::WithoutBody>| match authorization {
+            Some(a) => request.header("Authorization", a),
+            None => request,
+        };
+    let with_auth_body = |request: ureq::RequestBuilder<ureq::typestate::WithBody>| {
+        let request = request.header("Content-Type", "application/json");
+        match authorization {
+            Some(a) => request.header("Authorization", a),
+            None => request,
+        }
+    };
+    let body = body.unwrap_or("");
+    let result = match method {
+        "GET" => with_auth(agent.get(&url)).call(),
+        "DELETE" => with_auth(agent.delete(&url)).call(),
+        "POST" => with_auth_body(agent.post(&url)).send(body),
+        "PATCH" => with_auth_body(agent.patch(&url)).send(body),
+        "PUT" => with_auth_body(agent.put(&url)).send(body),
+        other => panic!("no method {other}"),
+    };
+    let mut response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    (status, text)
+}
+
+/// The daemon's API token as an Authorization header value.
+pub fn token(daemon: &Daemon) -> String {
+    let token = std::fs::read_to_string(daemon.dir.join("data/api-token")).unwrap();
+    format!("Bearer {}", token.trim())
+}
+
+/// A call with the daemon's token, its answer as JSON (null when empty).
+pub fn api(
+    daemon: &Daemon,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let text = body.map(|b| b.to_string());
+    let (status, answer) = call(daemon, method, path, Some(&token(daemon)), text.as_deref());
+    let value = if answer.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{method} {path}: {e}: {answer}"))
+    };
+    (status, value)
 }

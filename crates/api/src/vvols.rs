@@ -13,9 +13,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use lacuna_vvol::{
-    AllocatedBitmap, Binding, CloneSpec, ContainerSpace, Event, ItemResult, Metadata, NewVvol,
-    PreparedSnapshot, Segment, SnapshotCommit, SnapshotKind, SnapshotRequest, UnsharedChunks,
-    VvolId, VvolInfo, VvolQuery, VvolService, VvolSpace, VvolType,
+    AllocatedBitmap, Binding, CloneSpec, ContainerSpace, Event, HostEndpoint, ItemResult, Metadata,
+    NewVvol, PreparedSnapshot, Segment, SnapshotCommit, SnapshotKind, SnapshotRequest,
+    UnsharedChunks, VvolId, VvolInfo, VvolQuery, VvolService, VvolSpace, VvolType,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -172,6 +172,8 @@ pub(crate) fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(unshared_chunks))
         .routes(routes!(vvol_space))
         .routes(routes!(container_vvol_space))
+        .routes(routes!(vvol_containers))
+        .routes(routes!(protocol_endpoints))
         .routes(routes!(vvol_events))
 }
 
@@ -529,6 +531,30 @@ async fn container_vvol_space(
 ) -> Result<Json<ContainerSpace>, ApiError> {
     Ok(Json(
         vvols_blocking(&state, move |v| v.container_space(&container)).await?,
+    ))
+}
+
+/// Every storage container as a vVol datastore (queryStorageContainer)
+#[utoipa::path(
+    get, path = "/v1/vvol-containers", operation_id = "queryStorageContainer",
+    responses((status = 200, description = "The containers", body = Vec<ContainerSpace>))
+)]
+async fn vvol_containers(
+    State(state): State<ApiState>,
+) -> Result<Json<Vec<ContainerSpace>>, ApiError> {
+    Ok(Json(vvols_blocking(&state, |v| v.containers()).await?))
+}
+
+/// The protocol endpoints, host by host (queryProtocolEndpoint)
+#[utoipa::path(
+    get, path = "/v1/protocol-endpoints", operation_id = "queryProtocolEndpoint",
+    responses((status = 200, description = "Each host's protocol endpoint", body = Vec<HostEndpoint>))
+)]
+async fn protocol_endpoints(
+    State(state): State<ApiState>,
+) -> Result<Json<Vec<HostEndpoint>>, ApiError> {
+    Ok(Json(
+        vvols_blocking(&state, |v| Ok(v.protocol_endpoints())).await?,
     ))
 }
 

@@ -856,6 +856,9 @@ fn vvol_service() -> Arc<lacuna_vvol::VvolService> {
         ) -> lacuna_vvol::Result<lacuna_vvol::ProtocolEndpoint> {
             Err(lacuna_vvol::VvolFault::NotFound(format!("host '{host}'")))
         }
+        fn protocol_endpoints(&self) -> Vec<lacuna_vvol::HostEndpoint> {
+            Vec::new()
+        }
     }
     static SERVICE: std::sync::OnceLock<(tempfile::TempDir, Arc<lacuna_vvol::VvolService>)> =
         std::sync::OnceLock::new();
@@ -910,7 +913,7 @@ fn is_host_route(path: &str) -> bool {
 
 /// A route of the vVol service (tested against the real one, in `vvols.rs`).
 fn is_vvol_route(path: &str) -> bool {
-    path.starts_with("/v1/vvol")
+    path.starts_with("/v1/vvol") || path == "/v1/protocol-endpoints"
 }
 
 /// A path template with its parameters filled in.

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use lacuna_scsi::backend::UnitId;
-use lacuna_vvol::{HostDirectory, ProtocolEndpoint, VvolFault};
+use lacuna_vvol::{HostDirectory, HostEndpoint, ProtocolEndpoint, VvolFault};
 
 use crate::hosts::{HostError, HostRegistry};
 
@@ -50,6 +50,25 @@ impl HostDirectory for VvolHosts {
             in_band_id: in_band_id(self.unit_id),
             lun,
         })
+    }
+
+    fn protocol_endpoints(&self) -> Vec<HostEndpoint> {
+        self.hosts
+            .list()
+            .into_iter()
+            .filter_map(|host| {
+                let lun = host.protocol_endpoint_lun?;
+                Some(HostEndpoint {
+                    host: host.name,
+                    protocol: "SCSI".to_string(),
+                    protocol_endpoint: ProtocolEndpoint {
+                        in_band_id: in_band_id(self.unit_id),
+                        lun,
+                    },
+                    bound_vvols: 0,
+                })
+            })
+            .collect()
     }
 }
 

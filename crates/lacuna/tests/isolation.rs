@@ -173,6 +173,8 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
     ("GET", "/v1/vvols/{id}/space", None),
     ("GET", "/v1/vvol-containers/{container}", None),
     ("GET", "/v1/vvol-events", None),
+    ("GET", "/v1/vvol-containers", None),
+    ("GET", "/v1/protocol-endpoints", None),
 ];
 
 fn concrete(path: &str) -> String {

@@ -99,6 +99,7 @@ fn the_protocol_endpoint_presents_each_hosts_bound_vvols_and_nothing_else() {
     s.clear_unit_attentions(lun({pe}))
     out["inquiry"] = s.command(lun({pe}), bytes.fromhex("12000000ff00"), data_in_length=255).data.hex()
     out["vpd86"] = s.command(lun({pe}), bytes.fromhex("12018600ff00"), data_in_length=255).data.hex()
+    out["vpd83"] = s.command(lun({pe}), bytes.fromhex("12018300ff00"), data_in_length=255).data.hex()
     report = bytes.fromhex("a0001200000000001000" "0000")
     out["report12"] = s.command(lun({pe}), report, data_in_length=4096).data.hex()
     out["report00"] = s.command(lun({pe}), bytes.fromhex("a0000000000000001000" "0000"), data_in_length=4096).data.hex()
@@ -135,6 +136,18 @@ fn the_protocol_endpoint_presents_each_hosts_bound_vvols_and_nothing_else() {
         &["--page=0x86"],
     );
     assert!(vpd.contains("LU_COLL_TYPE=1"), "{vpd}");
+
+    // The in-band id the API gives hosts (VASA's) is the PE's NAA designator.
+    let (_, endpoints) = support::api(&daemon, "GET", "/v1/protocol-endpoints", None);
+    let esx1 = endpoints.as_array().unwrap().iter().find(|e| e["host"] == "esx1").unwrap();
+    assert_eq!(esx1["protocol_endpoint"]["lun"], pe);
+    assert_eq!(esx1["bound_vvols"], 2, "both bound by now");
+    let vpd83 = hex::decode(seen["vpd83"].as_str().unwrap()).unwrap();
+    assert_eq!(vpd83[5] & 0x0f, 3, "the first designator is an NAA one");
+    assert_eq!(
+        esx1["protocol_endpoint"]["in_band_id"],
+        format!("naa.{}", hex::encode(&vpd83[8..24]))
+    );
 
     let luns = |hex: &str| -> Vec<String> {
         let bytes = hex::decode(hex).unwrap();

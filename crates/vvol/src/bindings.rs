@@ -30,6 +30,20 @@ pub trait HostDirectory: Send + Sync {
     /// The host's protocol endpoint; NotFound when the host does not exist,
     /// InvalidArgument when it has no protocol endpoint.
     fn protocol_endpoint(&self, host: &str) -> Result<ProtocolEndpoint>;
+    /// Every host that has a protocol endpoint, with it.
+    fn protocol_endpoints(&self) -> Vec<HostEndpoint>;
+}
+
+/// A host's protocol endpoint (VASA `queryProtocolEndpoint`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HostEndpoint {
+    pub host: String,
+    /// SCSI: a conglomerate LU reached over iSCSI.
+    pub protocol: String,
+    pub protocol_endpoint: ProtocolEndpoint,
+    /// vVols bound to the host through it.
+    pub bound_vvols: u64,
 }
 
 /// One bound vVol, as a bind answers it.
@@ -200,6 +214,16 @@ impl VvolService {
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         Ok(())
+    }
+
+    /// The protocol endpoints, host by host, with their binding counts.
+    pub fn protocol_endpoints(&self) -> Vec<HostEndpoint> {
+        let catalog = self.catalog.read();
+        let mut endpoints = self.hosts.protocol_endpoints();
+        for endpoint in &mut endpoints {
+            endpoint.bound_vvols = catalog.bound_to(&endpoint.host).len() as u64;
+        }
+        endpoints
     }
 
     /// The vVols bound to `host`, for the daemon's LUN map and NBD exports.

@@ -36,7 +36,7 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 pub use admission::{MAX_BATCH, MAX_REQUESTS_PER_HOST};
-pub use bindings::{Binding, BoundVvol, HostDirectory, ProtocolEndpoint};
+pub use bindings::{Binding, BoundVvol, HostDirectory, HostEndpoint, ProtocolEndpoint};
 pub use bitmap::{AllocatedBitmap, Segment, UnsharedChunks, MAX_BITMAP_BYTES};
 pub use catalog::VvolQuery;
 pub use events::{Event, EventKind};
@@ -691,6 +691,20 @@ impl VvolService {
             unique_physical_bytes: Some(info.unique_physical_bytes),
             shared_physical_bytes: Some(info.shared_physical_bytes),
         })
+    }
+
+    /// Every storage container as a vVol datastore (VASA `queryStorageContainer`).
+    pub fn containers(&self) -> Result<Vec<ContainerSpace>> {
+        let names: Vec<String> = self
+            .engine
+            .list_containers()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        names
+            .iter()
+            .map(|name| self.container_space(name))
+            .collect()
     }
 
     pub fn container_space(&self, container: &str) -> Result<ContainerSpace> {

@@ -21,6 +21,18 @@ impl HostDirectory for TwoHosts {
             _ => Err(VvolFault::NotFound(format!("host '{host}'"))),
         }
     }
+
+    fn protocol_endpoints(&self) -> Vec<HostEndpoint> {
+        ["esx1", "esx2"]
+            .iter()
+            .map(|host| HostEndpoint {
+                host: host.to_string(),
+                protocol: "SCSI".into(),
+                protocol_endpoint: self.protocol_endpoint(host).unwrap(),
+                bound_vvols: 0,
+            })
+            .collect()
+    }
 }
 
 const MIB: u64 = 1 << 20;
@@ -552,6 +564,10 @@ impl HostDirectory for Hosts {
         } else {
             Err(VvolFault::NotFound(format!("host '{host}'")))
         }
+    }
+
+    fn protocol_endpoints(&self) -> Vec<HostEndpoint> {
+        Vec::new()
     }
 }
 

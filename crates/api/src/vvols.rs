@@ -14,8 +14,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use lacuna_vvol::{
     AllocatedBitmap, Binding, CloneSpec, ContainerSpace, Event, HostEndpoint, ItemResult, Metadata,
-    NewVvol, PreparedSnapshot, Segment, SnapshotCommit, SnapshotKind, SnapshotRequest,
-    UnsharedChunks, VvolId, VvolInfo, VvolQuery, VvolService, VvolSpace, VvolType,
+    NewVvol, PreparedSnapshot, ProviderInfo, Segment, SnapshotCommit, SnapshotKind,
+    SnapshotRequest, TaskInfo, UnsharedChunks, VvolId, VvolInfo, VvolQuery, VvolService, VvolSpace,
+    VvolType,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -174,6 +175,9 @@ pub(crate) fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(container_vvol_space))
         .routes(routes!(vvol_containers))
         .routes(routes!(protocol_endpoints))
+        .routes(routes!(provider_info))
+        .routes(routes!(list_tasks))
+        .routes(routes!(show_task, cancel_task))
         .routes(routes!(vvol_events))
 }
 
@@ -555,6 +559,72 @@ async fn protocol_endpoints(
 ) -> Result<Json<Vec<HostEndpoint>>, ApiError> {
     Ok(Json(
         vvols_blocking(&state, |v| Ok(v.protocol_endpoints())).await?,
+    ))
+}
+
+/// The limits the array advertises to hosts (VASA's provider information)
+#[utoipa::path(
+    get, path = "/v1/vvol-provider", operation_id = "getProviderInfo",
+    responses((status = 200, description = "The vVol service's limits", body = ProviderInfo))
+)]
+async fn provider_info(State(state): State<ApiState>) -> Result<Json<ProviderInfo>, ApiError> {
+    Ok(Json(
+        vvols_blocking(&state, |_| Ok(ProviderInfo::current())).await?,
+    ))
+}
+
+/// The task in the path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct TaskPath {
+    /// Task id
+    task: u64,
+}
+
+/// Tasks after an id: the operations VASA runs as tasks, each with its outcome
+#[utoipa::path(
+    get, path = "/v1/vvol-tasks", operation_id = "listTasks", params(EventsQuery),
+    responses((status = 200, description = "The tasks, oldest first", body = Vec<TaskInfo>))
+)]
+async fn list_tasks(
+    State(state): State<ApiState>,
+    QueryParams(query): QueryParams<EventsQuery>,
+) -> Result<Json<Vec<TaskInfo>>, ApiError> {
+    Ok(Json(
+        vvols_blocking(&state, move |v| Ok(v.tasks_since(query.since))).await?,
+    ))
+}
+
+fn task_id(text: &str) -> Result<u64, ApiError> {
+    text.parse()
+        .map_err(|_| ApiError::BadRequest(format!("'{}' is not a task id", text.escape_debug())))
+}
+
+/// A task (getTaskUpdate): every one has finished by the time its call answered
+#[utoipa::path(
+    get, path = "/v1/vvol-tasks/{task}", operation_id = "getTaskUpdate", params(TaskPath),
+    responses((status = 200, description = "The task", body = TaskInfo), (status = 404, response = NotFound))
+)]
+async fn show_task(
+    State(state): State<ApiState>,
+    PathParam(task): PathParam,
+) -> Result<Json<TaskInfo>, ApiError> {
+    let id = task_id(&task)?;
+    Ok(Json(vvols_blocking(&state, move |v| v.task(id)).await?))
+}
+
+/// Cancel a task (cancelTask): 400, saying how it ended, since every task has finished
+#[utoipa::path(
+    delete, path = "/v1/vvol-tasks/{task}", operation_id = "cancelTask", params(TaskPath),
+    responses((status = 400, response = BadRequest), (status = 404, response = NotFound))
+)]
+async fn cancel_task(
+    State(state): State<ApiState>,
+    PathParam(task): PathParam,
+) -> Result<Json<TaskInfo>, ApiError> {
+    let id = task_id(&task)?;
+    Ok(Json(
+        vvols_blocking(&state, move |v| v.cancel_task(id)).await?,
     ))
 }
 

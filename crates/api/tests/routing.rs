@@ -922,6 +922,7 @@ fn concrete(path: &str) -> String {
         .replace("{snapshot}", "v@s")
         .replace("{host}", "h")
         .replace("{container}", "c")
+        .replace("{task}", "1")
 }
 
 #[tokio::test]
@@ -2810,6 +2811,42 @@ async fn vvol_routes_answer_the_service_and_its_faults() {
     .await;
     error_message(&r, StatusCode::GONE);
     let r = send(&app, "GET", "/v1/vvols/not-an-id", bearer(), None).await;
+    error_message(&r, StatusCode::BAD_REQUEST);
+
+    let r = send(&app, "GET", "/v1/vvol-provider", bearer(), None).await;
+    assert_eq!(r.body["max_batch_size"], lacuna_vvol::MAX_BATCH);
+    assert_eq!(r.body["max_concurrent_requests_per_host"], 16);
+    let r = send(&app, "GET", "/v1/vvol-tasks?since=0", bearer(), None).await;
+    let made = r
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["result"] == id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(made["operation"], "createVirtualVolume");
+    assert_eq!(made["state"], "Success");
+    let task = made["id"].as_u64().unwrap();
+    let r = send(
+        &app,
+        "GET",
+        &format!("/v1/vvol-tasks/{task}"),
+        bearer(),
+        None,
+    )
+    .await;
+    assert_eq!(r.body, made);
+    let r = send(
+        &app,
+        "DELETE",
+        &format!("/v1/vvol-tasks/{task}"),
+        bearer(),
+        None,
+    )
+    .await;
+    assert!(error_message(&r, StatusCode::BAD_REQUEST).contains("nothing to cancel"));
+    let r = send(&app, "GET", "/v1/vvol-tasks/x", bearer(), None).await;
     error_message(&r, StatusCode::BAD_REQUEST);
 
     let r = send(&app, "DELETE", &format!("/v1/vvols/{id}"), bearer(), None).await;

@@ -5,7 +5,8 @@
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use lacuna_vvol::{
-    AllocatedBitmap, Event, ItemResult, PreparedSnapshot, SnapshotCommit, VvolInfo, VvolSpace,
+    AllocatedBitmap, Event, ItemResult, PreparedSnapshot, SnapshotCommit, TaskInfo, VvolInfo,
+    VvolSpace,
 };
 use serde_json::{json, Value};
 
@@ -130,6 +131,13 @@ pub enum VvolCommand {
         #[arg(long, default_value_t = 0)]
         since: u64,
     },
+    /// Tasks after an id (the operations VASA runs as tasks, with their outcome).
+    Tasks {
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+    },
+    /// The limits the array advertises to hosts (batch size, requests in flight…).
+    Limits,
 }
 
 fn parse_pair(text: &str) -> Result<(String, String), String> {
@@ -334,6 +342,21 @@ pub fn run(client: &Client, command: VvolCommand, as_json: bool) -> anyhow::Resu
             )?;
             print(as_json, &answer, |b: AllocatedBitmap| bitmap_text(&b))
         }
+        VvolCommand::Tasks { since } => {
+            let answer =
+                client.call(Method::Get, &format!("/v1/vvol-tasks?since={since}"), None)?;
+            print(as_json, &answer, |tasks: Vec<TaskInfo>| tasks_table(&tasks))
+        }
+        VvolCommand::Limits => {
+            let answer = client.call(Method::Get, "/v1/vvol-provider", None)?;
+            print(as_json, &answer, |limits: Value| {
+                let pairs: Vec<(&str, String)> = limits
+                    .as_object()
+                    .map(|o| o.iter().map(|(k, v)| (k.as_str(), v.to_string())).collect())
+                    .unwrap_or_default();
+                key_values(&pairs)
+            })
+        }
         VvolCommand::Events { since } => {
             let answer =
                 client.call(Method::Get, &format!("/v1/vvol-events?since={since}"), None)?;
@@ -479,6 +502,37 @@ fn bitmap_text(b: &AllocatedBitmap) -> String {
     format!(
         "{set} of {chunks} chunks of {} hold data; next data after the range: {next}",
         format_size(b.chunk_bytes)
+    )
+}
+
+fn tasks_table(tasks: &[TaskInfo]) -> String {
+    if tasks.is_empty() {
+        return "no tasks".to_string();
+    }
+    let rows: Vec<Vec<String>> = tasks
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.to_string(),
+                format_unix_utc(t.started_unix_s),
+                t.operation.clone(),
+                format!("{:?}", t.state),
+                t.result
+                    .clone()
+                    .or_else(|| t.fault.as_ref().map(|f| f.message.clone()))
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            ("ID", Align::Right),
+            ("STARTED", Align::Left),
+            ("OPERATION", Align::Left),
+            ("STATE", Align::Left),
+            ("RESULT", Align::Left),
+        ],
+        &rows,
     )
 }
 

@@ -175,6 +175,10 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
     ("GET", "/v1/vvol-events", None),
     ("GET", "/v1/vvol-containers", None),
     ("GET", "/v1/protocol-endpoints", None),
+    ("GET", "/v1/vvol-provider", None),
+    ("GET", "/v1/vvol-tasks", None),
+    ("GET", "/v1/vvol-tasks/{task}", None),
+    ("DELETE", "/v1/vvol-tasks/{task}", None),
 ];
 
 fn concrete(path: &str) -> String {
@@ -183,6 +187,7 @@ fn concrete(path: &str) -> String {
         .replace("{host}", "alpha")
         .replace("{container}", "box")
         .replace("{id}", "rfc4122.00000000-0000-4000-8000-000000000001")
+        .replace("{task}", "1")
 }
 
 /// Volumes `vol` (with snapshot `snap`) and `other`, container `box`, host

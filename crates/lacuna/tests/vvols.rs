@@ -139,7 +139,12 @@ fn the_protocol_endpoint_presents_each_hosts_bound_vvols_and_nothing_else() {
 
     // The in-band id the API gives hosts (VASA's) is the PE's NAA designator.
     let (_, endpoints) = support::api(&daemon, "GET", "/v1/protocol-endpoints", None);
-    let esx1 = endpoints.as_array().unwrap().iter().find(|e| e["host"] == "esx1").unwrap();
+    let esx1 = endpoints
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["host"] == "esx1")
+        .unwrap();
     assert_eq!(esx1["protocol_endpoint"]["lun"], pe);
     assert_eq!(esx1["bound_vvols"], 2, "both bound by now");
     let vpd83 = hex::decode(seen["vpd83"].as_str().unwrap()).unwrap();

@@ -25,6 +25,7 @@ pub mod fault;
 pub mod model;
 mod snapshots;
 pub mod store;
+pub mod tasks;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -43,6 +44,7 @@ pub use events::{Event, EventKind};
 pub use fault::{FaultBody, VvolFault};
 pub use model::{Metadata, SnapshotKind, SnapshotOf, VvolId, VvolRec, VvolType};
 pub use snapshots::{PreparedSnapshot, SnapshotCommit, SnapshotRequest};
+pub use tasks::{TaskInfo, TaskState};
 
 use catalog::Catalog;
 use events::EventLog;
@@ -147,6 +149,44 @@ pub struct ContainerSpace {
     pub max_vvol_size_mib: u64,
 }
 
+/// What the array advertises to hosts about its vVol service (VASA's
+/// provider information: the limits a host must keep to).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProviderInfo {
+    pub max_batch_size: u64,
+    pub max_concurrent_requests_per_host: u64,
+    pub max_vvols: u64,
+    pub max_metadata_pairs: u64,
+    pub max_metadata_key_bytes: u64,
+    pub max_metadata_value_bytes: u64,
+    pub max_vvol_size_mib: u64,
+    pub max_bitmap_bytes: u64,
+    pub max_prepared_snapshots: u64,
+    pub prepared_snapshot_ttl_s: u64,
+    pub max_events_kept: u64,
+    pub max_tasks_kept: u64,
+}
+
+impl ProviderInfo {
+    pub fn current() -> ProviderInfo {
+        ProviderInfo {
+            max_batch_size: MAX_BATCH as u64,
+            max_concurrent_requests_per_host: u64::from(MAX_REQUESTS_PER_HOST),
+            max_vvols: MAX_VVOLS as u64,
+            max_metadata_pairs: model::MAX_METADATA_PAIRS as u64,
+            max_metadata_key_bytes: model::MAX_KEY_BYTES as u64,
+            max_metadata_value_bytes: model::MAX_VALUE_BYTES as u64,
+            max_vvol_size_mib: model::MAX_SIZE_MIB,
+            max_bitmap_bytes: MAX_BITMAP_BYTES,
+            max_prepared_snapshots: snapshots::MAX_PREPARED as u64,
+            prepared_snapshot_ttl_s: snapshots::PREPARED_TTL.as_secs(),
+            max_events_kept: events::MAX_EVENTS as u64,
+            max_tasks_kept: tasks::MAX_TASKS as u64,
+        }
+    }
+}
+
 /// The service's counters, for `/metrics`.
 #[derive(Debug, Default)]
 pub struct VvolStats {
@@ -176,6 +216,7 @@ pub struct VvolService {
     catalog: RwLock<Catalog>,
     writer: Mutex<Writer>,
     admission: admission::Admission,
+    tasks: Mutex<tasks::TaskLog>,
     hosts: Arc<dyn HostDirectory>,
     /// Increases on every bind and unbind: the SCSI layer re-reads LUN maps.
     generation: AtomicU64,
@@ -208,6 +249,7 @@ impl VvolService {
                 prepared: snapshots::Prepared::default(),
             }),
             admission: admission::Admission::default(),
+            tasks: Mutex::new(tasks::TaskLog::default()),
             hosts,
             generation: AtomicU64::new(1),
             stats: VvolStats::default(),
@@ -281,6 +323,39 @@ impl VvolService {
         result
     }
 
+    /// Counts an operation VASA runs as a task, and records it as one.
+    fn tasked<T>(
+        &self,
+        operation: &str,
+        result: Result<T>,
+        object: impl Fn(&T) -> String,
+    ) -> Result<T> {
+        let started = now_unix_s();
+        let outcome = result.as_ref().map(&object);
+        self.tasks.lock().record(operation, outcome, started);
+        self.counted(result)
+    }
+
+    /// A task by id (VASA `getTaskUpdate`).
+    pub fn task(&self, id: u64) -> Result<TaskInfo> {
+        self.tasks.lock().get(id)
+    }
+
+    /// The tasks after `last_seen`, oldest first.
+    pub fn tasks_since(&self, last_seen: u64) -> Vec<TaskInfo> {
+        self.tasks.lock().since(last_seen)
+    }
+
+    /// VASA `cancelTask`: every task here has finished by the time it is
+    /// seen, so this only answers which way it ended.
+    pub fn cancel_task(&self, id: u64) -> Result<TaskInfo> {
+        let task = self.task(id)?;
+        Err(VvolFault::InvalidArgument(format!(
+            "task {id} ({}) has finished ({:?}): nothing to cancel",
+            task.operation, task.state
+        )))
+    }
+
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
@@ -343,7 +418,9 @@ impl VvolService {
     }
 
     pub fn create(&self, new: NewVvol) -> Result<VvolInfo> {
-        self.counted(self.create_inner(new))
+        self.tasked("createVirtualVolume", self.create_inner(new), |v| {
+            v.rec.id.to_string()
+        })
     }
 
     fn create_inner(&self, new: NewVvol) -> Result<VvolInfo> {
@@ -465,7 +542,11 @@ impl VvolService {
 
     /// Grows a vVol (VASA resizes only grow).
     pub fn resize(&self, id: &VvolId, size_mib: u64) -> Result<VvolInfo> {
-        self.counted(self.resize_inner(id, size_mib))
+        self.tasked(
+            "resizeVirtualVolume",
+            self.resize_inner(id, size_mib),
+            |v| v.rec.id.to_string(),
+        )
     }
 
     fn resize_inner(&self, id: &VvolId, size_mib: u64) -> Result<VvolInfo> {
@@ -594,7 +675,14 @@ impl VvolService {
     /// A writable copy of a vVol (or of a snapshot vVol), instant whatever
     /// its size; a full clone may go to another container.
     pub fn clone_vvol(&self, id: &VvolId, spec: CloneSpec) -> Result<VvolInfo> {
-        self.counted(self.clone_inner(id, spec))
+        let operation = if spec.fast {
+            "fastCloneVirtualVolume"
+        } else {
+            "cloneVirtualVolume"
+        };
+        self.tasked(operation, self.clone_inner(id, spec), |v| {
+            v.rec.id.to_string()
+        })
     }
 
     fn clone_inner(&self, id: &VvolId, spec: CloneSpec) -> Result<VvolInfo> {
@@ -639,7 +727,11 @@ impl VvolService {
     /// Reverts a vVol to one of its snapshot vVols; another vVol's snapshot
     /// is an incompatible volume.
     pub fn revert(&self, id: &VvolId, snapshot: &VvolId) -> Result<VvolInfo> {
-        self.counted(self.revert_inner(id, snapshot))
+        self.tasked(
+            "revertVirtualVolume",
+            self.revert_inner(id, snapshot),
+            |v| v.rec.id.to_string(),
+        )
     }
 
     fn revert_inner(&self, id: &VvolId, snapshot: &VvolId) -> Result<VvolInfo> {

@@ -72,7 +72,9 @@ impl VvolService {
     /// have once committed.
     pub fn prepare_snapshot(&self, id: &VvolId, kind: SnapshotKind) -> Result<PreparedSnapshot> {
         let result = self.prepare_inner(id, kind);
-        self.counted(result)
+        self.tasked("prepareToSnapshotVirtualVolume", result, |p| {
+            p.snapshot_id.to_string()
+        })
     }
 
     fn prepare_inner(&self, id: &VvolId, kind: SnapshotKind) -> Result<PreparedSnapshot> {

@@ -631,3 +631,41 @@ fn unshared_bitmaps_show_what_changed_since_a_snapshot() {
         .unwrap();
     assert!(none.bitmap.iter().all(|&b| b == 0));
 }
+
+#[test]
+fn operations_vasa_runs_as_tasks_are_recorded_with_their_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_engine, service) = open(&dir);
+    let made = service.create(new_vvol(VvolType::Data, "vm", 16)).unwrap();
+    let mut bad = new_vvol(VvolType::Data, "vm", 16);
+    bad.container = "nowhere".into();
+    assert!(service.create(bad).is_err());
+    service.resize(&made.rec.id, 32).unwrap();
+    let tasks = service.tasks_since(0);
+    let summary: Vec<(&str, TaskState)> = tasks
+        .iter()
+        .map(|t| (t.operation.as_str(), t.state))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("createVirtualVolume", TaskState::Success),
+            ("createVirtualVolume", TaskState::Error),
+            ("resizeVirtualVolume", TaskState::Success)
+        ]
+    );
+    assert_eq!(tasks[0].result.as_deref(), Some(made.rec.id.as_str()));
+    assert_eq!(tasks[1].fault.as_ref().unwrap().kind, "NotFound");
+    assert_eq!(service.task(tasks[0].id).unwrap(), tasks[0]);
+    assert!(matches!(
+        service.cancel_task(tasks[0].id),
+        Err(VvolFault::InvalidArgument(_))
+    ));
+    assert!(matches!(service.task(999), Err(VvolFault::NotFound(_))));
+    assert!(service.info(&[made.rec.id.to_string()]).is_ok());
+    assert_eq!(
+        service.tasks_since(0).len(),
+        3,
+        "only the operations VASA runs as tasks"
+    );
+}

@@ -52,25 +52,30 @@ fuzz_target!(|bytes: &[u8]| {
             break;
         }
         let header = input.byte();
+        // LUNs 0 to 2, or any single-level LUN, or (header bit 4) any 8-byte
+        // field: two-level ones beneath the protocol endpoint at 3 among them.
         let lun = match header & 0x03 {
-            3 => u64::from(input.byte()),
-            lun => u64::from(lun),
+            _ if header & 0x10 != 0 => {
+                let mut field = [0u8; 8];
+                field.iter_mut().for_each(|b| *b = input.byte());
+                Lun(field)
+            }
+            3 => Lun::single_level(u64::from(input.byte())),
+            lun => Lun::single_level(u64::from(lun)),
         };
         let nexus = usize::from(header >> 2 & 1);
         if header & 0x08 != 0 {
             let selector = input.byte();
-            let _ = array.core.task_management(
-                &array.nexuses[nexus],
-                Lun::single_level(lun),
-                function(selector),
-            );
+            let _ = array
+                .core
+                .task_management(&array.nexuses[nexus], lun, function(selector));
             continue;
         }
         let cdb_len = input.byte() % (MAX_CDB_BYTES + 1);
         let cdb = input.take(usize::from(cdb_len));
         let data_out_len = input.u16();
         let data_out = input.take(usize::from(data_out_len));
-        array.execute(nexus, lun, cdb, data_out);
+        array.execute_at(nexus, lun, cdb, data_out);
     }
     array.check_still_serving();
 });

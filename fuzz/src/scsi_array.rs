@@ -20,7 +20,8 @@ pub struct Array {
     pub backend: Arc<MemoryBackend>,
     pub core: ScsiCore,
     pub units: Vec<Arc<MemoryUnit>>,
-    /// Two initiators: "iqn.a" sees LUNs 0, 1 and 2; "iqn.b" sees LUN 0 only.
+    /// Two initiators: "iqn.a" sees LUNs 0, 1 and 2 and the protocol endpoint
+    /// at 3; "iqn.b" sees LUN 0 only.
     pub nexuses: [ItNexus; 2],
 }
 
@@ -51,6 +52,11 @@ impl Array {
         backend.map(None, 0, &thin);
         backend.map(Some("iqn.a"), 1, &thick);
         backend.map(Some("iqn.a"), 2, &read_only);
+        // A protocol endpoint at LUN 3 with the thin unit beneath it at id 7
+        // (a vVol bound to "iqn.a"), reached by two-level LUNs (`execute_at`).
+        backend.map_administrative(Some("iqn.a"), 3, "pe");
+        let id = lacuna_scsi::lun::SecondLevelId::new(7).expect("a small id");
+        backend.bind(Some("iqn.a"), 3, id, &thin);
         let core = ScsiCore::new(Arc::clone(&backend) as Arc<dyn lacuna_scsi::backend::Backend>);
         let nexuses = [nexus("iqn.a", 1), nexus("iqn.b", 2)];
         for n in &nexuses {
@@ -66,9 +72,19 @@ impl Array {
 
     /// Runs one command and checks its outcome.
     pub fn execute(&self, nexus: usize, lun: u64, cdb: &[u8], data_out: &[u8]) -> CommandOutcome {
+        self.execute_at(nexus, Lun::single_level(lun), cdb, data_out)
+    }
+
+    /// [`Array::execute`] at any 8-byte LUN field.
+    pub fn execute_at(
+        &self,
+        nexus: usize,
+        lun: Lun,
+        cdb: &[u8],
+        data_out: &[u8],
+    ) -> CommandOutcome {
         let nexus = &self.nexuses[nexus % self.nexuses.len()];
         // Must not panic whatever the CDB; the answer is not checked (it is a hint).
-        let lun = Lun::single_level(lun);
         let _ = self.core.data_out_bytes(nexus, lun, cdb);
         let outcome = self.core.execute(
             nexus,

@@ -220,3 +220,93 @@ fn the_protocol_endpoint_presents_each_hosts_bound_vvols_and_nothing_else() {
     assert_eq!(seen["other_host"], "2 05/25/00");
     assert_eq!(seen["other_pe"], "2 05/25/00");
 }
+
+/// EXTENDED COPY between two vVols through the protocol endpoint is the
+/// engine's range copy: the data reads back on the destination and no new
+/// physical space is taken.
+#[test]
+fn an_extended_copy_between_two_bound_vvols_takes_no_space() {
+    let dir = support::temp_dir("vvol-xcopy");
+    let daemon = Daemon::start(dir.path()).owning(dir);
+    daemon.cli_ok(&["host", "create", "esx1", "--iqn", ESX1]);
+    daemon.cli_ok(&["host", "protocol-endpoint", "esx1", "--lun", "1"]);
+    let (from, from_lun) = vvol(&daemon, "data");
+    let (to, to_lun) = vvol(&daemon, "data");
+    daemon.cli_ok(&["vvol", "bind", "esx1", &from, &to]);
+    let used = || {
+        let (_, report) = support::api(&daemon, "GET", "/v1/array/space", None);
+        report["physical_used_bytes"].as_u64().unwrap()
+    };
+    let prelude = format!(
+        r#"
+    import hashlib
+    a, b = lun(1, {from_lun}), lun(1, {to_lun})
+    s.clear_unit_attentions(a)
+    s.clear_unit_attentions(b)
+    def rw10(opcode, lba, blocks):
+        return bytes([opcode, 0]) + lba.to_bytes(4, "big") + bytes([0]) + blocks.to_bytes(2, "big") + bytes([0])
+    # 8 MiB that neither compress nor dedup, the same in both sessions.
+    data = b"".join(hashlib.sha256(i.to_bytes(8, "big")).digest() for i in range(1 << 18))
+"#
+    );
+    let seen = raw_session(
+        &daemon,
+        ESX1,
+        &format!(
+            r#"{prelude}
+    for i in range(8):
+        assert status(s.command(a, rw10(0x2a, i * 2048, 2048), data_out=data[i << 20:(i + 1) << 20])) == "good"
+    out["flushed"] = status(s.command(a, bytes.fromhex("35000000000000000000")))
+"#
+        ),
+    );
+    assert_eq!(seen["flushed"], "good");
+    let before = used();
+    assert!(before >= 8 << 20, "the data took space: {before}");
+    let seen = raw_session(
+        &daemon,
+        ESX1,
+        &format!(
+            r#"{prelude}
+    def naa(l):
+        return s.command(l, bytes.fromhex("12018300ff00"), data_in_length=255).data[4:24]
+    plist = bytearray(16)
+    plist[0] = 7
+    plist[2:4] = (64).to_bytes(2, "big")
+    plist[8:12] = (28).to_bytes(4, "big")
+    for designator in (naa(a), naa(b)):
+        d = bytearray(32)
+        d[0] = 0xe4
+        d[4:24] = designator
+        d[29:32] = bytes([0, 2, 0])
+        plist += d
+    seg = bytearray(28)
+    seg[0] = 0x02
+    seg[3] = 24
+    seg[6:8] = (1).to_bytes(2, "big")
+    seg[10:12] = (16384).to_bytes(2, "big")
+    plist += seg
+    cdb = bytearray(16)
+    cdb[0] = 0x83
+    cdb[10:14] = len(plist).to_bytes(4, "big")
+    out["xcopy"] = status(s.command(a, bytes(cdb), data_out=bytes(plist)))
+    copied = b"".join(s.command(b, rw10(0x28, i * 2048, 2048), data_in_length=1 << 20).data for i in range(8))
+    out["same"] = copied == data
+    out["flushed"] = status(s.command(b, bytes.fromhex("35000000000000000000")))
+"#
+        ),
+    );
+    assert_eq!(seen["xcopy"], "good");
+    assert_eq!(
+        seen["same"], true,
+        "the destination vVol reads the source's data"
+    );
+    assert_eq!(seen["flushed"], "good");
+    let after = used();
+    assert!(
+        after < before + (1 << 20),
+        "the copy is metadata: {before} bytes used before, {after} after"
+    );
+    let (_, space) = support::api(&daemon, "GET", &format!("/v1/vvols/{to}/space"), None);
+    assert_eq!(space["written_bytes"], 8 << 20);
+}

@@ -274,6 +274,20 @@ pub fn snapshot_name(base: &VvolId, snapshot: &VvolId) -> String {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Whatever a host sends as an id, key or value: an answer, never a
+        /// panic; an id that parses is one `parse` gives back unchanged.
+        #[test]
+        fn any_text_is_an_answer(text in ".{0,80}", value in ".{0,80}") {
+            if let Ok(id) = VvolId::parse(&text) {
+                proptest::prop_assert_eq!(VvolId::parse(id.as_str()).unwrap(), id.clone());
+                proptest::prop_assert!(id.as_str().len() == 44);
+            }
+            let _ = check_pair(&text, &value);
+            let _ = VvolType::parse(&text);
+        }
+    }
+
     #[test]
     fn ids_parse_case_insensitively_and_refuse_junk() {
         let id = VvolId::random();

@@ -51,6 +51,7 @@ listens on 127.0.0.1 only. Any tool or API error, a Busy answer (the benchmark n
 more than CONCURRENCY requests of a host in flight) or a wrong bitmap aborts the run.
 """
 import argparse
+import base64
 import concurrent.futures
 import datetime
 import http.client
@@ -732,7 +733,7 @@ def scan(conn, vvol, runs, size, mode, seg, chunk):
         ans, w, dd = conn.call("POST", f"/v1/vvols/{vvol}/allocated-bitmap",
                                {"offset_bytes": at, "length_bytes": length, "chunk_bytes": chunk})
         t0 = time.perf_counter()
-        bitmap = bytes.fromhex(ans["bitmap"])
+        bitmap = base64.b64decode(ans["bitmap"])
         dec += dd + time.perf_counter() - t0
         calls, wall, got = calls + 1, wall + w, got + len(bitmap)
         if bitmap != expected_bitmap(runs, at, length, chunk):

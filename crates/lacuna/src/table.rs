@@ -796,7 +796,7 @@ mod tests {
                 lacuna_api::LunInfo::new(0, "vm1", 512, false),
                 lacuna_api::LunInfo::new(12, "vm1@s1", 4096, true),
             ],
-            protocol_endpoint_lun: None,
+            protocol_endpoint_lun: Some(255),
         };
         let t = host_table(std::slice::from_ref(&host));
         assert_eq!(
@@ -809,11 +809,12 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "name:      esx1",
-                "initiator: iqn.a:1",
-                "initiator: iqn.a:2",
-                "chap:      CHAP (user esx1)",
-                "nbd-psk:   set",
+                "name:              esx1",
+                "initiator:         iqn.a:1",
+                "initiator:         iqn.a:2",
+                "chap:              CHAP (user esx1)",
+                "nbd-psk:           set",
+                "protocol-endpoint: LUN 255",
                 "",
                 "LUN  VOLUME  BLOCK  ACCESS      REMOVABLE",
                 "  0  vm1       512  read-write  no",
@@ -825,12 +826,14 @@ mod tests {
             luns: vec![],
             chap_user: None,
             nbd_psk: false,
+            protocol_endpoint_lun: None,
             ..host
         };
         assert!(host_details(&bare)
             .ends_with("no LUNs (connect a volume with 'lacuna host connect esx1 VOLUME')"));
-        assert!(host_details(&bare).contains("chap:      no CHAP"));
-        assert!(host_details(&bare).contains("nbd-psk:   none"));
+        assert!(host_details(&bare).contains("chap:              no CHAP"));
+        assert!(host_details(&bare).contains("nbd-psk:           none"));
+        assert!(host_details(&bare).contains("protocol-endpoint: none"));
     }
 
     #[test]

@@ -460,7 +460,7 @@ pub fn host_details(h: &HostInfo) -> String {
         Some(lun) => format!("LUN {lun}"),
         None => "none".to_string(),
     };
-    pairs.push(("protocol-endpoint", endpoint));
+    pairs.push(("vVol PE", endpoint));
     let mut text = key_values(&pairs);
     text.push_str("\n\n");
     if h.luns.is_empty() {
@@ -809,12 +809,12 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "name:              esx1",
-                "initiator:         iqn.a:1",
-                "initiator:         iqn.a:2",
-                "chap:              CHAP (user esx1)",
-                "nbd-psk:           set",
-                "protocol-endpoint: LUN 255",
+                "name:      esx1",
+                "initiator: iqn.a:1",
+                "initiator: iqn.a:2",
+                "chap:      CHAP (user esx1)",
+                "nbd-psk:   set",
+                "vVol PE:   LUN 255",
                 "",
                 "LUN  VOLUME  BLOCK  ACCESS      REMOVABLE",
                 "  0  vm1       512  read-write  no",
@@ -831,9 +831,9 @@ mod tests {
         };
         assert!(host_details(&bare)
             .ends_with("no LUNs (connect a volume with 'lacuna host connect esx1 VOLUME')"));
-        assert!(host_details(&bare).contains("chap:              no CHAP"));
-        assert!(host_details(&bare).contains("nbd-psk:           none"));
-        assert!(host_details(&bare).contains("protocol-endpoint: none"));
+        assert!(host_details(&bare).contains("chap:      no CHAP"));
+        assert!(host_details(&bare).contains("nbd-psk:   none"));
+        assert!(host_details(&bare).contains("vVol PE:   none"));
     }
 
     #[test]

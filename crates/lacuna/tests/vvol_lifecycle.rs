@@ -71,49 +71,23 @@ const SWAP_DATA_BYTES: u64 = 8 * MIB;
 // ---------------------------------------------------------------------------
 // The control path: the REST API.
 
+/// The API of one daemon run (made again after each restart: ports change).
 struct Api {
-    base: String,
-    authorization: String,
-    agent: ureq::Agent,
+    port: u16,
+    dir: std::path::PathBuf,
 }
 
 impl Api {
     fn new(daemon: &Daemon) -> Api {
-        let token = std::fs::read_to_string(daemon.dir.join("data/api-token")).unwrap();
         Api {
-            base: format!("http://127.0.0.1:{}", daemon.api_port),
-            authorization: format!("Bearer {}", token.trim()),
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(Duration::from_secs(60)))
-                .build()
-                .into(),
+            port: daemon.api_port,
+            dir: daemon.dir.clone(),
         }
     }
 
     /// One call: its status and its body (null when empty).
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
-        let auth = self.authorization.as_str();
-        let result = match (method, body) {
-            ("GET", None) => self.agent.get(&url).header("Authorization", auth).call(),
-            ("DELETE", None) => self.agent.delete(&url).header("Authorization", auth).call(),
-            ("POST", Some(body)) => self
-                .agent
-                .post(&url)
-                .header("Authorization", auth)
-                .send_json(body),
-            other => panic!("no such call: {other:?}"),
-        };
-        let mut response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let status = response.status().as_u16();
-        let text = response.body_mut().read_to_string().unwrap();
-        let value = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}: {text}"))
-        };
-        (status, value)
+        support::api_at(self.port, &self.dir, method, path, body)
     }
 
     fn expect(&self, method: &str, path: &str, body: Option<&Value>, status: u16) -> Value {

@@ -378,7 +378,18 @@ pub fn call(
     authorization: Option<&str>,
     body: Option<&str>,
 ) -> (u16, String) {
-    let url = format!("http://127.0.0.1:{}{path}", daemon.api_port);
+    call_at(daemon.api_port, method, path, authorization, body)
+}
+
+/// [`call`] to the API on `api_port`.
+pub fn call_at(
+    api_port: u16,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: Option<&str>,
+) -> (u16, String) {
+    let url = format!("http://127.0.0.1:{api_port}{path}");
     let agent = agent();
     let with_auth =
         |request: ureq::RequestBuilder<ureq::typestate::WithoutBody>| match authorization {
@@ -409,7 +420,12 @@ pub fn call(
 
 /// The daemon's API token as an Authorization header value.
 pub fn token(daemon: &Daemon) -> String {
-    let token = std::fs::read_to_string(daemon.dir.join("data/api-token")).unwrap();
+    token_in(&daemon.dir)
+}
+
+/// The API token of the daemon whose directory is `dir`, as a header value.
+pub fn token_in(dir: &Path) -> String {
+    let token = std::fs::read_to_string(dir.join("data/api-token")).unwrap();
     format!("Bearer {}", token.trim())
 }
 
@@ -420,8 +436,20 @@ pub fn api(
     path: &str,
     body: Option<&serde_json::Value>,
 ) -> (u16, serde_json::Value) {
+    api_at(daemon.api_port, &daemon.dir, method, path, body)
+}
+
+/// [`api`] to the API on `api_port` of the daemon whose directory is `dir`.
+pub fn api_at(
+    api_port: u16,
+    dir: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
     let text = body.map(|b| b.to_string());
-    let (status, answer) = call(daemon, method, path, Some(&token(daemon)), text.as_deref());
+    let token = token_in(dir);
+    let (status, answer) = call_at(api_port, method, path, Some(&token), text.as_deref());
     let value = if answer.is_empty() {
         serde_json::Value::Null
     } else {

@@ -122,8 +122,6 @@ impl EngineBackend {
                 )
             };
         let mut units = self.units.lock();
-        // Units of volumes and snapshots that are gone are dropped as we go.
-        units.retain(|_, unit| unit.size_bytes() > 0);
         Some(units.entry(key).or_insert_with(make).clone())
     }
 }
@@ -152,6 +150,9 @@ impl EngineBackend {
 
 impl Backend for EngineBackend {
     fn units_for(&self, initiator_name: &str) -> Vec<LunEntry> {
+        // Units of volumes and snapshots that are gone are dropped once per
+        // map, not once per unit looked up (a PE can hold thousands of vVols).
+        self.units.lock().retain(|_, unit| unit.size_bytes() > 0);
         let host = self.hosts.host_of(initiator_name);
         let endpoint = host.as_ref().and_then(|h| {
             let lun = h.protocol_endpoint_lun?;

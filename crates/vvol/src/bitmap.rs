@@ -66,24 +66,64 @@ pub struct UnsharedChunks {
     pub unshared_chunks: u64,
 }
 
+/// The part of a vVol a bitmap covers, and its chunk size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Segment {
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
+    pub chunk_bytes: u64,
+}
+
 /// A bitmap being filled.
 struct Bits {
-    offset_bytes: u64,
+    segment: Segment,
     end_bytes: u64,
-    chunk_bytes: u64,
     bytes: Vec<u8>,
 }
 
 impl Bits {
+    /// An empty bitmap of `segment` of a vVol of `size_bytes`, once the
+    /// segment is checked.
+    fn new(segment: Segment, size_bytes: u64) -> Result<Bits> {
+        check_segment(size_bytes, segment)?;
+        let chunks = segment.length_bytes.div_ceil(segment.chunk_bytes);
+        Ok(Bits {
+            segment,
+            end_bytes: segment.offset_bytes + segment.length_bytes,
+            bytes: vec![0; chunks.div_ceil(8) as usize],
+        })
+    }
+
+    /// Marks what `runs` answers, step after step, for the whole segment:
+    /// `runs(at, length)` gives (offset, length) runs complete up to its
+    /// `reached_bytes` (the engine's data runs or changed runs).
+    fn mark_runs(
+        &mut self,
+        mut runs: impl FnMut(u64, u64) -> lacuna_engine::Result<lacuna_engine::DataRuns>,
+    ) -> Result<()> {
+        let mut at = self.segment.offset_bytes;
+        while at < self.end_bytes {
+            let found = runs(at, self.end_bytes - at)?;
+            for &(from, length) in &found.runs {
+                self.mark(from, length);
+            }
+            assert!(found.reached_bytes > at, "a step moves on");
+            at = found.reached_bytes;
+        }
+        Ok(())
+    }
+
     /// Marks the chunks that [from, from + length) touches.
     fn mark(&mut self, from: u64, length: u64) {
-        let from = from.max(self.offset_bytes);
-        let to = (from + length).min(self.end_bytes);
+        let (offset, chunk_bytes) = (self.segment.offset_bytes, self.segment.chunk_bytes);
+        let to = from.saturating_add(length).min(self.end_bytes);
+        let from = from.max(offset);
         if from >= to {
             return;
         }
-        let first = (from - self.offset_bytes) / self.chunk_bytes;
-        let end = (to - self.offset_bytes).div_ceil(self.chunk_bytes);
+        let first = (from - offset) / chunk_bytes;
+        let end = (to - offset).div_ceil(chunk_bytes);
         let mut chunk = first;
         while chunk < end {
             if chunk.is_multiple_of(8) && end - chunk >= 8 {
@@ -97,15 +137,16 @@ impl Bits {
             }
         }
     }
-}
 
-/// The part of a vVol a bitmap covers, and its chunk size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Segment {
-    pub offset_bytes: u64,
-    pub length_bytes: u64,
-    pub chunk_bytes: u64,
+    fn answer(self, next_allocated_offset_bytes: Option<u64>) -> AllocatedBitmap {
+        AllocatedBitmap {
+            offset_bytes: self.segment.offset_bytes,
+            length_bytes: self.segment.length_bytes,
+            chunk_bytes: self.segment.chunk_bytes,
+            bitmap: self.bytes,
+            next_allocated_offset_bytes,
+        }
+    }
 }
 
 impl VvolService {
@@ -115,48 +156,23 @@ impl VvolService {
     }
 
     fn bitmap_inner(&self, id: &VvolId, segment: Segment) -> Result<AllocatedBitmap> {
-        let Segment {
-            offset_bytes,
-            length_bytes,
-            chunk_bytes,
-        } = segment;
         let rec = self.record(id)?;
-        check_segment(rec.size_bytes(), offset_bytes, length_bytes, chunk_bytes)?;
-        let chunks = length_bytes.div_ceil(chunk_bytes);
-        let mut bits = Bits {
-            offset_bytes,
-            end_bytes: offset_bytes + length_bytes,
-            chunk_bytes,
-            bytes: vec![0; chunks.div_ceil(8) as usize],
-        };
-        let next = if rec.read_only() {
+        let size_bytes = rec.size_bytes();
+        let mut bits = Bits::new(segment, size_bytes)?;
+        let after = bits.end_bytes;
+        if rec.read_only() {
             self.mark_snapshot(&rec.engine_name(), &mut bits)?;
             // Not worked out for snapshots: the hint only says "go on".
-            (bits.end_bytes < rec.size_bytes()).then_some(bits.end_bytes)
+            return Ok(bits.answer((after < size_bytes).then_some(after)));
+        }
+        let volume = self.engine.open_volume(&rec.engine_name())?;
+        bits.mark_runs(|at, length| volume.data_runs(at, length, RUNS_PER_STEP))?;
+        let next = if after < size_bytes {
+            volume.next_data_offset(after)?
         } else {
-            let volume = self.engine.open_volume(&rec.engine_name())?;
-            let mut at = offset_bytes;
-            while at < bits.end_bytes {
-                let found = volume.data_runs(at, bits.end_bytes - at, RUNS_PER_STEP)?;
-                for &(from, length) in &found.runs {
-                    bits.mark(from, length);
-                }
-                assert!(found.reached_bytes > at, "a step moves on");
-                at = found.reached_bytes;
-            }
-            if bits.end_bytes < rec.size_bytes() {
-                volume.next_data_offset(bits.end_bytes)?
-            } else {
-                None
-            }
+            None
         };
-        Ok(AllocatedBitmap {
-            offset_bytes,
-            length_bytes,
-            chunk_bytes,
-            bitmap: bits.bytes,
-            next_allocated_offset_bytes: next,
-        })
+        Ok(bits.answer(next))
     }
 
     /// Which chunks of a segment of `id` read other than `base` (VASA
@@ -201,44 +217,16 @@ impl VvolService {
         segment: Segment,
     ) -> Result<AllocatedBitmap> {
         let rec = self.record(id)?;
-        let base_rec = self.record(base)?;
-        check_segment(
-            rec.size_bytes(),
-            segment.offset_bytes,
-            segment.length_bytes,
-            segment.chunk_bytes,
-        )?;
-        let chunks = segment.length_bytes.div_ceil(segment.chunk_bytes);
-        let mut bits = Bits {
-            offset_bytes: segment.offset_bytes,
-            end_bytes: segment.offset_bytes + segment.length_bytes,
-            chunk_bytes: segment.chunk_bytes,
-            bytes: vec![0; chunks.div_ceil(8) as usize],
-        };
-        let (object, base_name) = (rec.engine_name(), base_rec.engine_name());
-        let mut at = segment.offset_bytes;
-        while at < bits.end_bytes {
-            let found = self
-                .engine
-                .changed_runs(&object, &base_name, at, bits.end_bytes - at)?;
-            for &(from, length) in &found.runs {
-                bits.mark(from, length);
-            }
-            assert!(found.reached_bytes > at, "a step moves on");
-            at = found.reached_bytes;
-        }
-        Ok(AllocatedBitmap {
-            offset_bytes: segment.offset_bytes,
-            length_bytes: segment.length_bytes,
-            chunk_bytes: segment.chunk_bytes,
-            bitmap: bits.bytes,
-            next_allocated_offset_bytes: None,
-        })
+        let base_name = self.record(base)?.engine_name();
+        let mut bits = Bits::new(segment, rec.size_bytes())?;
+        let object = rec.engine_name();
+        bits.mark_runs(|at, length| self.engine.changed_runs(&object, &base_name, at, length))?;
+        Ok(bits.answer(None))
     }
 
     fn mark_snapshot(&self, name: &str, bits: &mut Bits) -> Result<()> {
         let snapshot = self.engine.open_snapshot(name)?;
-        let mut at = bits.offset_bytes;
+        let mut at = bits.segment.offset_bytes;
         for _ in 0..MAX_SNAPSHOT_STEPS {
             if at >= bits.end_bytes {
                 return Ok(());
@@ -257,12 +245,12 @@ impl VvolService {
     }
 }
 
-fn check_segment(
-    size_bytes: u64,
-    offset_bytes: u64,
-    length_bytes: u64,
-    chunk_bytes: u64,
-) -> Result<()> {
+fn check_segment(size_bytes: u64, segment: Segment) -> Result<()> {
+    let Segment {
+        offset_bytes,
+        length_bytes,
+        chunk_bytes,
+    } = segment;
     let invalid = |why: String| Err(VvolFault::InvalidArgument(why));
     if !chunk_bytes.is_power_of_two() || !(MIN_CHUNK_BYTES..=MAX_CHUNK_BYTES).contains(&chunk_bytes)
     {
@@ -289,4 +277,23 @@ fn check_segment(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_marks_only_the_chunks_it_touches_inside_the_segment() {
+        let segment = Segment {
+            offset_bytes: 4096,
+            length_bytes: 16 * 4096,
+            chunk_bytes: 4096,
+        };
+        let mut bits = Bits::new(segment, 1 << 20).unwrap();
+        bits.mark(0, 2 * 4096); // starts before the segment: its first chunk only
+        bits.mark(9 * 4096, 4096 + 1); // touches chunks 8 and 9
+        bits.mark(40 * 4096, 4096); // past the segment
+        assert_eq!(bits.answer(None).bitmap, vec![0b1000_0000, 0b1100_0000]);
+    }
 }

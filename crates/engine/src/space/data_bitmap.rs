@@ -202,12 +202,13 @@ impl DataBitmap {
         }
         let first_chunk = start / BITMAP_CHUNK_GRAINS;
         let end_chunk = end.div_ceil(BITMAP_CHUNK_GRAINS);
-        let mut pieces: Vec<(u64, u64)> = self
+        // Full runs and partial chunks in grain order, as (first, end) pieces.
+        let mut full = self
             .full_runs_within(first_chunk, end_chunk)
             .map(|(a, b)| (a * BITMAP_CHUNK_GRAINS, b * BITMAP_CHUNK_GRAINS))
-            .collect();
+            .peekable();
         let mut partial = self.partial.range(first_chunk..end_chunk).peekable();
-        let mut full = std::mem::take(&mut pieces).into_iter().peekable();
+        let mut pieces: Vec<(u64, u64)> = Vec::new();
         // Where the scan stopped early, if it did: the answer is whole only up
         // to the last piece found.
         let mut cut = None;

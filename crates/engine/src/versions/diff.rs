@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::ids::GrainIndex;
 use crate::units::check_range;
-use crate::versions::resolve::{Content, Reader, Run, Source};
+use crate::versions::resolve::{Reader, Run, Source};
 use crate::versions::snapshot::{split_full_name, SnapshotShared};
 use crate::{DataRuns, Engine, EngineError, Result, VolumeShared, GRAIN_BYTES};
 
@@ -132,7 +132,7 @@ fn differing(
     while at < reached && ia < a.len() && ib < b.len() {
         let step = left_a.min(left_b).min(reached - at);
         assert!(step > 0, "runs are never empty");
-        if content_differs(a[ia].content, b[ib].content) {
+        if a[ia].content != b[ib].content {
             match out.last_mut() {
                 Some(last) if last.1 == at => last.1 = at + step,
                 _ => out.push((at, at + step)),
@@ -151,10 +151,6 @@ fn differing(
         }
     }
     out
-}
-
-fn content_differs(a: Content, b: Content) -> bool {
-    a != b
 }
 
 #[cfg(test)]

@@ -269,7 +269,7 @@ impl Engine {
             (None, None) => format!("snap-{}", now_unix_s()),
         };
         let named: Vec<(&str, &str)> = volumes.iter().map(|v| (*v, name.as_str())).collect();
-        self.create_snapshots_named(&named, group, prepare_started)
+        self.take_snapshots(&named, group, prepare_started)
     }
 
     /// Takes a snapshot of each (volume, snapshot name) pair at one instant
@@ -286,10 +286,10 @@ impl Engine {
         if let Some(group) = group {
             validate_name(NameKind::Group, group)?;
         }
-        self.create_snapshots_named(named, group, Instant::now())
+        self.take_snapshots(named, group, Instant::now())
     }
 
-    fn create_snapshots_named(
+    fn take_snapshots(
         &self,
         named: &[(&str, &str)],
         group: Option<&str>,

@@ -210,6 +210,17 @@ impl Snapshot {
     }
 }
 
+/// A batch of snapshots names some volume, and a valid group if any.
+fn check_batch(volumes: usize, group: Option<&str>) -> Result<()> {
+    if volumes == 0 {
+        return Err(EngineError::InvalidArgument("no volume to snapshot".into()));
+    }
+    if let Some(group) = group {
+        validate_name(NameKind::Group, group)?;
+    }
+    Ok(())
+}
+
 /// Splits `VOL@NAME`.
 pub fn split_full_name(full: &str) -> Option<(&str, &str)> {
     let (volume, name) = full.split_once('@')?;
@@ -257,12 +268,7 @@ impl Engine {
         group: Option<&str>,
     ) -> Result<GroupSnapshot> {
         let prepare_started = Instant::now();
-        if volumes.is_empty() {
-            return Err(EngineError::InvalidArgument("no volume to snapshot".into()));
-        }
-        if let Some(group) = group {
-            validate_name(NameKind::Group, group)?;
-        }
+        check_batch(volumes.len(), group)?;
         let name = match (name, group) {
             (Some(n), _) => n.to_string(),
             (None, Some(g)) => g.to_string(),
@@ -280,12 +286,7 @@ impl Engine {
         named: &[(&str, &str)],
         group: Option<&str>,
     ) -> Result<GroupSnapshot> {
-        if named.is_empty() {
-            return Err(EngineError::InvalidArgument("no volume to snapshot".into()));
-        }
-        if let Some(group) = group {
-            validate_name(NameKind::Group, group)?;
-        }
+        check_batch(named.len(), group)?;
         self.take_snapshots(named, group, Instant::now())
     }
 

@@ -94,6 +94,13 @@ pub struct VvolInfo {
     pub bound_hosts: Vec<String>,
 }
 
+/// The outcome of an operation VASA runs as a task, and its task.
+#[derive(Debug)]
+pub struct Tasked<T> {
+    pub task: TaskInfo,
+    pub result: Result<T>,
+}
+
 /// What `create` takes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -324,16 +331,25 @@ impl VvolService {
     }
 
     /// Counts an operation VASA runs as a task, and records it as one.
+    /// Records the outcome of an operation VASA runs as a task; `subject` is
+    /// the vVol it was asked about, if any.
     fn tasked<T>(
         &self,
         operation: &str,
+        subject: Option<&VvolId>,
         result: Result<T>,
         object: impl Fn(&T) -> String,
-    ) -> Result<T> {
+    ) -> Tasked<T> {
         let started = now_unix_s();
         let outcome = result.as_ref().map(&object);
-        self.tasks.lock().record(operation, outcome, started);
-        self.counted(result)
+        let task =
+            self.tasks
+                .lock()
+                .record(operation, subject.map(VvolId::to_string), outcome, started);
+        Tasked {
+            task,
+            result: self.counted(result),
+        }
     }
 
     /// A task by id (VASA `getTaskUpdate`).
@@ -418,7 +434,12 @@ impl VvolService {
     }
 
     pub fn create(&self, new: NewVvol) -> Result<VvolInfo> {
-        self.tasked("createVirtualVolume", self.create_inner(new), |v| {
+        self.create_tasked(new).result
+    }
+
+    /// [`Self::create`], with its task.
+    pub fn create_tasked(&self, new: NewVvol) -> Tasked<VvolInfo> {
+        self.tasked("createVirtualVolume", None, self.create_inner(new), |v| {
             v.rec.id.to_string()
         })
     }
@@ -508,6 +529,22 @@ impl VvolService {
         self.counted(self.update_metadata_inner(id, pairs))
     }
 
+    /// A metadata update recorded as a task of `operation` (VASA runs a
+    /// storage profile change as one).
+    pub fn update_metadata_tasked(
+        &self,
+        id: &VvolId,
+        pairs: &Metadata,
+        operation: &str,
+    ) -> Tasked<VvolInfo> {
+        self.tasked(
+            operation,
+            Some(id),
+            self.update_metadata_inner(id, pairs),
+            |v| v.rec.id.to_string(),
+        )
+    }
+
     fn update_metadata_inner(&self, id: &VvolId, pairs: &Metadata) -> Result<VvolInfo> {
         for (k, v) in pairs {
             model::check_pair(k, v)?;
@@ -542,8 +579,14 @@ impl VvolService {
 
     /// Grows a vVol (VASA resizes only grow).
     pub fn resize(&self, id: &VvolId, size_mib: u64) -> Result<VvolInfo> {
+        self.resize_tasked(id, size_mib).result
+    }
+
+    /// [`Self::resize`], with its task.
+    pub fn resize_tasked(&self, id: &VvolId, size_mib: u64) -> Tasked<VvolInfo> {
         self.tasked(
             "resizeVirtualVolume",
+            Some(id),
             self.resize_inner(id, size_mib),
             |v| v.rec.id.to_string(),
         )
@@ -675,12 +718,17 @@ impl VvolService {
     /// A writable copy of a vVol (or of a snapshot vVol), instant whatever
     /// its size; a full clone may go to another container.
     pub fn clone_vvol(&self, id: &VvolId, spec: CloneSpec) -> Result<VvolInfo> {
+        self.clone_tasked(id, spec).result
+    }
+
+    /// [`Self::clone_vvol`], with its task.
+    pub fn clone_tasked(&self, id: &VvolId, spec: CloneSpec) -> Tasked<VvolInfo> {
         let operation = if spec.fast {
             "fastCloneVirtualVolume"
         } else {
             "cloneVirtualVolume"
         };
-        self.tasked(operation, self.clone_inner(id, spec), |v| {
+        self.tasked(operation, Some(id), self.clone_inner(id, spec), |v| {
             v.rec.id.to_string()
         })
     }
@@ -727,8 +775,14 @@ impl VvolService {
     /// Reverts a vVol to one of its snapshot vVols; another vVol's snapshot
     /// is an incompatible volume.
     pub fn revert(&self, id: &VvolId, snapshot: &VvolId) -> Result<VvolInfo> {
+        self.revert_tasked(id, snapshot).result
+    }
+
+    /// [`Self::revert`], with its task.
+    pub fn revert_tasked(&self, id: &VvolId, snapshot: &VvolId) -> Tasked<VvolInfo> {
         self.tasked(
             "revertVirtualVolume",
+            Some(id),
             self.revert_inner(id, snapshot),
             |v| v.rec.id.to_string(),
         )

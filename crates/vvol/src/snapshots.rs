@@ -71,8 +71,17 @@ impl VvolService {
     /// Prepares a snapshot of a vVol: answers the id the snapshot vVol will
     /// have once committed.
     pub fn prepare_snapshot(&self, id: &VvolId, kind: SnapshotKind) -> Result<PreparedSnapshot> {
+        self.prepare_snapshot_tasked(id, kind).result
+    }
+
+    /// [`Self::prepare_snapshot`], with its task.
+    pub fn prepare_snapshot_tasked(
+        &self,
+        id: &VvolId,
+        kind: SnapshotKind,
+    ) -> crate::Tasked<PreparedSnapshot> {
         let result = self.prepare_inner(id, kind);
-        self.tasked("prepareToSnapshotVirtualVolume", result, |p| {
+        self.tasked("prepareToSnapshotVirtualVolume", Some(id), result, |p| {
             p.snapshot_id.to_string()
         })
     }

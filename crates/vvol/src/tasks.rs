@@ -29,6 +29,8 @@ pub struct TaskInfo {
     pub id: u64,
     /// VASA's name of the operation, e.g. createVirtualVolume.
     pub operation: String,
+    /// The vVol the operation was asked about (none for a create).
+    pub subject: Option<String>,
     pub state: TaskState,
     pub progress_percent: u8,
     /// The vVol the task made or changed, once it succeeded.
@@ -58,6 +60,7 @@ impl TaskLog {
     pub fn record(
         &mut self,
         operation: &str,
+        subject: Option<String>,
         outcome: Result<String, &VvolFault>,
         started_unix_s: u64,
     ) -> TaskInfo {
@@ -71,6 +74,7 @@ impl TaskLog {
         let task = TaskInfo {
             id: self.next_id,
             operation: operation.to_string(),
+            subject,
             state,
             progress_percent: 100,
             result,
@@ -110,14 +114,14 @@ mod tests {
     #[test]
     fn tasks_are_kept_newest_first_out_and_answer_their_outcome() {
         let mut log = TaskLog::default();
-        let ok = log.record("createVirtualVolume", Ok("rfc4122.x".into()), 1);
+        let ok = log.record("createVirtualVolume", None, Ok("rfc4122.x".into()), 1);
         assert_eq!((ok.state, ok.progress_percent), (TaskState::Success, 100));
         let fault = VvolFault::NotFound("container 'c'".into());
-        let failed = log.record("createVirtualVolume", Err(&fault), 1);
+        let failed = log.record("createVirtualVolume", None, Err(&fault), 1);
         assert_eq!(failed.fault.unwrap().kind, "NotFound");
         assert_eq!(log.get(ok.id).unwrap().result.as_deref(), Some("rfc4122.x"));
         for _ in 0..MAX_TASKS {
-            log.record("resizeVirtualVolume", Ok("v".into()), 2);
+            log.record("resizeVirtualVolume", Some("v".into()), Ok("v".into()), 2);
         }
         assert!(log.get(ok.id).is_err(), "the oldest go first");
         assert_eq!(log.since(0).len(), MAX_TASKS);

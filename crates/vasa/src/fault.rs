@@ -1,0 +1,106 @@
+//! The faults the provider answers, by VASA's names, and how a vVol fault
+//! becomes one. An operation answers only the faults it declares; any other
+//! becomes a StorageFault that keeps the original kind in its message.
+
+use lacuna_vvol::VvolFault;
+
+use crate::codec::Struct;
+use crate::schema::Operation;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// The fault type's name (`NotFound`, `InvalidSession`, …).
+    pub kind: &'static str,
+    pub message: String,
+    /// `TooMany`: the largest batch.
+    pub max_batch_size: Option<i64>,
+}
+
+impl Fault {
+    pub fn new(kind: &'static str, message: impl Into<String>) -> Fault {
+        debug_assert!(
+            crate::schema::type_def(kind).is_some_and(|t| t.derives_from("Exception")),
+            "{kind} is not a fault type"
+        );
+        Fault {
+            kind,
+            message: message.into(),
+            max_batch_size: None,
+        }
+    }
+
+    pub fn invalid_argument(message: impl Into<String>) -> Fault {
+        Fault::new("InvalidArgument", message)
+    }
+
+    pub fn invalid_session(message: impl Into<String>) -> Fault {
+        Fault::new("InvalidSession", message)
+    }
+
+    pub fn busy(message: impl Into<String>) -> Fault {
+        Fault::new("VasaProviderBusy", message)
+    }
+
+    pub fn storage(message: impl Into<String>) -> Fault {
+        Fault::new("StorageFault", message)
+    }
+
+    pub fn too_many(max_batch_size: usize) -> Fault {
+        Fault {
+            max_batch_size: Some(max_batch_size as i64),
+            ..Fault::new(
+                "TooMany",
+                format!("a batch takes at most {max_batch_size} items"),
+            )
+        }
+    }
+
+    /// The fault as `op` may answer it: kinds it does not declare become a
+    /// StorageFault.
+    pub fn declared_by(self, op: &Operation) -> Fault {
+        if op.faults.contains(&self.kind) {
+            self
+        } else {
+            Fault::storage(format!("{}: {}", self.kind, self.message))
+        }
+    }
+
+    /// The value of the fault type (detail of a SOAP Fault, or an item's fault in a batch).
+    pub fn to_struct(&self) -> Struct {
+        let s = Struct::new(self.kind);
+        match (self.kind, self.max_batch_size) {
+            ("TooMany", Some(n)) => s.with("maxBatchSize", n),
+            _ => s,
+        }
+    }
+}
+
+impl From<VvolFault> for Fault {
+    fn from(fault: VvolFault) -> Fault {
+        let message = fault.to_string();
+        let kind = match fault {
+            VvolFault::NotFound(_) => "NotFound",
+            VvolFault::InvalidArgument(_) => "InvalidArgument",
+            VvolFault::IncompatibleVolume(_) => "IncompatibleVolume",
+            VvolFault::OutOfResource(_) => "OutOfResource",
+            VvolFault::ResourceInUse(_) => "ResourceInUse",
+            VvolFault::Busy(_) => "VasaProviderBusy",
+            VvolFault::Timeout(_) => "Timeout",
+            VvolFault::LostEvent(_) => "LostEvent",
+            VvolFault::StorageFault(_) => "StorageFault",
+        };
+        Fault::new(kind, message)
+    }
+}
+
+impl From<lacuna_engine::EngineError> for Fault {
+    fn from(error: lacuna_engine::EngineError) -> Fault {
+        Fault::from(VvolFault::from(error))
+    }
+}
+
+impl From<crate::codec::DecodeError> for Fault {
+    fn from(error: crate::codec::DecodeError) -> Fault {
+        Fault::invalid_argument(error.0)
+    }
+}

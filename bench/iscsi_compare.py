@@ -54,9 +54,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from serve_args import no_vasa_args  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LACUNA = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "lacuna")
+
 LACUNA_IQN = "iqn.2024-01.org.lacuna:lacuna"
 TGT_IQN = "iqn.2024-01.org.lacuna.bench:tgt"
 GiB = 1 << 30
@@ -998,8 +1000,9 @@ class Lacuna:
         self.nbd, self.api, self.iscsi = free_port(), free_port(), free_port()
         self.log_path = os.path.join(self.dir, "lacuna.log")
         self.log_file = open(self.log_path, "w")
+        vasa_off = no_vasa_args(LACUNA)
         self.proc = subprocess.Popen([
-            LACUNA, "serve", "--data-dir", self.data, "--capacity", capacity,
+            LACUNA, "serve", *vasa_off, "--data-dir", self.data, "--capacity", capacity,
             "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api}", "--nbd-open-access",
             "--iscsi-listen", f"127.0.0.1:{self.iscsi}", "--iscsi-open-access",
         ], stdout=subprocess.DEVNULL, stderr=self.log_file)

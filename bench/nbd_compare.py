@@ -20,9 +20,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from serve_args import no_vasa_args  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LACUNA = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "lacuna")
+
 
 JOBS = [
     # name, rw, bs, iodepth
@@ -79,8 +81,9 @@ class Lacuna:
     def __init__(self, tmp, size_gib):
         self.data = os.path.join(tmp, "lacuna-data")
         self.nbd, self.api = free_port(), free_port()
+        vasa_off = no_vasa_args(LACUNA)
         self.proc = subprocess.Popen([
-            LACUNA, "serve", "--data-dir", self.data, "--capacity", "64G",
+            LACUNA, "serve", *vasa_off, "--data-dir", self.data, "--capacity", "64G",
             "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api}", "--nbd-open-access",
         ], stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "lacuna.log"), "w"))
         wait_port(self.nbd)

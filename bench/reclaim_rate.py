@@ -31,9 +31,11 @@ import sys
 import tempfile
 import time
 import urllib.request
+from serve_args import no_vasa_args  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LACUNA = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "lacuna")
+
 MB = 1_000_000
 # nbdsh is `python3 -m nbd`: run it with the system Python that has the libnbd
 # binding (python3-libnbd), whatever python3 comes first in PATH.
@@ -62,8 +64,9 @@ class Lacuna:
     def __init__(self, tmp, capacity):
         self.data = os.path.join(tmp, "lacuna-data")
         self.nbd, self.api = free_port(), free_port()
+        vasa_off = no_vasa_args(LACUNA)
         self.proc = subprocess.Popen([
-            LACUNA, "serve", "--data-dir", self.data, "--capacity", capacity,
+            LACUNA, "serve", *vasa_off, "--data-dir", self.data, "--capacity", capacity,
             "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api}", "--nbd-open-access",
             "--iscsi-listen", f"127.0.0.1:{free_port()}", "--destroy-retention", "1d",
         ], stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "lacuna.log"), "w"))

@@ -52,9 +52,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from serve_args import no_vasa_args  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LACUNA = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "lacuna")
+
 TYPES = ("thin", "zeroedthick", "eagerzeroedthick")
 GiB = 1 << 30
 MiB = 1 << 20
@@ -111,8 +113,9 @@ class Daemon:
         self.nbd, self.api_port, self.iscsi = free_port(), free_port(), free_port()
         self.log_path = os.path.join(self.dir, "lacuna.log")
         self.log_file = open(self.log_path, "w")
+        vasa_off = no_vasa_args(LACUNA)
         self.proc = subprocess.Popen([
-            LACUNA, "serve", "--data-dir", self.data, "--capacity", capacity,
+            LACUNA, "serve", *vasa_off, "--data-dir", self.data, "--capacity", capacity,
             "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api_port}", "--nbd-open-access",
             "--iscsi-listen", f"127.0.0.1:{self.iscsi}",
         ], stdout=subprocess.DEVNULL, stderr=self.log_file)

@@ -67,9 +67,11 @@ import sys
 import tempfile
 import threading
 import time
+from serve_args import no_vasa_args  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LACUNA = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "lacuna")
+
 GiB = 1 << 30
 MiB = 1 << 20
 KiB = 1 << 10
@@ -178,7 +180,8 @@ class Daemon:
         self.nbd, self.api_port, self.iscsi = free_port(), free_port(), free_port()
         self.log_path = os.path.join(self.dir, "lacuna.log")
         self.log_file = open(self.log_path, "w")
-        self.cmd = [LACUNA, "serve", "--data-dir", self.data, "--capacity", capacity,
+        vasa_off = no_vasa_args(LACUNA)
+        self.cmd = [LACUNA, "serve", *vasa_off, "--data-dir", self.data, "--capacity", capacity,
                     "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api_port}",
                     "--nbd-open-access", "--iscsi-listen", f"127.0.0.1:{self.iscsi}"]
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=self.log_file)

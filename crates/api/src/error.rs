@@ -24,6 +24,9 @@ pub enum ApiError {
     /// A vVol route on an API state built without the vVol service: 501.
     #[error("virtual volumes are not available on this server")]
     VvolsUnavailable,
+    /// A VASA route on an API state built without the provider: 501.
+    #[error("the VASA provider is not running on this server")]
+    VasaUnavailable,
     /// A host route on an API state built without host management (see
     /// `ApiState::with_hosts`): 501, the server does not offer it.
     #[error("host management is not available on this server")]
@@ -63,7 +66,9 @@ impl ApiError {
                 HostControlError::Engine(e) => engine_status(e),
                 HostControlError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
-            ApiError::HostsUnavailable | ApiError::VvolsUnavailable => StatusCode::NOT_IMPLEMENTED,
+            ApiError::HostsUnavailable | ApiError::VvolsUnavailable | ApiError::VasaUnavailable => {
+                StatusCode::NOT_IMPLEMENTED
+            }
             ApiError::Vvol(fault) => vvol_status(fault),
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,

@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod openapi;
 mod requests;
 mod token;
+pub mod vasa;
 pub mod vvols;
 
 use std::sync::Arc;
@@ -87,6 +88,7 @@ pub struct ApiState {
     control: Arc<dyn ControlPlane>,
     hosts: Option<Arc<dyn HostControl>>,
     vvols: Option<Arc<lacuna_vvol::VvolService>>,
+    vasa: Option<Arc<lacuna_vasa::ProviderServer>>,
     token: Arc<str>,
 }
 
@@ -99,6 +101,7 @@ impl ApiState {
             control,
             hosts: None,
             vvols: None,
+            vasa: None,
             token: Arc::from(token.into()),
         }
     }
@@ -106,6 +109,12 @@ impl ApiState {
     /// Serves the vVol routes from `vvols`; without it they answer 501.
     pub fn with_vvols(mut self, vvols: Arc<lacuna_vvol::VvolService>) -> ApiState {
         self.vvols = Some(vvols);
+        self
+    }
+
+    /// Serves the VASA provider's control routes; without it they answer 501.
+    pub fn with_vasa(mut self, vasa: Arc<lacuna_vasa::ProviderServer>) -> ApiState {
+        self.vasa = Some(vasa);
         self
     }
 
@@ -158,6 +167,7 @@ fn authenticated_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(add_protocol_endpoint, remove_protocol_endpoint))
         .routes(routes!(openapi_document))
         .merge(vvols::routes())
+        .merge(vasa::routes())
 }
 
 /// The API as an axum router, state applied.

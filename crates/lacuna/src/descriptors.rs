@@ -22,6 +22,7 @@ pub struct ConnectionBudget {
     pub nbd: usize,
     pub iscsi: usize,
     pub api: usize,
+    pub vasa: usize,
 }
 
 /// Raises the soft descriptor limit to the hard one; answers the limit.
@@ -53,16 +54,20 @@ pub fn open_now() -> u64 {
     std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count() as u64)
 }
 
+/// Shares of what the engine leaves: NBD, iSCSI, the API, the VASA provider.
+const SHARES: [u64; 4] = [2, 2, 1, 1];
+
 /// Splits what `limit` leaves after the descriptors open now and the engine's
-/// reserve: two fifths each to NBD and iSCSI, one to the API, each capped at
-/// the listener's own default bound.
+/// reserve: two sixths each to NBD and iSCSI, one each to the API and the
+/// VASA provider, each capped at the listener's own default bound.
 pub fn budget(
     limit: u64,
     open_now: u64,
     defaults: ConnectionBudget,
 ) -> anyhow::Result<ConnectionBudget> {
     let reserved = open_now + ENGINE_RESERVE_FDS;
-    let needed = reserved + 3 * MIN_CONNECTIONS * 5 / 2;
+    let total_shares: u64 = SHARES.iter().sum();
+    let needed = reserved + total_shares * MIN_CONNECTIONS;
     if limit < needed {
         bail!(
             "the descriptor limit ({limit}) is too low: the engine and the daemon keep \
@@ -70,16 +75,17 @@ pub fn budget(
         );
     }
     let available = limit - reserved;
-    let share = |fifths: u64, cap: usize| -> usize {
-        let connections = (available * fifths / 5).max(MIN_CONNECTIONS);
+    let share = |shares: u64, cap: usize| -> usize {
+        let connections = (available * shares / total_shares).max(MIN_CONNECTIONS);
         usize::try_from(connections).unwrap_or(usize::MAX).min(cap)
     };
     let budget = ConnectionBudget {
-        nbd: share(2, defaults.nbd),
-        iscsi: share(2, defaults.iscsi),
-        api: share(1, defaults.api),
+        nbd: share(SHARES[0], defaults.nbd),
+        iscsi: share(SHARES[1], defaults.iscsi),
+        api: share(SHARES[2], defaults.api),
+        vasa: share(SHARES[3], defaults.vasa),
     };
-    let used = (budget.nbd + budget.iscsi + budget.api) as u64;
+    let used = (budget.nbd + budget.iscsi + budget.api + budget.vasa) as u64;
     assert!(
         used <= available,
         "{budget:?} exceeds {available} descriptors"
@@ -95,14 +101,18 @@ mod tests {
         nbd: 1024,
         iscsi: 512,
         api: 256,
+        vasa: 256,
     };
 
     #[test]
     fn the_listeners_share_what_the_engine_leaves() {
         let small = budget(256, 20, DEFAULTS).unwrap();
         let left = 256 - 20 - ENGINE_RESERVE_FDS as usize;
-        assert!(small.nbd + small.iscsi + small.api <= left, "{small:?}");
-        assert!(small.api >= 4 && small.nbd >= small.api);
+        assert!(
+            small.nbd + small.iscsi + small.api + small.vasa <= left,
+            "{small:?}"
+        );
+        assert!(small.api >= 4 && small.vasa >= 4 && small.nbd >= small.api);
         assert_eq!(budget(1 << 20, 20, DEFAULTS).unwrap(), DEFAULTS);
         let refused = budget(64, 20, DEFAULTS).unwrap_err().to_string();
         assert!(refused.contains("ulimit -n"), "{refused}");

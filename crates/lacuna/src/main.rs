@@ -23,6 +23,7 @@ mod scsi_backend;
 mod serve;
 mod size;
 mod table;
+mod vasa_provider;
 mod vvol_cli;
 
 use std::net::SocketAddr;
@@ -122,6 +123,12 @@ pub struct ServeArgs {
     /// Control API listen address.
     #[arg(long, default_value = "127.0.0.1:8080")]
     api_listen: SocketAddr,
+    /// VASA provider (HTTPS, SOAP) listen address.
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    vasa_listen: SocketAddr,
+    /// Run without the VASA provider.
+    #[arg(long)]
+    no_vasa: bool,
     /// iSCSI portal (repeat for several portals; initiators see all of them).
     #[arg(long = "iscsi-listen", default_value = "127.0.0.1:3260")]
     iscsi_listen: Vec<SocketAddr>,
@@ -194,6 +201,7 @@ fn main() -> ExitCode {
                         capacity_bytes: args.capacity,
                         nbd_listen: args.nbd_listen,
                         api_listen: args.api_listen,
+                        vasa_listen: (!args.no_vasa).then_some(args.vasa_listen),
                         iscsi_listen: args.iscsi_listen,
                         iscsi_target_name: args.iscsi_target_name,
                         iscsi_open_access: args.iscsi_open_access,

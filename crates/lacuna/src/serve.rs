@@ -22,6 +22,8 @@ pub struct ServeConfig {
     pub capacity_bytes: Option<u64>,
     pub nbd_listen: SocketAddr,
     pub api_listen: SocketAddr,
+    /// The VASA provider's HTTPS address; none: no provider.
+    pub vasa_listen: Option<SocketAddr>,
     pub iscsi_listen: Vec<SocketAddr>,
     pub iscsi_target_name: Option<String>,
     pub iscsi_open_access: bool,
@@ -113,6 +115,7 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
             nbd: lacuna_nbd::ServerConfig::default().max_connections,
             iscsi: lacuna_iscsi::Limits::default().max_connections,
             api: lacuna_api::ApiLimits::default().max_connections,
+            vasa: lacuna_vasa::ServerLimits::default().max_connections,
         },
     )?;
     tracing::info!(
@@ -121,6 +124,7 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
         nbd = connections.nbd,
         iscsi = connections.iscsi,
         api = connections.api,
+        vasa = connections.vasa,
         "connection bounds"
     );
     let result = runtime.block_on(serve_all(
@@ -281,9 +285,37 @@ async fn serve_all(
         connections.nbd,
     )?;
     let nbd = nbd.serve_tcp(nbd_listener);
-    let api_state = lacuna_api::ApiState::new(engine, token)
+    let vasa = match config.vasa_listen {
+        Some(listen) => {
+            let server = crate::vasa_provider::start(crate::vasa_provider::VasaSetup {
+                data_dir: &config.data_dir,
+                listen,
+                vvols: vvols.clone(),
+                hosts: iscsi.hosts.clone(),
+                array_id: iscsi.array_id,
+                token: token.clone(),
+                iscsi_portals: config.iscsi_listen.clone(),
+                max_connections: connections.vasa,
+            })
+            .await?;
+            if let Some(addr) = server.local_addr() {
+                println!(
+                    "lacuna: VASA provider on https://{addr}{} (register https://{addr}{} in vCenter; user {}, password the API token)",
+                    lacuna_vasa::wsdl::SERVICE_PATH,
+                    lacuna_vasa::wsdl::VERSION_PATH,
+                    crate::vasa_provider::USER_NAME
+                );
+            }
+            Some(server)
+        }
+        None => None,
+    };
+    let mut api_state = lacuna_api::ApiState::new(engine, token)
         .with_hosts(host_control)
         .with_vvols(vvols);
+    if let Some(server) = &vasa {
+        api_state = api_state.with_vasa(server.clone());
+    }
     let api_limits = lacuna_api::ApiLimits {
         max_connections: connections.api,
         ..lacuna_api::ApiLimits::default()
@@ -295,6 +327,9 @@ async fn serve_all(
         r = api => r.context("API server failed")?,
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
         _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
+    }
+    if let Some(server) = &vasa {
+        server.stop().await;
     }
     // iSCSI sessions are asked to log out before the array closes.
     let _ = stop_iscsi.send(());

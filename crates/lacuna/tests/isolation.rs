@@ -179,6 +179,9 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
     ("GET", "/v1/vvol-tasks", None),
     ("GET", "/v1/vvol-tasks/{task}", None),
     ("DELETE", "/v1/vvol-tasks/{task}", None),
+    ("GET", "/v1/vasa", None),
+    ("POST", "/v1/vasa/restart", None),
+    ("POST", "/v1/vasa/certificate/rotate", None),
 ];
 
 fn concrete(path: &str) -> String {

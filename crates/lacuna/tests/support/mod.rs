@@ -37,6 +37,8 @@ pub struct Daemon {
     pub dir: PathBuf,
     pub nbd_port: u16,
     pub api_port: u16,
+    /// The VASA provider (HTTPS).
+    pub vasa_port: u16,
     /// Two iSCSI portals (multipath tests need a second one).
     pub iscsi_ports: [u16; 2],
     /// `dir`'s guard when this daemon is the directory's only user (see
@@ -114,6 +116,7 @@ impl Daemon {
             .args(["--capacity", capacity])
             .args(["--nbd-listen", "127.0.0.1:0"])
             .args(["--api-listen", "127.0.0.1:0"])
+            .args(["--vasa-listen", "127.0.0.1:0"])
             .args(["--iscsi-listen", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -151,6 +154,7 @@ impl Daemon {
     ) -> Result<Daemon, String> {
         let nbd_port = free_port();
         let api_port = free_port();
+        let vasa_port = free_port();
         let iscsi_ports = [free_port(), free_port()];
         let log_path = dir.join("daemon.log");
         let log_before = std::fs::read_to_string(&log_path).unwrap_or_default().len();
@@ -180,6 +184,7 @@ impl Daemon {
             .args(["--capacity", capacity])
             .args(["--nbd-listen", &format!("127.0.0.1:{nbd_port}")])
             .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
+            .args(["--vasa-listen", &format!("127.0.0.1:{vasa_port}")])
             .args(["--iscsi-listen", &format!("127.0.0.1:{}", iscsi_ports[0])])
             .args(["--iscsi-listen", &format!("127.0.0.1:{}", iscsi_ports[1])])
             .args(extra)
@@ -193,6 +198,7 @@ impl Daemon {
             dir: dir.to_path_buf(),
             nbd_port,
             api_port,
+            vasa_port,
             iscsi_ports,
             owned_dir: None,
         };
@@ -223,6 +229,7 @@ impl Daemon {
         for port in [
             self.nbd_port,
             self.api_port,
+            self.vasa_port,
             self.iscsi_ports[0],
             self.iscsi_ports[1],
         ] {

@@ -182,7 +182,14 @@ fn certified_key(
 /// A new key and a self-signed certificate for `names`.
 fn self_signed(names: &[String]) -> Result<(String, String), Fault> {
     let key = rcgen::KeyPair::generate().map_err(|e| Fault::storage(format!("a new key: {e}")))?;
-    let params = provider_params(names)?;
+    let mut params = provider_params(names)?;
+    // Its own issuer: OpenSSL clients (Python's, ESXi's) take a self-signed
+    // certificate as a trust anchor only when it says it may sign.
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::DigitalSignature,
+        rcgen::KeyUsagePurpose::KeyCertSign,
+    ];
     let cert = params
         .self_signed(&key)
         .map_err(|e| Fault::storage(format!("a self-signed certificate: {e}")))?;
@@ -200,7 +207,6 @@ fn provider_params(names: &[String]) -> Result<rcgen::CertificateParams, Fault> 
     params.not_before = now - time::Duration::hours(1);
     params.not_after = now + time::Duration::days(SELF_SIGNED_DAYS);
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
     Ok(params)
 }
 

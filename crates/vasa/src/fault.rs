@@ -75,21 +75,27 @@ impl Fault {
     }
 }
 
+/// The VASA fault of a vVol fault kind (as [`VvolFault::kind`] names it);
+/// one VASA lacks is a StorageFault.
+fn vasa_kind(vvol_kind: &str) -> &'static str {
+    match vvol_kind {
+        "Busy" => "VasaProviderBusy",
+        other => crate::schema::type_def(other)
+            .filter(|t| t.derives_from("Exception"))
+            .map_or("StorageFault", |t| t.name),
+    }
+}
+
+impl Fault {
+    /// A fault as a batch item or a task carries it.
+    pub fn from_body(body: &lacuna_vvol::FaultBody) -> Fault {
+        Fault::new(vasa_kind(&body.kind), body.message.clone())
+    }
+}
+
 impl From<VvolFault> for Fault {
     fn from(fault: VvolFault) -> Fault {
-        let message = fault.to_string();
-        let kind = match fault {
-            VvolFault::NotFound(_) => "NotFound",
-            VvolFault::InvalidArgument(_) => "InvalidArgument",
-            VvolFault::IncompatibleVolume(_) => "IncompatibleVolume",
-            VvolFault::OutOfResource(_) => "OutOfResource",
-            VvolFault::ResourceInUse(_) => "ResourceInUse",
-            VvolFault::Busy(_) => "VasaProviderBusy",
-            VvolFault::Timeout(_) => "Timeout",
-            VvolFault::LostEvent(_) => "LostEvent",
-            VvolFault::StorageFault(_) => "StorageFault",
-        };
-        Fault::new(kind, message)
+        Fault::new(vasa_kind(fault.kind()), fault.to_string())
     }
 }
 

@@ -294,12 +294,10 @@ impl Provider {
             TaskState::Error => "Error",
         };
         let result = task.result.as_ref().map(|r| self.task_result(task, r));
-        let error = task.fault.as_ref().map(|f| {
-            let kind = crate::schema::type_def(&f.kind)
-                .filter(|t| t.derives_from("Exception"))
-                .map_or("StorageFault", |t| t.name);
-            Value::Struct(Fault::new(kind, f.message.clone()).to_struct())
-        });
+        let error = task
+            .fault
+            .as_ref()
+            .map(|f| Value::Struct(Fault::from_body(f).to_struct()));
         Struct::new("TaskInfo")
             .with("arrayId", self.config.array_id.clone())
             .with("cancelable", false)

@@ -80,12 +80,9 @@ fn long_as_u64(call: &Call, name: &str) -> Result<u64, Fault> {
 }
 
 fn item_fault<T>(item: &ItemResult<T>) -> Option<Value> {
-    item.fault.as_ref().map(|f| {
-        let kind = crate::schema::type_def(&f.kind)
-            .filter(|t| t.derives_from("Exception"))
-            .map_or("StorageFault", |t| t.name);
-        Value::Struct(Fault::new(kind, f.message.clone()).to_struct())
-    })
+    item.fault
+        .as_ref()
+        .map(|f| Value::Struct(Fault::from_body(f).to_struct()))
 }
 
 fn batch_status(id: &str, fault: Option<Value>) -> Struct {

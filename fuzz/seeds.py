@@ -424,11 +424,64 @@ def scsi_params_seeds():
         write("scsi_params", name, bytes([kind, options]) + data)
 
 
+# ---------------------------------------------------------------- VASA
+
+SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
+VASA = "http://com.vmware.vim.vasa/2.0/xsd"
+XSI = "http://www.w3.org/2001/XMLSchema-instance"
+
+
+def vasa_envelope(body, header=""):
+    return (f'<?xml version="1.0" encoding="UTF-8"?><soapenv:Envelope xmlns:soapenv="{SOAP11}" '
+            f'xmlns:vasa="{VASA}" xmlns:xsi="{XSI}" xmlns:xsd="http://www.w3.org/2001/XMLSchema" '
+            f'xmlns:vvol="http://vvol.data.vasa.vim.vmware.com/xsd" '
+            f'xmlns:data="http://data.vasa.vim.vmware.com/xsd">{header}'
+            f'<soapenv:Body>{body}</soapenv:Body></soapenv:Envelope>').encode()
+
+
+def vasa_seeds():
+    pair = ("<vasa:metadata><vasa:parameterName>VMW_VmID</vasa:parameterName>"
+            "<vasa:parameterValue>vm1</vasa:parameterValue></vasa:metadata>")
+    handle = ("<vasa:vvolHandle><data:uniqueIdentifier>rfc4122.6b1e</data:uniqueIdentifier>"
+              "<vvol:peInBandId><vvol:lunId>naa.60</vvol:lunId>"
+              "<vvol:protocolEndpointType>SCSI</vvol:protocolEndpointType></vvol:peInBandId>"
+              "<vvol:vvolSecondaryId>0xe20000000001</vvol:vvolSecondaryId></vasa:vvolHandle>")
+    seeds = {
+        "set-context": (0, "<vasa:setContext><vasa:usageContext><data:hostGuid>h1</data:hostGuid>"
+                           "<data:hostInitiator><data:iscsiIdentifier>iqn.1998-01.com.vmware:e"
+                           "</data:iscsiIdentifier></data:hostInitiator></vasa:usageContext>"
+                           "</vasa:setContext>"),
+        "create": (0, "<vasa:createVirtualVolume><vasa:containerId>default</vasa:containerId>"
+                      "<vasa:vvolType>Data</vasa:vvolType><vasa:sizeInMB>4096</vasa:sizeInMB>"
+                      + pair + "</vasa:createVirtualVolume>"),
+        "bind": (0, "<vasa:bindVirtualVolume><vasa:vvolId>rfc4122.1</vasa:vvolId>"
+                    "<vasa:vvolId>rfc4122.2</vasa:vvolId><vasa:bindContext>Normal"
+                    "</vasa:bindContext></vasa:bindVirtualVolume>"),
+        "unbind": (0, "<vasa:unbindVirtualVolume>" + handle
+                      + "<vasa:unbindContext>Normal</vasa:unbindContext></vasa:unbindVirtualVolume>"),
+        "snapshot": (0, "<vasa:snapshotVirtualVolume><vasa:snapshotInfo><vvol:metadata>"
+                        "<vasa:parameterName>a</vasa:parameterName></vvol:metadata>"
+                        "<vvol:vvolId>rfc4122.3</vvol:vvolId></vasa:snapshotInfo>"
+                        "<vasa:timeoutMS>1000</vasa:timeoutMS></vasa:snapshotVirtualVolume>"),
+        "events": (0, "<vasa:getEvents><vasa:lastEventId>-1</vasa:lastEventId></vasa:getEvents>"),
+        "nil": (0, '<vasa:getAlarms><vasa:lastAlarmId xsi:nil="true"/></vasa:getAlarms>'),
+        "register": (0, "<vasa:registerVASACertificate><vasa:userName>vasa</vasa:userName>"
+                        "<vasa:password>p&amp;w&#x41;</vasa:password></vasa:registerVASACertificate>"),
+        "empty-body": (1, ""),
+        "must-understand": (0, "<vasa:queryArrays/>"),
+    }
+    for name, (action, body) in seeds.items():
+        header = ('<soapenv:Header><x:t xmlns:x="urn:x" soapenv:mustUnderstand="1"/>'
+                  '</soapenv:Header>') if name == "must-understand" else ""
+        write("vasa_request", name, bytes([action]) + vasa_envelope(body, header))
+
+
 def main():
     nbd_seeds()
     iscsi_seeds()
     scsi_cdb_seeds()
     scsi_params_seeds()
+    vasa_seeds()
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(ROOT) for f in fs)
     print(f"seed corpus: {total} bytes", file=sys.stderr)
 

@@ -14,7 +14,7 @@ seconds="${1:-30}"
 shift || true
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "usage: $0 [SECONDS_PER_TARGET] [TARGET...]" >&2; exit 2; }
 targets=("$@")
-((${#targets[@]})) || targets=(nbd_session iscsi_pdu iscsi_text iscsi_login scsi_cdb scsi_params)
+((${#targets[@]})) || targets=(nbd_session iscsi_pdu iscsi_text iscsi_login scsi_cdb scsi_params vasa_request)
 
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked

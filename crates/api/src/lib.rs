@@ -1043,7 +1043,8 @@ async fn remove_protocol_endpoint(
 /// The space report in Prometheus text format (0.0.4): gauges for space, counters for writes,
 /// unmaps and reclaim; then per container (label container) usage, quota, reclaim counters, current
 /// rate, backlog, ETA, rate limit and policy, and per volume (labels volume, container) unmap,
-/// reclaim and backlog figures
+/// reclaim and backlog figures; the vVol service's counts and operations; the VASA provider's
+/// sessions, calls, faults, busy refusals and certificate expiry (lacuna_vasa_*)
 ///
 /// lacuna_container_reclaim_eta_seconds has no sample for a container whose backlog never empties
 /// (reclaim off) or whose rate cannot be told yet;
@@ -1065,7 +1066,8 @@ async fn prometheus_metrics(State(state): State<ApiState>) -> Result<Response, A
     })
     .await?;
     let vvols = state.vvols.as_deref().map(metrics::VvolFigures::of);
-    let text = metrics::render(&space, &containers, &volumes, vvols.as_ref());
+    let vasa = state.vasa.as_deref().map(metrics::VasaFigures::of);
+    let text = metrics::render(&space, &containers, &volumes, vvols.as_ref(), vasa.as_ref());
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 

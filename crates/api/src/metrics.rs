@@ -23,12 +23,16 @@ pub fn render(
     containers: &[ContainerInfo],
     volumes: &[VolumeInfo],
     vvols: Option<&VvolFigures>,
+    vasa: Option<&VasaFigures>,
 ) -> String {
     let mut families = array_families(space);
     families.push(state_family(space));
     families.extend(container_families(containers, volumes));
     if let Some(vvols) = vvols {
         families.extend(vvol_families(vvols));
+    }
+    if let Some(vasa) = vasa {
+        families.extend(vasa_families(vasa));
     }
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Scrape(families)));
@@ -124,6 +128,84 @@ fn vvol_families(v: &VvolFigures) -> Vec<Family> {
             MetricType::Gauge,
             "How long writes were held by the last batch snapshot commit.",
             Value::Float(v.last_commit_window_us as f64 / 1e6),
+        ),
+    ]
+}
+
+/// The VASA provider's figures at one scrape.
+#[derive(Debug, Clone, Default)]
+pub struct VasaFigures {
+    pub running: bool,
+    pub sessions: u64,
+    pub calls_in_flight: u64,
+    pub calls: u64,
+    pub faults: u64,
+    pub busy: u64,
+    pub sessions_created: u64,
+    pub certificate_not_after_unix_s: i64,
+    pub alarms: u64,
+}
+
+impl VasaFigures {
+    pub fn of(server: &lacuna_vasa::ProviderServer) -> VasaFigures {
+        use std::sync::atomic::Ordering::Relaxed;
+        let provider = server.provider();
+        let stats = &provider.stats;
+        VasaFigures {
+            running: server.local_addr().is_some(),
+            sessions: provider.sessions.len() as u64,
+            calls_in_flight: u64::from(provider.sessions.in_flight()),
+            calls: stats.calls.load(Relaxed),
+            faults: stats.faults.load(Relaxed),
+            busy: stats.busy.load(Relaxed),
+            sessions_created: stats.sessions_created.load(Relaxed),
+            certificate_not_after_unix_s: provider.certs.info().not_after_unix_s,
+            alarms: provider.alarms.active().len() as u64,
+        }
+    }
+}
+
+fn vasa_families(v: &VasaFigures) -> Vec<Family> {
+    let counter =
+        |name, help, value: u64| single(name, MetricType::Counter, help, Value::Int(value));
+    let gauge = |name, help, value: u64| single(name, MetricType::Gauge, help, Value::Int(value));
+    vec![
+        gauge(
+            "lacuna_vasa_up",
+            "1 while the VASA provider listens.",
+            u64::from(v.running),
+        ),
+        gauge("lacuna_vasa_sessions", "VASA sessions open.", v.sessions),
+        gauge(
+            "lacuna_vasa_calls_in_flight",
+            "VASA calls being answered.",
+            v.calls_in_flight,
+        ),
+        counter("lacuna_vasa_calls_total", "VASA calls answered.", v.calls),
+        counter(
+            "lacuna_vasa_faults_total",
+            "VASA calls that answered a fault.",
+            v.faults,
+        ),
+        counter(
+            "lacuna_vasa_busy_total",
+            "VASA calls refused as VasaProviderBusy.",
+            v.busy,
+        ),
+        counter(
+            "lacuna_vasa_sessions_created_total",
+            "VASA sessions made by setContext.",
+            v.sessions_created,
+        ),
+        gauge(
+            "lacuna_vasa_certificate_expiry_timestamp_seconds",
+            "When the provider's certificate expires, seconds since the Unix epoch.",
+            v.certificate_not_after_unix_s.max(0) as u64,
+        ),
+        gauge(
+            "lacuna_vasa_alarms",
+            "VASA alarms raised and not cleared (certificate expiry).",
+            v.alarms,
         ),
     ]
 }
@@ -607,6 +689,33 @@ mod tests {
         assert!(text.contains("lacuna_vvol_bindings 4"));
         assert!(text.contains("lacuna_vvol_busy_total 2"));
         assert!(text.contains("lacuna_vvol_last_commit_window_seconds 0.00025"));
+    }
+
+    #[test]
+    fn vasa_figures_name_the_certificate_expiry_and_the_refusals() {
+        let figures = VasaFigures {
+            running: true,
+            sessions: 3,
+            calls: 40,
+            faults: 5,
+            busy: 2,
+            sessions_created: 7,
+            certificate_not_after_unix_s: 1_900_000_000,
+            ..VasaFigures::default()
+        };
+        let text: String = vasa_families(&figures).into_iter().map(encoded).collect();
+        for line in [
+            "lacuna_vasa_up 1",
+            "lacuna_vasa_sessions 3",
+            "lacuna_vasa_calls_total 40",
+            "lacuna_vasa_faults_total 5",
+            "lacuna_vasa_busy_total 2",
+            "lacuna_vasa_sessions_created_total 7",
+            "lacuna_vasa_certificate_expiry_timestamp_seconds 1900000000",
+            "lacuna_vasa_alarms 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
     }
 
     fn sample_text(value: Value) -> String {

@@ -23,6 +23,7 @@ mod scsi_backend;
 mod serve;
 mod size;
 mod table;
+mod vasa_cli;
 mod vasa_provider;
 mod vvol_cli;
 
@@ -94,6 +95,10 @@ enum Command {
     /// allocation bitmaps and events.
     #[command(subcommand)]
     Vvol(vvol_cli::VvolCommand),
+    /// The VASA provider vCenter registers: its status and certificate, a
+    /// restart, a new self-signed certificate.
+    #[command(subcommand)]
+    Vasa(vasa_cli::VasaCommand),
     /// Read back and verify every stored record on the running daemon, with
     /// progress and a summary of bad records and the volume ranges they affect;
     /// fails when any record is bad.
@@ -228,6 +233,8 @@ fn main() -> ExitCode {
                 .and_then(|c| cli::run_host(&c, command, cli.json)),
             Command::Vvol(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
                 .and_then(|c| vvol_cli::run(&c, command, cli.json)),
+            Command::Vasa(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+                .and_then(|c| vasa_cli::run(&c, command, cli.json)),
             Command::Scrub(args) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
                 .and_then(|c| match args.cancel {
                     true => scrub::cancel(&c, cli.json),

@@ -244,7 +244,10 @@ fn decode_value(element: &Element, field: &Field) -> Result<Value, DecodeError> 
             decode_struct(element, def)
         }
         Ty::Any => match &element.xsi_type {
-            None => Ok(Value::Str(element.text.clone())),
+            None => {
+                no_children(element, &context())?;
+                Ok(Value::Str(element.text.clone()))
+            }
             Some(t) if t.ns.as_deref() == Some(XSD_NS) => {
                 let ty = Ty::from_xsd_name(&t.local).ok_or_else(|| {
                     DecodeError(format!(
@@ -253,6 +256,7 @@ fn decode_value(element: &Element, field: &Field) -> Result<Value, DecodeError> 
                         t.local
                     ))
                 })?;
+                no_children(element, &context())?;
                 decode_simple(&element.text, ty, &context())
             }
             Some(_) => {
@@ -260,7 +264,32 @@ fn decode_value(element: &Element, field: &Field) -> Result<Value, DecodeError> 
                 decode_struct(element, def)
             }
         },
-        simple => decode_simple(&element.text, simple, &context()),
+        simple => {
+            no_children(element, &context())?;
+            if let Some(t) = &element.xsi_type {
+                let same =
+                    t.ns.as_deref() == Some(XSD_NS) && simple.xsd_name() == Some(t.local.as_str());
+                if !same {
+                    return Err(DecodeError(format!(
+                        "{}: xsi:type {} is not a {simple:?}",
+                        context(),
+                        t.local
+                    )));
+                }
+            }
+            decode_simple(&element.text, simple, &context())
+        }
+    }
+}
+
+/// A value of a simple type is text: an element inside it is refused, not skipped.
+fn no_children(element: &Element, context: &str) -> Result<(), DecodeError> {
+    match element.children.first() {
+        None => Ok(()),
+        Some(child) => Err(DecodeError(format!(
+            "{context}: a simple value holds no element ({} given)",
+            display_name(child)
+        ))),
     }
 }
 

@@ -7,38 +7,12 @@ client.pem, client.key)."""
 import os
 import sys
 
-import requests
-import zeep
-from zeep.transports import Transport
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vasa_zeep import check, connect, fault_of  # noqa: E402
 
 port, token, work = sys.argv[1], sys.argv[2], sys.argv[3]
-base = f"https://127.0.0.1:{port}/vasa"
 
-
-def client(cert=True):
-    s = requests.Session()
-    s.trust_env = False  # REQUESTS_CA_BUNDLE would replace the provider's certificate
-    s.verify = os.path.join(work, "provider.pem")
-    if cert:
-        s.cert = (os.path.join(work, "client.pem"), os.path.join(work, "client.key"))
-    return s, zeep.Client(f"{base}/vasaService.wsdl", transport=Transport(session=s))
-
-
-def check(what, ok):
-    print(f"{'ok' if ok else 'FAIL'} {what}")
-    if not ok:
-        sys.exit(1)
-
-
-def fault_of(call, *args, **kwargs):
-    try:
-        call(*args, **kwargs)
-    except zeep.exceptions.Fault as f:
-        return f.detail[0].tag.split("}")[1] if f.detail is not None and len(f.detail) else f.code
-    return None
-
-
-session, c = client()
+session, c = connect(port, work)
 check("setContext before registration is InvalidSession",
       fault_of(c.service.setContext, usageContext={"hostGuid": "h1"}) == "InvalidSession")
 check("a wrong password is InvalidLogin",

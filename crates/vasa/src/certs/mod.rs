@@ -214,15 +214,25 @@ impl Certificates {
     /// Opens (or at first start makes) the certificates in `dir`.
     pub fn open(dir: &Path, names: Vec<String>) -> Result<Arc<Certificates>, CertError> {
         files::create_dir(dir)?;
-        let key_path = dir.join(files::KEY);
-        if !key_path.exists() {
-            let (key_pem, cert_pem) =
-                self_signed(&names).map_err(|f| CertError::Invalid(f.message))?;
-            files::write(dir, files::CERT, &cert_pem)?;
-            files::write(dir, files::KEY, &key_pem)?;
+        let (key_pem, chain_pem) = match files::read(dir, files::IDENTITY)? {
+            Some(text) => files::split_identity(&text).ok_or_else(|| {
+                CertError::Invalid(format!("{}: no private key", files::IDENTITY))
+            })?,
+            None => {
+                let (key_pem, chain_pem) =
+                    self_signed(&names).map_err(|f| CertError::Invalid(f.message))?;
+                files::write(
+                    dir,
+                    files::IDENTITY,
+                    &files::identity_text(&key_pem, &chain_pem),
+                )?;
+                (key_pem, chain_pem)
+            }
+        };
+        // The public copy lags the identity after a crash between the two writes.
+        if files::read(dir, files::CERT)?.as_deref() != Some(chain_pem.as_str()) {
+            files::write(dir, files::CERT, &chain_pem)?;
         }
-        let key_pem = files::read(dir, files::KEY)?.unwrap_or_default();
-        let chain_pem = files::read(dir, files::CERT)?.unwrap_or_default();
         let load = |name: &str| -> Result<Vec<CertificateDer<'static>>, CertError> {
             match files::read(dir, name)? {
                 Some(pem) if !pem.trim().is_empty() => parse_certificates(&pem)
@@ -230,7 +240,8 @@ impl Certificates {
                 _ => Ok(Vec::new()),
             }
         };
-        let chain = load(files::CERT)?;
+        let chain = parse_certificates(&chain_pem)
+            .map_err(|f| CertError::Invalid(format!("{}: {}", files::IDENTITY, f.message)))?;
         let clients = load(files::CLIENTS)?;
         let ca_roots = load(files::CA)?;
         let crls = match files::read(dir, files::CRLS)? {
@@ -241,7 +252,7 @@ impl Certificates {
         };
         let first = chain
             .first()
-            .ok_or_else(|| CertError::Invalid(format!("{}: no certificate", files::CERT)))?;
+            .ok_or_else(|| CertError::Invalid(format!("{}: no certificate", files::IDENTITY)))?;
         let info = describe(first).map_err(|f| CertError::Invalid(f.message))?;
         let certified =
             certified_key(&key_pem, chain).map_err(|f| CertError::Invalid(f.message))?;
@@ -307,8 +318,13 @@ impl Certificates {
         let info = describe(&chain[0])?;
         let certified = certified_key(&key_pem, chain)?;
         let io = |e: CertError| Fault::storage(e.to_string());
+        files::write(
+            &self.dir,
+            files::IDENTITY,
+            &files::identity_text(&key_pem, &chain_pem),
+        )
+        .map_err(io)?;
         files::write(&self.dir, files::CERT, &chain_pem).map_err(io)?;
-        files::write(&self.dir, files::KEY, &key_pem).map_err(io)?;
         let mut state = self.state.write();
         state.key_pem = key_pem;
         state.chain_pem = chain_pem;
@@ -459,3 +475,6 @@ impl rustls::server::ResolvesServerCert for ProviderCertResolver {
         Some(self.0.certified_key())
     }
 }
+
+#[cfg(test)]
+mod tests;

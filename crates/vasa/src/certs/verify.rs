@@ -85,8 +85,23 @@ impl ClientCertVerifier for AnyClientCertificate {
 /// Every root must serve as a trust anchor.
 pub fn check_anchors(roots: &[CertificateDer<'static>]) -> Result<(), Fault> {
     for root in roots {
-        webpki::anchor_from_trusted_cert(root)
-            .map_err(|e| Fault::new("InvalidCertificate", format!("not a CA certificate: {e}")))?;
+        let not_ca =
+            |why: String| Fault::new("InvalidCertificate", format!("not a CA certificate: {why}"));
+        webpki::anchor_from_trusted_cert(root).map_err(|e| not_ca(e.to_string()))?;
+        // webpki takes any certificate as an anchor; a CA says it is one.
+        let (_, x509) =
+            x509_parser::parse_x509_certificate(root).map_err(|e| not_ca(e.to_string()))?;
+        let is_ca = x509
+            .basic_constraints()
+            .ok()
+            .flatten()
+            .is_some_and(|b| b.value.ca);
+        if !is_ca {
+            return Err(not_ca(format!(
+                "{} has no basicConstraints CA:TRUE",
+                x509.subject()
+            )));
+        }
     }
     Ok(())
 }

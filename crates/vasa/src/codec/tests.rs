@@ -202,3 +202,41 @@ fn date_times_parse_and_format_in_utc() {
         assert_eq!(parse_date_time(&format_date_time(t)), Some(t));
     }
 }
+
+#[test]
+fn a_simple_value_holding_elements_or_another_type_is_refused() {
+    let cases = [
+        // A struct where a string belongs (as a client passing a whole
+        // prepareToSnapshot result for the snapshot's id).
+        (
+            "getTaskUpdate",
+            r#"<vasa:taskId xsi:type="vvol:PrepareSnapshotResult"><vvol:snapshotId>x</vvol:snapshotId></vasa:taskId>"#,
+            "a simple value holds no element",
+        ),
+        (
+            "getTaskUpdate",
+            r#"<vasa:taskId xsi:type="vvol:PrepareSnapshotResult"/>"#,
+            "xsi:type PrepareSnapshotResult is not a Str",
+        ),
+        (
+            "getTaskUpdate",
+            "<vasa:taskId><vvol:snapshotId>x</vvol:snapshotId></vasa:taskId>",
+            "a simple value holds no element",
+        ),
+        (
+            "getEvents",
+            r#"<vasa:lastEventId xsi:type="xsd:string">7</vasa:lastEventId>"#,
+            "xsi:type string is not a Long",
+        ),
+    ];
+    for (op, inner, expected) in cases {
+        let error = params(op, inner).unwrap_err();
+        assert!(error.0.contains(expected), "{op} {inner}: {error}");
+    }
+    let typed = params(
+        "getEvents",
+        r#"<vasa:lastEventId xsi:type="xsd:long">7</vasa:lastEventId>"#,
+    )
+    .unwrap();
+    assert_eq!(typed.opt_long("lastEventId"), Some(7));
+}

@@ -173,20 +173,24 @@ class Daemon:
     """One `lacuna serve` on a fresh data directory, ephemeral loopback ports, anonymous NBD
     allowed (so fio and nbdsh can write the vVols' volumes, `vvol-<uuid>`)."""
 
-    def __init__(self, tmp, tag, capacity):
+    def __init__(self, tmp, tag, capacity, vasa=False):
         self.dir = os.path.join(tmp, tag)
         self.data = os.path.join(self.dir, "data")
         os.makedirs(self.dir)
         self.nbd, self.api_port, self.iscsi = free_port(), free_port(), free_port()
         self.log_path = os.path.join(self.dir, "lacuna.log")
         self.log_file = open(self.log_path, "w")
-        vasa_off = no_vasa_args(LACUNA)
-        self.cmd = [LACUNA, "serve", *vasa_off, "--data-dir", self.data, "--capacity", capacity,
+        # The VASA provider only for a benchmark that speaks to it (bench/vasa.py).
+        self.vasa_port = free_port() if vasa else None
+        vasa_args = ["--vasa-listen", f"127.0.0.1:{self.vasa_port}"] if vasa else no_vasa_args(LACUNA)
+        self.cmd = [LACUNA, "serve", *vasa_args, "--data-dir", self.data, "--capacity", capacity,
                     "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api_port}",
                     "--nbd-open-access", "--iscsi-listen", f"127.0.0.1:{self.iscsi}"]
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=self.log_file)
         wait_port(self.nbd, self.proc)
         wait_port(self.api_port, self.proc)
+        if vasa:
+            wait_port(self.vasa_port, self.proc)
         with open(os.path.join(self.data, "api-token")) as f:
             self.token = f.read().strip()
         self.local = threading.local()

@@ -116,16 +116,28 @@ check("a certificate for another key is refused",
       fault_of(c.service.registerCASignedProviderCertificate,
                providerCert=read("ca.pem"), forceApply=True) == "InvalidCertificate")
 check("nothing was installed by the refusals", served_certificate() == self_signed)
+# One that expires in 2 days, forced: the expiry alarm is raised (Yellow) at once.
+c.service.registerCASignedProviderCertificate(providerCert=read("provider-short.pem"),
+                                              forceApply=True)
+write("trust.pem", read("provider.pem") + read("ca.pem"))
+_, watcher = client_session("client", "ca.pem")
+set_context(watcher)
+alarms = watcher.service.getAlarms(lastAlarmId=-1)
+check(f"a certificate 2 days from expiry raises a Yellow alarm ({alarms})",
+      [(a.messageId, a.status) for a in alarms] == [("lacuna.vasa.certificate.expiry", "Yellow")])
+last_alarm = alarms[-1].alarmId
+c = watcher
 c.service.registerCASignedProviderCertificate(providerCert=read("provider-signed.pem"),
                                               forceApply=False)
 check("a new connection is presented the CA-signed certificate",
       served_certificate() == der("provider-signed.pem"))
-write("trust.pem", read("provider.pem") + read("ca.pem"))
-session.verify = path("trust.pem")
 check("the session made before the change is over",
       fault_of(c.service.queryArrays) == "InvalidSession")
 _, by_ca = client_session("client", "ca.pem")
 set_context(by_ca)
+alarms = by_ca.service.getAlarms(lastAlarmId=last_alarm)
+check(f"the long-lived certificate clears the alarm ({alarms})",
+      [(a.messageId, a.status) for a in alarms] == [("lacuna.vasa.certificate.expiry", "Green")])
 check("a client trusting only the CA verifies the provider (name 127.0.0.1)",
       len(by_ca.service.queryArrays()) == 1)
 

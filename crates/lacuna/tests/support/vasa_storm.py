@@ -4,7 +4,8 @@ each creating its VMs' vVols and binding them in one batch; then one
 session flooded past its concurrency limit (each call answers or is
 VasaProviderBusy, nothing else); then the provider restarted over the REST
 API while a host writes to a bound vVol over iSCSI (the writes never fail,
-the bindings stay, the old session is over and a new one works).
+the bindings stay, the old session is over; then every host makes a new
+session at once, the storm a restart brings).
 
 Prints one line per check and exits non-zero on the first mismatch; the
 last lines give the Busy count and what the test checks over REST.
@@ -150,6 +151,18 @@ check("the session from before the restart is over",
 _, after = host_session(0)
 infos = after.service.queryVirtualVolumeInfo(vvolId=host0[1])
 check("the vVols are all there after the restart", len(infos) == VVOLS_PER_HOST)
+
+
+def reconnect(i):
+    """Host i after the restart: a new session, and its vVols all there."""
+    _, c = host_session(i)
+    return len(c.service.queryVirtualVolumeInfo(vvolId=booted[i][1])) == VVOLS_PER_HOST
+
+
+with concurrent.futures.ThreadPoolExecutor(max_workers=hosts) as pool:
+    back = list(pool.map(reconnect, range(hosts)))
+check(f"after the restart, {hosts} hosts make new sessions at once and find their vVols",
+      all(back))
 n = written["n"]
 r = iscsi.session.command(field, rw16(0x88, 0, n * BLOCK), data_in_length=n * BLOCK)
 values = [block_value(r.data[k * BLOCK:(k + 1) * BLOCK]) for k in range(n)]

@@ -74,6 +74,23 @@ fn malformed(e: impl std::fmt::Display) -> XmlError {
     XmlError::Malformed(e.to_string())
 }
 
+/// XML 1.0's `Char`: tab, newline, carriage return, and from U+0020 on but
+/// U+FFFE and U+FFFF (a Rust `char` is never a surrogate). Anything else in
+/// a document, literal or by reference, makes it malformed.
+fn is_xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r') || (c >= ' ' && c != '\u{fffe}' && c != '\u{ffff}')
+}
+
+fn check_chars(text: &str) -> Result<(), XmlError> {
+    match text.chars().find(|&c| !is_xml_char(c)) {
+        None => Ok(()),
+        Some(c) => Err(XmlError::Malformed(format!(
+            "character U+{:04X} is not allowed in XML",
+            c as u32
+        ))),
+    }
+}
+
 fn resolved(result: ResolveResult, local: &[u8]) -> Result<QualifiedName, XmlError> {
     let ns = match result {
         ResolveResult::Bound(ns) => {
@@ -125,6 +142,7 @@ impl Parser<'_> {
             let is_xsi =
                 matches!(result, ResolveResult::Bound(ns) if ns.as_ref() == XSI_NS.as_bytes());
             let value = attr.unescape_value().map_err(malformed)?;
+            check_chars(&value)?;
             element
                 .attributes
                 .push((resolved(result, local.as_ref())?, value.to_string()));
@@ -145,6 +163,7 @@ impl Parser<'_> {
     }
 
     fn add_text(&mut self, to: &mut Element, text: &str) -> Result<(), XmlError> {
+        check_chars(text)?;
         self.text_bytes += text.len();
         if self.text_bytes > self.limits.max_text_bytes {
             return Err(XmlError::TooMuchText(self.limits.max_text_bytes));
@@ -305,6 +324,20 @@ mod tests {
             (b"<a>&x;</a>", |e| matches!(e, XmlError::Malformed(_))),
             (b"<a/><b/>", |e| matches!(e, XmlError::Malformed(_))),
             (b"<a>\xff</a>", |e| matches!(e, XmlError::Malformed(_))),
+            // Characters XML 1.0 cannot carry, literal or by reference (a
+            // NUL read as text wrote back as U+FFFD: found by fuzzing).
+            (b"<a>rf\0x</a>", |e| matches!(e, XmlError::Malformed(_))),
+            (b"<a>&#1;</a>", |e| matches!(e, XmlError::Malformed(_))),
+            (b"<a k=\"&#x1F;\"/>", |e| {
+                matches!(e, XmlError::Malformed(_))
+            }),
+            (b"<a k=\"\x0b\"/>", |e| matches!(e, XmlError::Malformed(_))),
+            (b"<a><![CDATA[\x0c]]></a>", |e| {
+                matches!(e, XmlError::Malformed(_))
+            }),
+            ("<a>\u{ffff}</a>".as_bytes(), |e| {
+                matches!(e, XmlError::Malformed(_))
+            }),
         ];
         for (doc, expect) in cases {
             let error = parse(doc, Limits::default()).unwrap_err();
@@ -314,6 +347,18 @@ mod tests {
                 String::from_utf8_lossy(doc)
             );
         }
+    }
+
+    #[test]
+    fn every_character_xml_allows_is_read() {
+        let root = parse(
+            "<a k=\"\t\u{e000}\">\t\r\n \u{d7ff}\u{fffd}\u{10000}&#9;</a>".as_bytes(),
+            Limits::default(),
+        )
+        .unwrap();
+        // XML reads a CR LF as one LF.
+        assert_eq!(root.text, "\t\n \u{d7ff}\u{fffd}\u{10000}\t");
+        assert_eq!(root.attributes[0].1, "\t\u{e000}");
     }
 
     #[test]

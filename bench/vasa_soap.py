@@ -92,7 +92,9 @@ class SoapConn:
                 self.http.request("POST", SERVICE, body=body, headers=headers)
                 resp = self.http.getresponse()
                 raw = resp.read()
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ssl.SSLEOFError):
+                # The provider closed an idle kept-alive connection (after 10 s); the session
+                # (its cookie) outlives the connection.
                 self.close()
                 if attempt:
                     raise

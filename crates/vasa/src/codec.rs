@@ -321,7 +321,7 @@ fn decode_struct(element: &Element, def: &'static TypeDef) -> Result<Value, Deco
     Ok(Value::Struct(decode_sequence(
         def.name,
         element,
-        &def.all_fields(),
+        def.all_fields(),
     )?))
 }
 
@@ -370,10 +370,10 @@ pub fn encode_element(
     field: &Field,
     value: &Value,
 ) -> Result<(), EncodeError> {
-    let name = format!("{}:{}", ns.prefix(), field.name);
+    let (prefix, local) = (ns.prefix(), field.name);
     match (field.ty, value) {
         (_, Value::Nil) => {
-            w.empty(&name, &[("xsi:nil", "true")]);
+            w.empty_q(prefix, local, &[("xsi:nil", "true")]);
             Ok(())
         }
         (Ty::Complex(declared), Value::Struct(s)) => {
@@ -382,21 +382,26 @@ pub fn encode_element(
                 return Err(EncodeError(format!("{} is not a {declared}", s.ty)));
             }
             let xsi_type = (s.ty != declared).then(|| format!("{}:{}", def.ns.prefix(), def.name));
-            encode_struct(w, &name, xsi_type.as_deref(), def, s)
+            encode_struct(w, (prefix, local), xsi_type.as_deref(), def, s)
         }
         (Ty::Any, Value::Struct(s)) => {
             let def = type_def(s.ty).ok_or_else(|| EncodeError(format!("no type {}", s.ty)))?;
             let xsi_type = format!("{}:{}", def.ns.prefix(), def.name);
-            encode_struct(w, &name, Some(&xsi_type), def, s)
+            encode_struct(w, (prefix, local), Some(&xsi_type), def, s)
         }
         (Ty::Any, simple) => {
             let ty = simple_type_of(simple);
             let xsi_type = format!("xsd:{}", ty.xsd_name().expect("simple"));
-            w.leaf(&name, &[("xsi:type", &xsi_type)], &simple_text(simple));
+            w.leaf_q(
+                prefix,
+                local,
+                &[("xsi:type", &xsi_type)],
+                &simple_text(simple),
+            );
             Ok(())
         }
         (declared, simple) if simple_type_of(simple) == declared => {
-            w.leaf(&name, &[], &simple_text(simple));
+            w.leaf_q(prefix, local, &[], &simple_text(simple));
             Ok(())
         }
         (declared, other) => Err(EncodeError(format!(
@@ -408,7 +413,7 @@ pub fn encode_element(
 
 fn encode_struct(
     w: &mut XmlWriter,
-    name: &str,
+    (prefix, local): (&str, &str),
     xsi_type: Option<&str>,
     def: &TypeDef,
     s: &Struct,
@@ -425,11 +430,11 @@ fn encode_struct(
         )));
     }
     match xsi_type {
-        Some(t) => w.start(name, &[("xsi:type", t)]),
-        None => w.start(name, &[]),
+        Some(t) => w.start_q(prefix, local, &[("xsi:type", t)]),
+        None => w.start_q(prefix, local, &[]),
     }
-    encode_fields(w, def.name, &fields, s)?;
-    w.end(name);
+    encode_fields(w, def.name, fields, s)?;
+    w.end_q(prefix, local);
     Ok(())
 }
 
@@ -474,15 +479,16 @@ fn simple_type_of(value: &Value) -> Ty {
     }
 }
 
-fn simple_text(value: &Value) -> String {
+fn simple_text(value: &Value) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
     match value {
-        Value::Str(s) => s.clone(),
-        Value::Long(n) => n.to_string(),
-        Value::Int(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::DateTime(s) => format_date_time(*s),
-        Value::Base64(bytes) => base64::engine::general_purpose::STANDARD.encode(bytes),
-        Value::Struct(_) | Value::Nil => String::new(),
+        Value::Str(s) => Cow::Borrowed(s),
+        Value::Long(n) => Cow::Owned(n.to_string()),
+        Value::Int(n) => Cow::Owned(n.to_string()),
+        Value::Bool(b) => Cow::Borrowed(if *b { "true" } else { "false" }),
+        Value::DateTime(s) => Cow::Owned(format_date_time(*s)),
+        Value::Base64(bytes) => Cow::Owned(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        Value::Struct(_) | Value::Nil => Cow::Borrowed(""),
     }
 }
 

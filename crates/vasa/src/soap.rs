@@ -166,7 +166,7 @@ pub fn write_request(call: &Call) -> Result<String, codec::EncodeError> {
 /// without a result).
 pub fn write_response(
     operation: &'static Operation,
-    returns: &[Value],
+    returns: Vec<Value>,
 ) -> Result<String, codec::EncodeError> {
     let mut w = XmlWriter::new();
     envelope_start(&mut w);
@@ -184,7 +184,7 @@ pub fn write_response(
             w.start(&name, &[]);
             let s = Struct {
                 ty: PARAMS,
-                fields: returns.iter().map(|v| ("return", v.clone())).collect(),
+                fields: returns.into_iter().map(|v| ("return", v)).collect(),
             };
             codec::encode_fields(&mut w, operation.name, &[(Ns::Vasa, field)], &s)?;
             w.end(&name);

@@ -172,7 +172,7 @@ impl Provider {
         let op = call.operation;
         let result = self.run(op, &call.params, request);
         match result {
-            Ok(outcome) => match soap::write_response(op, &outcome.returns) {
+            Ok(outcome) => match soap::write_response(op, outcome.returns) {
                 Ok(body) => Answer {
                     status: 200,
                     body,

@@ -542,17 +542,38 @@ pub static TYPES: &[TypeDef] = &[
 
 /// The type named `name`.
 pub fn type_def(name: &str) -> Option<&'static TypeDef> {
-    TYPES.iter().find(|t| t.name == name)
+    index().get(name).map(|&(def, _)| def)
+}
+
+/// Each type by name with its elements in order (the base's first): looked up
+/// for every element encoded and decoded, so made once.
+type Index = std::collections::HashMap<&'static str, (&'static TypeDef, Vec<(Ns, &'static F)>)>;
+
+fn index() -> &'static Index {
+    static INDEX: std::sync::OnceLock<Index> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        TYPES
+            .iter()
+            .map(|t| (t.name, (t, t.fields_in_order())))
+            .collect()
+    })
 }
 
 impl TypeDef {
     /// Every element in order, the base's first, each with the namespace of
     /// the type that declares it.
-    pub fn all_fields(&self) -> Vec<(Ns, &'static F)> {
+    pub fn all_fields(&self) -> &'static [(Ns, &'static F)] {
+        &index()[self.name].1
+    }
+
+    fn fields_in_order(&self) -> Vec<(Ns, &'static F)> {
         let mut chain = vec![self];
         let mut at = self;
         while let Some(base) = at.base {
-            at = type_def(base).expect("a base type is in the table");
+            at = TYPES
+                .iter()
+                .find(|t| t.name == base)
+                .expect("a base type is in the table");
             chain.push(at);
         }
         chain

@@ -8,7 +8,7 @@ pub struct XmlWriter {
 impl XmlWriter {
     pub fn new() -> XmlWriter {
         XmlWriter {
-            out: String::with_capacity(4096),
+            out: String::with_capacity(16 << 10),
         }
     }
 
@@ -30,8 +30,12 @@ impl XmlWriter {
     }
 
     fn open(&mut self, name: &str, attrs: &[(&str, &str)]) {
-        debug_assert!(is_name(name), "{name:?} is not an XML name");
         self.out.push('<');
+        self.name_and_attributes(name, attrs);
+    }
+
+    fn name_and_attributes(&mut self, name: &str, attrs: &[(&str, &str)]) {
+        debug_assert!(is_name(name), "{name:?} is not an XML name");
         self.out.push_str(name);
         for (key, value) in attrs {
             debug_assert!(is_name(key), "{key:?} is not an XML name");
@@ -41,6 +45,41 @@ impl XmlWriter {
             escape_into(&mut self.out, value, true);
             self.out.push('"');
         }
+    }
+
+    /// `<prefix:local attr="value" ...>`, without making the name a string first.
+    pub fn start_q(&mut self, prefix: &str, local: &str, attrs: &[(&str, &str)]) {
+        self.open_q(prefix, local, attrs);
+        self.out.push('>');
+    }
+
+    /// `<prefix:local attr="value" .../>`.
+    pub fn empty_q(&mut self, prefix: &str, local: &str, attrs: &[(&str, &str)]) {
+        self.open_q(prefix, local, attrs);
+        self.out.push_str("/>");
+    }
+
+    fn open_q(&mut self, prefix: &str, local: &str, attrs: &[(&str, &str)]) {
+        debug_assert!(is_name(prefix) && is_name(local), "{prefix:?}:{local:?}");
+        self.out.push('<');
+        self.out.push_str(prefix);
+        self.out.push(':');
+        self.name_and_attributes(local, attrs);
+    }
+
+    pub fn end_q(&mut self, prefix: &str, local: &str) {
+        self.out.push_str("</");
+        self.out.push_str(prefix);
+        self.out.push(':');
+        self.out.push_str(local);
+        self.out.push('>');
+    }
+
+    /// `<prefix:local>text</prefix:local>`.
+    pub fn leaf_q(&mut self, prefix: &str, local: &str, attrs: &[(&str, &str)], text: &str) {
+        self.start_q(prefix, local, attrs);
+        self.text(text);
+        self.end_q(prefix, local);
     }
 
     pub fn end(&mut self, name: &str) {
@@ -74,6 +113,15 @@ fn is_name(name: &str) -> bool {
 
 /// Escapes markup, and characters XML 1.0 cannot carry become U+FFFD.
 fn escape_into(out: &mut String, text: &str, attribute: bool) {
+    // Most text needs nothing: no markup, no control character, and no 0xEF
+    // lead byte (which U+FFFE and U+FFFF would start with).
+    let plain = text
+        .bytes()
+        .all(|b| b >= 0x20 && !matches!(b, b'<' | b'>' | b'&' | b'"' | 0xEF));
+    if plain {
+        out.push_str(text);
+        return;
+    }
     for c in text.chars() {
         match c {
             '<' => out.push_str("&lt;"),

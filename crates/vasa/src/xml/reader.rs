@@ -204,7 +204,9 @@ impl Parser<'_> {
                     }
                 }
                 Event::Text(text) => {
-                    let text = text.xml_content().map_err(malformed)?;
+                    // XML 1.0 line ends only: quick-xml's `xml_content` also folds
+                    // U+0085 and U+2028 (XML 1.1), which 1.0 keeps as characters.
+                    let text = text.xml10_content().map_err(malformed)?;
                     match stack.last_mut() {
                         Some(top) => self.add_text(top, &text)?,
                         None if text.trim().is_empty() => {}
@@ -212,7 +214,7 @@ impl Parser<'_> {
                     }
                 }
                 Event::CData(data) => {
-                    let text = std::str::from_utf8(&data).map_err(malformed)?.to_string();
+                    let text = data.xml10_content().map_err(malformed)?.into_owned();
                     let top = stack
                         .last_mut()
                         .ok_or_else(|| malformed("CDATA outside the root element"))?;
@@ -359,6 +361,18 @@ mod tests {
         // XML reads a CR LF as one LF.
         assert_eq!(root.text, "\t\n \u{d7ff}\u{fffd}\u{10000}\t");
         assert_eq!(root.attributes[0].1, "\t\u{e000}");
+    }
+
+    #[test]
+    fn line_ends_are_xml_1_0s() {
+        // U+0085 and U+2028 are characters in XML 1.0, not line ends; a CR LF
+        // is one LF in CDATA as in text.
+        let root = parse(
+            "<a>p\u{85}q\u{2028}r\r\n<![CDATA[s\r\nt\u{85}]]></a>".as_bytes(),
+            Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(root.text, "p\u{85}q\u{2028}r\ns\nt\u{85}");
     }
 
     #[test]

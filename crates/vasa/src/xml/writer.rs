@@ -113,11 +113,11 @@ fn is_name(name: &str) -> bool {
 
 /// Escapes markup, and characters XML 1.0 cannot carry become U+FFFD.
 fn escape_into(out: &mut String, text: &str, attribute: bool) {
-    // Most text needs nothing: no markup, no control character, and no 0xEF
-    // lead byte (which U+FFFE and U+FFFF would start with).
+    // Most text needs nothing: no markup, no control character, and none of
+    // the lead bytes 0xEF (U+FFFE, U+FFFF), 0xC2 (U+0085) or 0xE2 (U+2028).
     let plain = text
         .bytes()
-        .all(|b| b >= 0x20 && !matches!(b, b'<' | b'>' | b'&' | b'"' | 0xEF));
+        .all(|b| b >= 0x20 && !matches!(b, b'<' | b'>' | b'&' | b'"' | 0xC2 | 0xE2 | 0xEF));
     if plain {
         out.push_str(text);
         return;
@@ -130,6 +130,9 @@ fn escape_into(out: &mut String, text: &str, attribute: bool) {
             '"' if attribute => out.push_str("&quot;"),
             '\n' if attribute => out.push_str("&#10;"),
             '\r' => out.push_str("&#13;"),
+            // Characters XML 1.1 would read as line ends travel as references.
+            '\u{85}' => out.push_str("&#133;"),
+            '\u{2028}' => out.push_str("&#8232;"),
             '\t' | '\n' => out.push(c),
             c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => out.push('\u{fffd}'),
             c => out.push(c),
@@ -154,5 +157,16 @@ mod tests {
         );
         let root = crate::xml::parse(text.as_bytes(), crate::xml::Limits::default()).unwrap();
         assert_eq!(root.children[0].text, "1 < 2 & \"3\" \r\u{fffd}");
+    }
+
+    #[test]
+    fn characters_xml_1_1_reads_as_line_ends_travel_as_references() {
+        let mut w = XmlWriter::new();
+        w.leaf("a", &[("k", "\u{85}\u{2028}")], "p\u{85}q\u{2028}r\u{a9}");
+        let text = w.finish();
+        assert_eq!(text, "<a k=\"&#133;&#8232;\">p&#133;q&#8232;r\u{a9}</a>");
+        let root = crate::xml::parse(text.as_bytes(), crate::xml::Limits::default()).unwrap();
+        assert_eq!(root.text, "p\u{85}q\u{2028}r\u{a9}");
+        assert_eq!(root.attributes[0].1, "\u{85}\u{2028}");
     }
 }

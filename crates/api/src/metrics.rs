@@ -362,6 +362,16 @@ fn array_families(space: &SpaceReport) -> Vec<Family> {
             "Logical bytes unmapped whose old mappings are not yet dropped.",
             space.reclaim_backlog_bytes,
         ),
+        gauge(
+            "lacuna_reduction_backlog_bytes",
+            "Bytes of records stored raw, waiting for the background reducer to compress them.",
+            space.reduction_backlog_bytes,
+        ),
+        counter(
+            "lacuna_reduced_bytes_total",
+            "Bytes of raw records the background reducer compressed.",
+            space.reduced_bytes,
+        ),
         gauge("lacuna_volumes", "Live volumes.", space.volume_count),
         gauge(
             "lacuna_destroyed_volumes",

@@ -752,6 +752,8 @@ pub fn space_report() -> SpaceReport {
         logical_data_bytes: 0,
         written_settling_volumes: 0,
         reclaim_backlog_bytes: 0,
+        reduction_backlog_bytes: 0,
+        reduced_bytes: 0,
         data_reduction_ratio: 1.0,
         total_reduction_ratio: 1.0,
         volume_count: 0,

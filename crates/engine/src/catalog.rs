@@ -507,6 +507,8 @@ impl Engine {
             logical_data_bytes: logical,
             written_settling_volumes: settling,
             reclaim_backlog_bytes: backlog_grains * GRAIN_BYTES,
+            reduction_backlog_bytes: self.stats.reduction_backlog_bytes.load(Ordering::Relaxed),
+            reduced_bytes: self.stats.reduced_input_bytes.load(Ordering::Relaxed),
             data_reduction_ratio: if live == 0 {
                 1.0
             } else {

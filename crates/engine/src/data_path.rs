@@ -1,5 +1,6 @@
 //! The data path: reads, writes, range operations and block status.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use redb::ReadOnlyTable;
@@ -27,6 +28,20 @@ fn state_of(content: Content) -> ExtentState {
         _ => ExtentState::Data,
     }
 }
+
+/// Most bytes of raw records waiting for the background reducer: what a
+/// burst may leave behind before writes reduce inline again. Bounds the
+/// backlog's memory (an entry per waiting block: 1 Mi of them, about 40 MB)
+/// and the room raw data takes meanwhile.
+pub const MAX_REDUCTION_BACKLOG_BYTES: u64 = 4 << 30;
+/// Under [`crate::ReductionMode::Adaptive`], writes this large store raw
+/// grains for the background reducer, smaller ones reduce inline. Large
+/// writes are where compression is the write path's largest cost (LZ4 46-55%
+/// of the daemon's CPU in image imports, 12% in 1 MiB overwrites, 9% in 4 KiB
+/// random writes, which are bound by metadata: bench/RESULTS.md, Diagnostics),
+/// and a host streaming them waits on it, whether one write is in flight or
+/// many.
+pub const ADAPTIVE_MIN_WRITE_BYTES: u64 = 128 << 10;
 
 impl Engine {
     pub(crate) fn read(&self, vol: &VolumeShared, offset_bytes: u64, buf: &mut [u8]) -> Result<()> {
@@ -229,6 +244,7 @@ impl Engine {
             (policy.compression, policy.dedup)
         };
         let hints = &self.committer.dedup_hints;
+        let when = self.reduce_when(data.len() as u64);
         // The whole grain at `at` bytes into `data`.
         let classify = |at: usize| {
             let grain = &data[at..at + GRAIN_BYTES as usize];
@@ -236,7 +252,7 @@ impl Engine {
                 Some(shared) => shared.slice(at..at + GRAIN_BYTES as usize),
                 None => bytes::Bytes::copy_from_slice(grain),
             };
-            classify::classify_shared(grain, raw, compression, |fingerprint| {
+            classify::classify_shared(grain, raw, compression, when, |fingerprint| {
                 let hinted =
                     dedup && hints.contains(crate::write::transaction::dedup_key(fingerprint));
                 if hinted {
@@ -292,6 +308,30 @@ impl Engine {
             .map(|c| c.expect("every grain classified"))
             .collect();
         self.commit_grains_locked(&mut ws, vol.clone(), first, contents)
+    }
+
+    /// When this write's grains are compressed (see [`crate::ReductionMode`]).
+    /// Never in the background once the backlog holds
+    /// [`MAX_REDUCTION_BACKLOG_BYTES`], nor with less than a quarter of the
+    /// capacity free (raw grains take more room until reduced): then writes
+    /// reduce inline again.
+    fn reduce_when(&self, length_bytes: u64) -> classify::ReduceWhen {
+        use classify::ReduceWhen::{Background, Inline};
+        let backlog_bytes = self.stats.reduction_backlog_bytes.load(Ordering::Relaxed);
+        let free_bytes = self.space_watch.free_bytes_hint.load(Ordering::Relaxed);
+        if backlog_bytes >= MAX_REDUCTION_BACKLOG_BYTES
+            || free_bytes < self.config.capacity_bytes / 4
+        {
+            return Inline;
+        }
+        match self.config.reduction {
+            crate::ReductionMode::Inline => Inline,
+            crate::ReductionMode::Background => Background,
+            crate::ReductionMode::Adaptive if length_bytes >= ADAPTIVE_MIN_WRITE_BYTES => {
+                Background
+            }
+            crate::ReductionMode::Adaptive => Inline,
+        }
     }
 
     /// Unmap or write-zeroes of a byte range: partial grains at the edges are

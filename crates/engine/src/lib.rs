@@ -108,6 +108,26 @@ pub struct EngineConfig {
     /// Most grains of blocks read again and again kept decoded for reads (see
     /// [`hot`]); 0 turns the cache off.
     pub hot_grains: usize,
+    /// When new data is compressed: on the write path, or left to the
+    /// background reducer when the write path is short of CPU.
+    pub reduction: ReductionMode,
+}
+
+/// When the array compresses new data (pattern removal and deduplication are
+/// always inline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReductionMode {
+    /// Always on the write path, before the write is acknowledged (the
+    /// default until adaptive reduction is measured against the peers).
+    #[default]
+    Inline,
+    /// Small writes on the write path; large ones (where compression is
+    /// the write path's largest cost) store raw grains, and the background
+    /// reducer compresses them when the cores are free (see
+    /// `reclaim::reducer`), within a bounded backlog.
+    Adaptive,
+    /// Always in the background (what tests use to exercise the reducer).
+    Background,
 }
 
 impl EngineConfig {
@@ -142,6 +162,7 @@ impl EngineConfig {
             block_location_entries: Self::DEFAULT_BLOCK_LOCATION_ENTRIES,
             mapping_cache_entries: Self::DEFAULT_MAPPING_CACHE_ENTRIES,
             hot_grains: Self::DEFAULT_HOT_GRAINS,
+            reduction: ReductionMode::default(),
         }
     }
 }
@@ -192,6 +213,15 @@ pub struct EngineStats {
     /// behind (each one a write that waited on cleaning).
     pub writer_cleans: AtomicU64,
     pub relocated_bytes: AtomicU64,
+    /// Grains stored raw with their compression left to the background.
+    pub background_grains: AtomicU64,
+    /// Record bytes the background reducer read and rewrote (raw ones).
+    pub reduced_input_bytes: AtomicU64,
+    /// Record bytes it wrote for them (compressed, or raw without the flag).
+    pub reduced_output_bytes: AtomicU64,
+    /// Bytes of raw records waiting for the background reducer, as of the
+    /// last commit (the writer state's figure, readable without its mutex).
+    pub reduction_backlog_bytes: AtomicU64,
     /// Grains whose data bits the background job settled (reference ranges).
     pub bits_settled_grains: AtomicU64,
     /// Bumped whenever the set of live volumes changes (create, clone, destroy,

@@ -109,6 +109,12 @@ pub(crate) fn recover(
             ws.hints.insert(key);
         }
         ws.class_bytes[rec.class() as usize] += rec.record_bytes();
+        if rec.flags & crate::segment::log::FLAG_REDUCE_LATER != 0 {
+            let record_bytes = rec.record_bytes();
+            ws.reduction_backlog
+                .insert(crate::ids::BlockId::new(id.value()), record_bytes as u32);
+            ws.reduction_backlog_bytes += record_bytes;
+        }
     }
     reconcile_segments(store, &mut ws)?;
     // New writes always go to a fresh segment: nothing is ever appended after a

@@ -298,6 +298,7 @@ fn data_reduction_follows_the_container_policy() {
             vol.read(0, &mut back).unwrap();
             assert_eq!(back, text, "{name}");
         }
+        settle_reduction(&engine);
         physical.push((name, engine.space().live_physical_bytes - before));
     }
     let get = |n: &str| physical.iter().find(|(name, _)| *name == n).unwrap().1;
@@ -346,6 +347,7 @@ fn zstd_and_dedup_off_store_what_they_say() {
             .unwrap();
         let before = engine.space().live_physical_bytes;
         engine.open_volume(name).unwrap().write(0, &text).unwrap();
+        settle_reduction(&engine);
         used.push(engine.space().live_physical_bytes - before);
     }
     assert!(
@@ -503,4 +505,17 @@ fn an_unmapped_range_rewritten_before_its_reclaim_is_still_finished() {
     assert!(buf.iter().all(|&b| b == 0), "unmapped data stays unmapped");
     engine.check_consistency().unwrap();
     engine.close().unwrap();
+}
+
+/// Waits (boundedly) until the background reducer has compressed what large
+/// writes stored raw: the footprint the codec gives.
+fn settle_reduction(engine: &lacuna_engine::Engine) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while engine.space().reduction_backlog_bytes > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "reduction never settled"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }

@@ -10,14 +10,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::temp_dir;
-use lacuna_engine::{Engine, EngineConfig, ExtentState};
+use lacuna_engine::{Engine, EngineConfig, ExtentState, ReductionMode};
 use proptest::prelude::*;
 
 const VOLUME_BYTES: u64 = 256 * 1024;
 const CAPACITY_BYTES: u64 = 1 << 30;
 
 fn open(dir: &Path) -> Arc<Engine> {
-    Engine::open(EngineConfig::new(dir.to_path_buf(), CAPACITY_BYTES)).expect("open engine")
+    open_with(dir, ReductionMode::default())
+}
+
+fn open_with(dir: &Path, reduction: ReductionMode) -> Arc<Engine> {
+    Engine::open(EngineConfig {
+        reduction,
+        ..EngineConfig::new(dir.to_path_buf(), CAPACITY_BYTES)
+    })
+    .expect("open engine")
 }
 
 #[derive(Debug, Clone)]
@@ -80,10 +88,30 @@ fn drain_reclaim(engine: &Engine) {
     }
 }
 
+/// Waits until the background reducer has compressed every raw grain (bounded).
+fn drain_reduction(engine: &Engine) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while engine.space().reduction_backlog_bytes > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "reduction did not drain: {:?}",
+            engine.space()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn run(ops: Vec<Op>) {
+    run_with(ops, ReductionMode::default())
+}
+
+/// The ops against the model on an engine compressing `reduction`: with
+/// [`ReductionMode::Background`] every data grain is stored raw and the
+/// background reducer rewrites it while the ops go on.
+fn run_with(ops: Vec<Op>, reduction: ReductionMode) {
     let tmp = temp_dir("test", "model");
     let dir = tmp.path();
-    let mut engine = open(dir);
+    let mut engine = open_with(dir, reduction);
     engine.create_volume("v", VOLUME_BYTES).unwrap();
     let mut model = vec![0u8; VOLUME_BYTES as usize];
     for op in ops {
@@ -115,7 +143,7 @@ fn run(ops: Vec<Op>) {
                 drop(vol);
                 engine.close().unwrap();
                 drop(engine);
-                engine = open(dir);
+                engine = open_with(dir, reduction);
             }
             Op::Reclaim => drain_reclaim(&engine),
             Op::Clean => {
@@ -132,6 +160,11 @@ fn run(ops: Vec<Op>) {
     engine.check_consistency().unwrap();
     // Shadowed mappings hold physical space until reclaimed: settle first.
     drain_reclaim(&engine);
+    drain_reduction(&engine);
+    let mut reduced = vec![0u8; VOLUME_BYTES as usize];
+    vol.read(0, &mut reduced).unwrap();
+    assert!(reduced == model, "content differs once reduced");
+    engine.check_consistency().unwrap();
     check_accounting(&engine, &model);
     drop(vol);
     engine.close().unwrap();
@@ -187,6 +220,14 @@ proptest! {
     #[test]
     fn engine_matches_model(ops in proptest::collection::vec(op(), 1..60)) {
         run(ops);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #[test]
+    fn engine_reducing_in_the_background_matches_model(ops in proptest::collection::vec(op(), 1..60)) {
+        run_with(ops, ReductionMode::Background);
     }
 }
 

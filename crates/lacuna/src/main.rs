@@ -176,6 +176,12 @@ pub struct ServeArgs {
     /// cold reads evict what busy volumes use.
     #[arg(long, default_value = "1G", value_parser = size::parse_size)]
     metadata_cache: u64,
+    /// When new data is compressed: `inline` always on the write path;
+    /// `adaptive` inline unless the write path is short of CPU, when large
+    /// writes store raw grains for the background reducer; `background`
+    /// always by the reducer. Pattern removal and dedup are always inline.
+    #[arg(long, value_enum, default_value_t = Reduction::Inline)]
+    reduction: Reduction,
     /// Scrub continuously in the background at this many MB/s (10^6 bytes):
     /// every stored record is read back and verified, pass after pass.
     #[arg(long)]
@@ -183,6 +189,14 @@ pub struct ServeArgs {
     /// Log filter (e.g. info, debug, lacuna_nbd=debug).
     #[arg(long, env = "LACUNA_LOG", default_value = "info")]
     log: String,
+}
+
+/// `serve --reduction`: when new data is compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Reduction {
+    Inline,
+    Adaptive,
+    Background,
 }
 
 fn main() -> ExitCode {
@@ -217,6 +231,11 @@ fn main() -> ExitCode {
                         soft_threshold_percent: args.soft_threshold_percent,
                         destroy_retention_s: args.destroy_retention,
                         metadata_cache_bytes: args.metadata_cache,
+                        reduction: match args.reduction {
+                            Reduction::Inline => lacuna_engine::ReductionMode::Inline,
+                            Reduction::Adaptive => lacuna_engine::ReductionMode::Adaptive,
+                            Reduction::Background => lacuna_engine::ReductionMode::Background,
+                        },
                         scrub_rate_bytes_per_s: scrub_rate,
                     })
                 })

@@ -38,6 +38,8 @@ pub struct ServeConfig {
     pub destroy_retention_s: u64,
     /// Most memory the metadata page cache may take.
     pub metadata_cache_bytes: u64,
+    /// When new data is compressed.
+    pub reduction: lacuna_engine::ReductionMode,
     /// Rate of the background scrub; none without one.
     pub scrub_rate_bytes_per_s: Option<u64>,
 }
@@ -86,6 +88,7 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
         soft_threshold_percent: config.soft_threshold_percent,
         destroy_retention_s: config.destroy_retention_s,
         metadata_cache_bytes: config.metadata_cache_bytes,
+        reduction: config.reduction,
         ..EngineConfig::new(config.data_dir.clone(), capacity_bytes)
     })
     .with_context(|| format!("opening the array in {}", config.data_dir.display()))?;

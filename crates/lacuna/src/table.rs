@@ -537,6 +537,14 @@ pub fn space_details(s: &SpaceReport) -> String {
         ),
         ("reclaim backlog", format_size(s.reclaim_backlog_bytes)),
         (
+            "deferred reduction",
+            format!(
+                "{} waiting, {} reduced",
+                format_size(s.reduction_backlog_bytes),
+                format_size(s.reduced_bytes)
+            ),
+        ),
+        (
             "unmaps",
             format!(
                 "{} requests, {} unmapped, {} reclaimed",
@@ -848,6 +856,8 @@ mod tests {
             logical_data_bytes: 6 << 30,
             written_settling_volumes: 0,
             reclaim_backlog_bytes: 64 << 20,
+            reduction_backlog_bytes: 0,
+            reduced_bytes: 0,
             data_reduction_ratio: 3.0,
             total_reduction_ratio: 341.33,
             volume_count: 2,

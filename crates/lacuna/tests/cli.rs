@@ -1555,3 +1555,89 @@ fn container_reclaim_and_quota_through_nbd() {
     ));
     assert_eq!(small["used_bytes"], 1 << 20);
 }
+
+/// `serve --reduction background`: an image copied in with `qemu-img convert`
+/// reads back equal at once; its raw grains show as the deferred-reduction
+/// backlog in `array space` and `/metrics`; the background reducer then
+/// brings the footprint to what inline reduction gives, and the data still
+/// compares equal.
+#[test]
+fn background_reduction_is_visible_and_reaches_the_inline_footprint() {
+    // A compressible image (text with a counter, no two grains alike).
+    let image_dir = support::temp_dir("reduce-image");
+    let image = image_dir.path().join("image.raw");
+    let mut text: Vec<u8> = (0..16u64 << 20)
+        .map(|i| b"reduced in the background, "[(i % 27) as usize])
+        .collect();
+    for (n, grain) in text.chunks_mut(4096).enumerate() {
+        grain[..8].copy_from_slice(&(n as u64).to_le_bytes());
+    }
+    std::fs::write(&image, &text).unwrap();
+    let image = image.to_str().unwrap();
+    let footprint = |reduction: &str| {
+        let dir = support::temp_dir("reduce");
+        let daemon =
+            support::Daemon::start_with_args(dir.path(), "2G", &["--reduction", reduction])
+                .owning(dir);
+        daemon.cli_ok(&["volume", "create", "img", "--size", "16M"]);
+        let uri = daemon.uri("img");
+        support::tool_ok(
+            "qemu-img",
+            &["convert", "-n", "-f", "raw", "-O", "raw", image, &uri],
+        );
+        support::tool_ok(
+            "qemu-img",
+            &["compare", "-f", "raw", "-F", "raw", image, &uri],
+        );
+        let space = |daemon: &support::Daemon| -> serde_json::Value {
+            serde_json::from_str(&daemon.cli_ok(&["--json", "array", "space"])).unwrap()
+        };
+        let first = space(&daemon);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut settled = first.clone();
+        while settled["reduction_backlog_bytes"].as_u64().unwrap() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never reduced: {settled}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            settled = space(&daemon);
+        }
+        support::tool_ok(
+            "qemu-img",
+            &["compare", "-f", "raw", "-F", "raw", image, &uri],
+        );
+        let table = daemon.cli_ok(&["array", "space"]);
+        let metrics = daemon_metrics(&daemon);
+        (first, settled, table, metrics)
+    };
+    let (inline_first, inline, _, _) = footprint("inline");
+    assert_eq!(inline_first["reduction_backlog_bytes"], 0);
+    assert_eq!(inline["reduced_bytes"], 0);
+    let (first, settled, table, metrics) = footprint("background");
+    let waiting = first["reduction_backlog_bytes"].as_u64().unwrap();
+    let reduced = settled["reduced_bytes"].as_u64().unwrap();
+    // Every data grain went in raw: 16 MiB of 4 KiB records (and headers).
+    assert!(
+        waiting + first["reduced_bytes"].as_u64().unwrap() >= 16 << 20,
+        "{first}"
+    );
+    assert!(reduced >= 16 << 20, "{settled}");
+    assert_eq!(
+        settled["live_physical_bytes"], inline["live_physical_bytes"],
+        "{settled} vs {inline}"
+    );
+    assert!(
+        inline["live_physical_bytes"].as_u64().unwrap() < 8 << 20,
+        "{inline}"
+    );
+    assert!(table.contains("deferred reduction:"), "{table}");
+    assert_eq!(
+        metric(&metrics, "lacuna_reduction_backlog_bytes").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        metric(&metrics, "lacuna_reduced_bytes_total"),
+        Some(reduced.to_string())
+    );
+}

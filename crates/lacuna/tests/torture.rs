@@ -2,7 +2,8 @@
 //! (python3-libnbd) and iSCSI (a libiscsi client built here) at once — writes of
 //! many sizes and alignments, FUA writes, trims, write-zeroes and flushes — while a
 //! control worker takes snapshots, clones, range copies, resizes of clones and deletes (with
-//! eradication, so the reclaimer and the cleaner have work) through the CLI. The
+//! eradication, so the reclaimer and the cleaner have work) through the CLI;
+//! every other start leaves all compression to the background reducer. The
 //! daemon is SIGKILLed at a random moment, restarted, and every volume and
 //! snapshot is read back and checked against a model built from the workers'
 //! journal (see `support/torture_workload.py` for its format).
@@ -1117,8 +1118,18 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
 
+/// Every other start has the background reducer compress all new data (and
+/// so run, and be killed, in the middle of it); the others reduce as the
+/// daemon does by default.
 fn start(dir: &Path) -> Daemon {
-    Daemon::start_with_args(dir, CAPACITY, &[])
+    static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let reduction = if n.is_multiple_of(2) {
+        "background"
+    } else {
+        "adaptive"
+    };
+    Daemon::start_with_args(dir, CAPACITY, &["--reduction", reduction])
 }
 
 fn setup(dir: &Path) -> Model {

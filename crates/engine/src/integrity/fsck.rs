@@ -73,6 +73,7 @@ impl Engine {
             }
         }
         let mut class_bytes = [0u64; 3];
+        let mut waiting_bytes = 0u64;
         let mut live: BTreeMap<crate::ids::SegmentId, u64> = BTreeMap::new();
         let mut indexed_blocks = 0u64;
         for item in blocks.iter().map_err(kv_error)? {
@@ -108,6 +109,31 @@ impl Engine {
                 problems.push(format!("block {id}: stored with dedup off but indexed"));
             }
             *live.entry(rec.segment).or_default() += rec.record_bytes();
+            let waits = rec.flags & crate::segment::log::FLAG_REDUCE_LATER != 0;
+            let listed = ws.reduction_backlog.get(&id).copied();
+            if waits {
+                waiting_bytes += rec.record_bytes();
+            }
+            if waits != listed.is_some()
+                || listed.is_some_and(|bytes| u64::from(bytes) != rec.record_bytes())
+            {
+                problems.push(format!(
+                    "block {id}: waits for the reducer {waits}, in its backlog as {listed:?}"
+                ));
+            }
+        }
+        if waiting_bytes != ws.reduction_backlog_bytes
+            || ws
+                .reduction_backlog
+                .values()
+                .map(|&b| u64::from(b))
+                .sum::<u64>()
+                != waiting_bytes
+        {
+            problems.push(format!(
+                "reduction backlog of {} bytes, blocks waiting hold {waiting_bytes}",
+                ws.reduction_backlog_bytes
+            ));
         }
         for (id, count) in refs {
             problems.push(format!("block {id}: {count} mappings but no block"));

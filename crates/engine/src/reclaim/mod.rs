@@ -2,7 +2,8 @@
 //! the point mappings range records shadow and those of eradicated volumes,
 //! releases their blocks and frees segments left empty (`reclaimer`); the
 //! cleaner relocates the live records of mostly-dead segments (`cleaner`).
-//! The worker's own state, and the host activity it yields to, are in
+//! The reducer compresses what host writes stored raw when they were short of
+//! CPU (`reducer`). The worker's own state, and the host activity it yields to, are in
 //! `scheduler`.
 //!
 //! Runs under `space::rate` and yields to host I/O; changes only what
@@ -12,4 +13,5 @@
 
 pub(crate) mod cleaner;
 pub(crate) mod reclaimer;
+pub(crate) mod reducer;
 pub(crate) mod scheduler;

@@ -210,7 +210,7 @@ fn wait(engine: &Arc<Engine>, timeout: Duration) {
 
 impl Engine {
     /// Runs one step of background work (reclaim, history sweep, settling of
-    /// data bits, cleaning, lifecycle), in that priority; false when there was
+    /// data bits, cleaning, deferred reduction, lifecycle), in that priority; false when there was
     /// none. The background thread loops on it; tests that turn that thread off
     /// (`EngineConfig::background`) call it themselves.
     pub fn background_step(&self) -> Result<bool> {
@@ -219,6 +219,7 @@ impl Engine {
             || self.sweep_step()?
             || self.bits_step()?
             || self.clean_step()?
+            || self.reduce_step()?
             || self.lifecycle_step()?)
     }
 

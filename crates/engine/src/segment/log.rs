@@ -40,6 +40,13 @@ pub const FLAG_UNINDEXED: u16 = 4;
 /// before the writer mutex, and only the 24 header bytes are added under it.
 /// Records written before this flag run header first; both verify.
 pub const FLAG_PAYLOAD_CRC_FIRST: u16 = 8;
+/// The payload is the raw grain, its compression left to the background
+/// reducer (`reclaim::reducer`), which rewrites the record compressed with LZ4.
+pub const FLAG_REDUCE_LZ4: u16 = 16;
+/// As [`FLAG_REDUCE_LZ4`], with Zstandard.
+pub const FLAG_REDUCE_ZSTD: u16 = 32;
+/// The flags that say a record waits for the background reducer.
+pub const FLAG_REDUCE_LATER: u16 = FLAG_REDUCE_LZ4 | FLAG_REDUCE_ZSTD;
 
 /// Where the engine's records live.
 pub trait SegmentStore: Send + Sync {

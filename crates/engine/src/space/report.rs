@@ -135,6 +135,17 @@ pub struct SpaceReport {
     // copies, or of eradicated volumes) not yet released: the sum of the
     // containers' backlogs.
     pub reclaim_backlog_bytes: u64,
+    /// Bytes of records stored raw while the write path was short of CPU, waiting for the
+    /// background reducer to compress them
+    // Part of live_physical_bytes until reduced; bounded (a write past the
+    // bound reduces inline).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub reduction_backlog_bytes: u64,
+    /// Bytes of raw records the background reducer compressed since the daemon started
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub reduced_bytes: u64,
     /// logical data / live physical (dedup, compression, pattern removal)
     pub data_reduction_ratio: f64,
     /// provisioned / physical used (adds thin provisioning)

@@ -96,6 +96,19 @@ pub struct DataGrain {
     /// reference, never as a payload. Only with a raw payload; it must be
     /// [`DataGrain::reduced`] before it is stored.
     pub deferred: Option<crate::Compression>,
+    /// The compression left to the background reducer: the grain is stored
+    /// raw now (flagged, see [`crate::segment::log::FLAG_REDUCE_LATER`]) and
+    /// compressed when cores are free. Only with a raw payload.
+    pub background: Option<crate::Compression>,
+}
+
+/// When a data grain's compression is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceWhen {
+    /// On the write path, before the write is acknowledged.
+    Inline,
+    /// Later, by the background reducer (the write path is short of CPU).
+    Background,
 }
 
 impl DataGrain {
@@ -105,9 +118,13 @@ impl DataGrain {
         let compression = self.deferred?;
         assert_eq!(self.codec, Codec::Raw, "a deferred grain is raw");
         let payload = self.payload.clone();
-        let GrainContent::Data(data) =
-            classify_shared(&self.payload, || payload, compression, |_| false)
-        else {
+        let GrainContent::Data(data) = classify_shared(
+            &self.payload,
+            || payload,
+            compression,
+            ReduceWhen::Inline,
+            |_| false,
+        ) else {
             unreachable!("a grain classified as data once is data again");
         };
         assert_eq!(data.fingerprint, self.fingerprint);
@@ -125,13 +142,15 @@ pub fn classify(grain: &[u8]) -> GrainContent {
 /// if it saves at least an eighth.
 pub fn classify_with(grain: &[u8], compression: crate::Compression) -> GrainContent {
     let raw = || Bytes::copy_from_slice(grain);
-    classify_shared(grain, raw, compression, |_| false)
+    classify_shared(grain, raw, compression, ReduceWhen::Inline, |_| false)
 }
 
 /// [`classify_with`] of a grain that `raw` hands over as a shared buffer
 /// when it is kept raw (a duplicate's, or one that does not compress); a
 /// grain whose fingerprint `likely_duplicate` says the dedup index holds is
-/// left raw, its compression deferred.
+/// left raw, its compression deferred. With [`ReduceWhen::Background`] every
+/// data grain is left raw for the background reducer (patterns are still
+/// found and fingerprints still taken: dedup stays inline).
 ///
 /// Why: in 1 MiB writes a third of the grains repeat stored blocks and stay
 /// raw until the dedup index proves them; copying each out of the host's
@@ -141,6 +160,7 @@ pub fn classify_shared(
     grain: &[u8],
     raw: impl FnOnce() -> Bytes,
     compression: crate::Compression,
+    when: ReduceWhen,
     likely_duplicate: impl FnOnce(&Fingerprint) -> bool,
 ) -> GrainContent {
     assert_eq!(grain.len() as u64, GRAIN_BYTES);
@@ -153,6 +173,17 @@ pub fn classify_shared(
         return GrainContent::Pattern(pattern);
     }
     let fingerprint = fingerprint(grain);
+    if compression != crate::Compression::Off && when == ReduceWhen::Background {
+        let payload = raw();
+        return GrainContent::Data(DataGrain {
+            fingerprint,
+            payload_crc: crate::segment::log::payload_crc(&payload),
+            payload,
+            codec: Codec::Raw,
+            deferred: None,
+            background: Some(compression),
+        });
+    }
     if compression != crate::Compression::Off && likely_duplicate(&fingerprint) {
         return GrainContent::Data(DataGrain {
             fingerprint,
@@ -160,6 +191,7 @@ pub fn classify_shared(
             payload_crc: 0,
             codec: Codec::Raw,
             deferred: Some(compression),
+            background: None,
         });
     }
     let compressed = match compression {
@@ -177,6 +209,7 @@ pub fn classify_shared(
         payload,
         codec,
         deferred: None,
+        background: None,
     })
 }
 
@@ -389,6 +422,43 @@ mod tests {
         assert_eq!(data.payload[..], grain[..]);
     }
 
+    /// Left to the background, a compressible grain is stored raw with its
+    /// fingerprint and checksum, and says which codec it waits for; a pattern
+    /// is still a pattern, and with compression off there is nothing to wait for.
+    #[test]
+    fn a_grain_left_to_the_background_is_raw_and_names_its_codec() {
+        let mut grain = vec![0u8; GRAIN_BYTES as usize];
+        grain[5] = 1;
+        let background = |grain: &[u8], compression| {
+            classify_shared(
+                grain,
+                || Bytes::copy_from_slice(grain),
+                compression,
+                ReduceWhen::Background,
+                |_| false,
+            )
+        };
+        let GrainContent::Data(data) = background(&grain, crate::Compression::Zstd) else {
+            panic!("not a pattern")
+        };
+        assert_eq!(
+            (data.codec, data.background),
+            (Codec::Raw, Some(crate::Compression::Zstd))
+        );
+        assert_eq!(data.payload[..], grain[..]);
+        assert_eq!(data.fingerprint, fingerprint(&grain));
+        assert_eq!(data.payload_crc, crate::segment::log::payload_crc(&grain));
+        let GrainContent::Data(off) = background(&grain, crate::Compression::Off) else {
+            panic!("not a pattern")
+        };
+        assert_eq!(off.background, None);
+        let zeroes = vec![0u8; GRAIN_BYTES as usize];
+        assert!(matches!(
+            background(&zeroes, crate::Compression::Lz4),
+            GrainContent::Pattern(0)
+        ));
+    }
+
     /// A grain kept raw from a shared buffer is that buffer's bytes, not a
     /// copy: one that does not compress, and a likely duplicate (whose
     /// compression waits). One that compresses owns its encoded bytes.
@@ -404,6 +474,7 @@ mod tests {
                 &shared[at..at + GRAIN_BYTES as usize],
                 slice,
                 crate::Compression::Lz4,
+                ReduceWhen::Inline,
                 |_| duplicate,
             ) else {
                 panic!("not a pattern")

@@ -121,6 +121,9 @@ impl Engine {
         self.stats
             .media_written_bytes
             .fetch_add(appended_bytes, Ordering::Relaxed);
+        self.stats
+            .reduction_backlog_bytes
+            .store(ws.reduction_backlog_bytes, Ordering::Relaxed);
         self.committer.commit_count.fetch_add(1, Ordering::SeqCst);
         self.space_watch.free_bytes_hint.store(
             ws.capacity_bytes.saturating_sub(ws.used_bytes()),

@@ -81,6 +81,13 @@ pub struct WriterState {
     /// Live bytes by [`schema::BlockClass`] (unique, snapshot-only, shared): kept
     /// exact per commit, recomputed from the block table at open.
     pub class_bytes: [u64; 3],
+    /// Blocks stored raw whose compression waits for the background reducer
+    /// (flagged [`log::FLAG_REDUCE_LATER`]), with their record bytes: rebuilt
+    /// from the block table at open, so it survives crashes with the rows.
+    /// Bounded by what writes may leave ([`crate::data_path::MAX_REDUCTION_BACKLOG_BYTES`]).
+    pub reduction_backlog: BTreeMap<BlockId, u32>,
+    /// The sum of `reduction_backlog`'s record bytes.
+    pub reduction_backlog_bytes: u64,
     /// The transaction write batches share until it is committed (see
     /// [`crate::write::uncommitted`]). Everything above already includes its batches.
     pub(crate) open_txn: Option<OpenTxn>,
@@ -480,6 +487,12 @@ pub struct TxState {
     proven: Vec<(BlockId, Box<[u8]>)>,
     /// Segment bytes read ahead to prove dedup hits on data stored in order.
     read_ahead: crate::dedup::proof_readahead::ReadAhead,
+    /// Blocks stored raw for the background reducer in this transaction.
+    backlog_added: Vec<(BlockId, u32)>,
+    /// Blocks leaving the reducer's backlog: freed, or reduced.
+    backlog_removed: Vec<BlockId>,
+    /// Record bytes the reducer rewrote, and the bytes it wrote for them.
+    pub reduced_bytes: (u64, u64),
 }
 
 /// The dedup index: fingerprint prefix → block id.
@@ -582,6 +595,9 @@ impl TxState {
             expected_append_records: 0,
             proven: Vec::new(),
             read_ahead: Default::default(),
+            backlog_added: Vec::new(),
+            backlog_removed: Vec::new(),
+            reduced_bytes: (0, 0),
         }
     }
 
@@ -666,6 +682,35 @@ impl TxState {
         if self.used_bytes + record_bytes > self.capacity_bytes {
             return Err(EngineError::NoSpace("no room left to relocate into".into()));
         }
+        let (segment, offset) = self.clean_slot(ws, record_bytes);
+        self.appends
+            .get_mut(&segment)
+            .expect("a slot's appends")
+            .push_encoded(record);
+        let moved = BlockRec {
+            segment,
+            offset_bytes: u32::try_from(offset).expect("segment offsets fit u32"),
+            ..rec
+        };
+        self.account_moved_record((rec.segment, record_bytes), (segment, record_bytes));
+        self.relocated_bytes += record_bytes;
+        self.put_block(t, id, Some(&rec), &moved)
+    }
+
+    /// Accounts a live record of `from.1` bytes in segment `from.0` that is
+    /// written anew as `to.1` bytes in segment `to.0`: the old one is stale.
+    fn account_moved_record(&mut self, from: (SegmentId, u64), to: (SegmentId, u64)) {
+        let appended = self.seg_delta.entry(to.0).or_default();
+        appended.0 += to.1 as i64;
+        appended.1 += to.1 as i64;
+        self.seg_delta.entry(from.0).or_default().1 -= from.1 as i64;
+        self.maybe_dead.insert(from.0);
+        self.used_bytes += to.1;
+    }
+
+    /// Where the next record of `record_bytes` goes in the cleaner's stream
+    /// (a fresh segment when the open one is full), with its appends ready.
+    fn clean_slot(&mut self, ws: &WriterState, record_bytes: u64) -> (SegmentId, u64) {
         let segment = match self.clean_segment {
             Some(open)
                 if self.segment_state(ws, open).written_bytes + record_bytes
@@ -689,20 +734,66 @@ impl TxState {
             .entry(segment)
             .or_insert_with(|| crate::write::appends::SegmentAppends::new(offset));
         assert_eq!(appends.end_bytes(), offset, "appends are contiguous");
-        appends.push_encoded(record);
-        let moved = BlockRec {
+        (segment, offset)
+    }
+
+    /// Rewrites a block stored raw for the background reducer as `reduced`
+    /// (its grain, compressed when that paid, else raw) in the cleaner's
+    /// stream, without the flag: one block row changes, no mapping does, and
+    /// the raw record becomes stale space for the cleaner. `rec` is the row
+    /// as it is now.
+    pub fn rewrite_reduced(
+        &mut self,
+        ws: &WriterState,
+        t: &mut Tables,
+        id: BlockId,
+        rec: BlockRec,
+        reduced: &DataGrain,
+    ) -> Result<()> {
+        self.assert_rows_in_table();
+        assert!(
+            rec.flags & log::FLAG_REDUCE_LATER != 0,
+            "block {id} waits for no reduction"
+        );
+        assert!(reduced.deferred.is_none() && reduced.background.is_none());
+        assert_eq!(
+            reduced.fingerprint, rec.fingerprint,
+            "block {id}: another grain"
+        );
+        let header = RecordHeader {
+            flags: reduced.codec.flags()
+                | log::FLAG_PAYLOAD_CRC_FIRST
+                | (rec.flags & log::FLAG_UNINDEXED),
+            payload_len: reduced.payload.len() as u32,
+            block_id: id,
+        };
+        let old_bytes = rec.record_bytes();
+        let new_bytes = (log::RECORD_HEADER_BYTES + reduced.payload.len()) as u64;
+        if self.used_bytes + new_bytes > self.capacity_bytes {
+            return Err(EngineError::NoSpace("no room left to reduce into".into()));
+        }
+        let (segment, offset) = self.clean_slot(ws, new_bytes);
+        let (header_bytes, crc) = log::encode_header(header, reduced.payload_crc);
+        self.appends
+            .get_mut(&segment)
+            .expect("a slot's appends")
+            .push_record(header_bytes, reduced.payload.clone());
+        let rewritten = BlockRec {
             segment,
             offset_bytes: u32::try_from(offset).expect("segment offsets fit u32"),
+            payload_len: header.payload_len,
+            flags: header.flags,
+            crc,
             ..rec
         };
-        let to = self.seg_delta.entry(segment).or_default();
-        to.0 += record_bytes as i64;
-        to.1 += record_bytes as i64;
-        self.seg_delta.entry(rec.segment).or_default().1 -= record_bytes as i64;
-        self.maybe_dead.insert(rec.segment);
-        self.used_bytes += record_bytes;
-        self.relocated_bytes += record_bytes;
-        self.put_block(t, id, Some(&rec), &moved)
+        self.account_moved_record((rec.segment, old_bytes), (segment, new_bytes));
+        self.live_bytes = self.live_bytes + new_bytes - old_bytes;
+        self.freed_records
+            .push((rec.segment, u64::from(rec.offset_bytes), old_bytes));
+        self.backlog_removed.push(id);
+        self.reduced_bytes.0 += old_bytes;
+        self.reduced_bytes.1 += new_bytes;
+        self.put_block(t, id, Some(&rec), &rewritten)
     }
 
     /// Stores a data grain: a reference to an existing block that holds the
@@ -855,15 +946,26 @@ impl TxState {
         assert!(data.deferred.is_none(), "a stored grain is reduced");
         self.next_block_id = self.next_block_id.next();
         let id = self.next_block_id;
+        let reduce_later = match data.background {
+            None => 0,
+            Some(crate::Compression::Lz4) => log::FLAG_REDUCE_LZ4,
+            Some(crate::Compression::Zstd) => log::FLAG_REDUCE_ZSTD,
+            Some(crate::Compression::Off) => unreachable!("nothing waits for no compression"),
+        };
+        assert!(reduce_later == 0 || data.codec == classify::Codec::Raw);
         let header = RecordHeader {
             flags: data.codec.flags()
                 | log::FLAG_PAYLOAD_CRC_FIRST
+                | reduce_later
                 | if indexed { 0 } else { log::FLAG_UNINDEXED },
             payload_len: data.payload.len() as u32,
             block_id: id,
         };
         let record_bytes = (log::RECORD_HEADER_BYTES + data.payload.len()) as u64;
         let (segment_id, offset) = self.allocate(ws, record_bytes)?;
+        if reduce_later != 0 {
+            self.backlog_added.push((id, record_bytes as u32));
+        }
         let expected_records = self.expected_append_records;
         let appends = self.appends.entry(segment_id).or_insert_with(|| {
             let mut appends = crate::write::appends::SegmentAppends::new(offset);
@@ -1256,6 +1358,9 @@ impl TxState {
     /// Frees a block no longer live, whose row is out of the table: its
     /// record becomes stale space, its dedup entry goes.
     fn block_forgotten(&mut self, id: BlockId, rec: &BlockRec) {
+        if rec.flags & log::FLAG_REDUCE_LATER != 0 {
+            self.backlog_removed.push(id);
+        }
         self.records_written += 1;
         self.freed_blocks.insert(id);
         self.freed_keys.push((dedup_key(&rec.fingerprint), id));
@@ -1562,6 +1667,17 @@ impl TxState {
             if !ws.is_open(id) && state.live_bytes == 0 {
                 ws.pending_free.insert(id);
             }
+        }
+        for (id, record_bytes) in self.backlog_added {
+            assert!(ws.reduction_backlog.insert(id, record_bytes).is_none());
+            ws.reduction_backlog_bytes += u64::from(record_bytes);
+        }
+        for id in self.backlog_removed {
+            let record_bytes = ws
+                .reduction_backlog
+                .remove(&id)
+                .expect("a block leaving the backlog was in it");
+            ws.reduction_backlog_bytes -= u64::from(record_bytes);
         }
     }
 }

@@ -6,10 +6,14 @@
 //! blocks (a template's common files, a guest's recurring pages), so the
 //! payloads of the blocks last proven are kept here and compared in memory.
 //!
-//! Nothing here goes stale: a block's bytes never change under its id (ids
-//! are not reused while the process runs, and the cleaner moves records
-//! unchanged), and a freed block is no longer in the dedup index, so its entry
-//! is never asked for. Only transactions that committed add entries.
+//! Nothing here goes stale on its own: ids are not reused while the process
+//! runs, the cleaner moves records unchanged, and a freed block is no longer
+//! in the dedup index, so its entry is never asked for. The one change of a
+//! block's stored bytes under its id, the background reducer's rewrite of a
+//! raw record compressed, takes the entry out ([`ProvenPayloads::forget`]):
+//! kept, the raw bytes would be read with the new record's codec, and every
+//! write of that grain would miss its duplicate. Only transactions that
+//! committed add or take out entries.
 
 use crate::ids::BlockId;
 use std::collections::{HashMap, VecDeque};
@@ -40,6 +44,14 @@ impl ProvenPayloads {
         if self.order.len() > PROVEN_PAYLOADS_MAX {
             let oldest = self.order.pop_front().expect("over the limit");
             self.payloads.remove(&oldest);
+        }
+        assert_eq!(self.order.len(), self.payloads.len());
+    }
+
+    /// Forgets block `id`'s payload (its record was rewritten).
+    pub fn forget(&mut self, id: BlockId) {
+        if self.payloads.remove(&id).is_some() {
+            self.order.retain(|kept| *kept != id);
         }
         assert_eq!(self.order.len(), self.payloads.len());
     }

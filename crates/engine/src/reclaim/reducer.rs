@@ -253,6 +253,10 @@ mod tests {
             backlog
         );
         engine.check_consistency().unwrap();
+        // A copy proven against the raw blocks (their payloads kept as proven).
+        engine.create_volume("copy", DATA_BYTES as u64).unwrap();
+        let copy = engine.open_volume("copy").unwrap();
+        copy.write(1 << 20, &data[..1 << 20]).unwrap();
 
         run_background(&engine);
         assert_eq!(waiting_blocks(&engine), 0);
@@ -269,7 +273,15 @@ mod tests {
             .load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(input, backlog);
 
+        // Grains proven duplicates while raw are still found once reduced:
+        // another copy of the data adds no block.
+        let blocks = block_rows(&engine).len();
+        copy.write(0, &data[..1 << 20]).unwrap();
+        engine.commit_pending_now().unwrap();
+        assert_eq!(block_rows(&engine).len(), blocks);
+
         engine.flush_freeing().unwrap();
+        drop(copy);
         drop(engine);
         let engine = open(dir.path(), ReductionMode::Inline);
         assert_eq!(read_all(&engine), data);

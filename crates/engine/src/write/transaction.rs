@@ -493,6 +493,8 @@ pub struct TxState {
     backlog_removed: Vec<BlockId>,
     /// Record bytes the reducer rewrote, and the bytes it wrote for them.
     pub reduced_bytes: (u64, u64),
+    /// Blocks whose stored payload the reducer rewrote.
+    rewritten: Vec<BlockId>,
 }
 
 /// The dedup index: fingerprint prefix → block id.
@@ -598,6 +600,7 @@ impl TxState {
             backlog_added: Vec::new(),
             backlog_removed: Vec::new(),
             reduced_bytes: (0, 0),
+            rewritten: Vec::new(),
         }
     }
 
@@ -791,6 +794,7 @@ impl TxState {
         self.freed_records
             .push((rec.segment, u64::from(rec.offset_bytes), old_bytes));
         self.backlog_removed.push(id);
+        self.rewritten.push(id);
         self.reduced_bytes.0 += old_bytes;
         self.reduced_bytes.1 += new_bytes;
         self.put_block(t, id, Some(&rec), &rewritten)
@@ -1671,6 +1675,9 @@ impl TxState {
         for (id, record_bytes) in self.backlog_added {
             assert!(ws.reduction_backlog.insert(id, record_bytes).is_none());
             ws.reduction_backlog_bytes += u64::from(record_bytes);
+        }
+        for &id in &self.rewritten {
+            ws.proven.forget(id);
         }
         for id in self.backlog_removed {
             let record_bytes = ws

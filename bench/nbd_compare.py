@@ -9,7 +9,8 @@ a 1.1 GB ext4 image (real files from /usr) is imported into an empty target of
 each server with `qemu-img convert -n` and with `nbdcopy --flush`. Medians of
 the rounds are reported.
 
-usage: bench/nbd_compare.py [--runtime SECONDS] [--size GIB] [--unmap-gib N] [--rounds N] [--no-record]
+usage: bench/nbd_compare.py [--runtime SECONDS] [--size GIB] [--unmap-gib N] [--rounds N]
+                            [--reduction inline|adaptive|background] [--no-record]
 Needs: fio, qemu-nbd, nbdkit, nbdcopy, nbdsh, mke2fs, and a release build
 (cargo build --release). Everything listens on 127.0.0.1 only.
 """
@@ -83,12 +84,14 @@ def prefill(uri, size_gib):
 class Lacuna:
     name = "lacuna"
 
-    def __init__(self, tmp, size_gib):
+    def __init__(self, tmp, size_gib, reduction="inline"):
         self.data = os.path.join(tmp, "lacuna-data")
         self.nbd, self.api = free_port(), free_port()
         vasa_off = no_vasa_args(LACUNA)
+        # Only named when not the default, so builds before --reduction still run.
+        reduction_args = [] if reduction == "inline" else ["--reduction", reduction]
         self.proc = subprocess.Popen([
-            LACUNA, "serve", *vasa_off, "--data-dir", self.data, "--capacity", "64G",
+            LACUNA, "serve", *vasa_off, *reduction_args, "--data-dir", self.data, "--capacity", "64G",
             "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api}", "--nbd-open-access",
         ], stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "lacuna.log"), "w"))
         wait_port(self.nbd)
@@ -181,7 +184,7 @@ def one_round(tmp, args, img, last):
     import into a fresh empty target. Returns {(job, server): (IOPS, MiB/s)},
     {(import, server): seconds} and, in the last round, Lacuna's figures."""
     results, imports, extra = {}, {}, {}
-    targets = [Lacuna(tmp, args.size), QemuNbd(tmp, args.size), NbdkitFile(tmp, args.size)]
+    targets = [Lacuna(tmp, args.size, args.reduction), QemuNbd(tmp, args.size), NbdkitFile(tmp, args.size)]
     try:
         for t in targets:
             prefill(t.uri, args.size)
@@ -235,6 +238,8 @@ def main():
     ap.add_argument("--size", type=int, default=2, help="GiB per target")
     ap.add_argument("--unmap-gib", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3, help="rounds on fresh servers; medians are reported")
+    ap.add_argument("--reduction", choices=["inline", "adaptive", "background"], default="inline",
+                    help="lacuna serve --reduction")
     ap.add_argument("--no-record", action="store_true")
     args = ap.parse_args()
     if not os.path.exists(LACUNA):
@@ -262,7 +267,8 @@ def main():
                             text=True).stdout.strip()
     lines = []
     lines.append(f"\n## {datetime.date.today().isoformat()} — `bench/nbd_compare.py --runtime {args.runtime} "
-                 f"--size {args.size} --unmap-gib {args.unmap_gib} --rounds {args.rounds}` on `{commit}`\n")
+                 f"--size {args.size} --unmap-gib {args.unmap_gib} --rounds {args.rounds} --reduction {args.reduction}` "
+                 f"on `{commit}`\n")
     lines.append(f"Machine: {os.cpu_count()} cores, {os.uname().release}. Client and servers share the cores. "
                  f"Medians of {args.rounds} round{'s' if args.rounds > 1 else ''}, fresh servers each round.\n")
     lines.append("| job | lacuna | qemu-nbd | nbdkit-file | lacuna/qemu-nbd | lacuna/nbdkit | lacuna/best |")

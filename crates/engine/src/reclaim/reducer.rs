@@ -49,10 +49,20 @@ impl Engine {
             if ids.is_empty() {
                 return Ok(false);
             }
-            let rows = self.transact_deferred(&mut ws, 0, false, |st, t, _| {
-                ids.iter()
-                    .map(|&id| Ok((id, st.block(t, id)?)))
-                    .collect::<Result<Vec<_>>>()
+            // Read in the open transaction (which may hold the newest rows),
+            // changing nothing. A waiting block always has its row; were one
+            // missing, it is passed over here rather than failing the
+            // transaction (which would fence the array).
+            let rows = self.transact_deferred(&mut ws, 0, false, |_, t, _| {
+                let mut rows = Vec::with_capacity(ids.len());
+                for &id in &ids {
+                    let Some(value) = t.blocks.get(id.get()).map_err(kv_error)? else {
+                        debug_assert!(false, "waiting block {id} has no row");
+                        continue;
+                    };
+                    rows.push((id, BlockRec::decode(value.value())?));
+                }
+                Ok(rows)
             })?;
             // Before the mutex goes: no segment holding a waiting record can
             // be removed until the reads below are done.

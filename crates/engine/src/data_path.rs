@@ -36,11 +36,9 @@ fn state_of(content: Content) -> ExtentState {
 pub const MAX_REDUCTION_BACKLOG_BYTES: u64 = 4 << 30;
 /// Under [`crate::ReductionMode::Adaptive`], writes this large store raw
 /// grains for the background reducer, smaller ones reduce inline. Large
-/// writes are where compression is the write path's largest cost (LZ4 46-55%
-/// of the daemon's CPU in image imports, 12% in 1 MiB overwrites, 9% in 4 KiB
-/// random writes, which are bound by metadata: bench/RESULTS.md, Diagnostics),
-/// and a host streaming them waits on it, whether one write is in flight or
-/// many.
+/// writes are where compression is the write path's largest cost, and a host
+/// streaming them waits on it whether one write is in flight or many; small
+/// writes are bound by their metadata, not by compression.
 pub const ADAPTIVE_MIN_WRITE_BYTES: u64 = 128 << 10;
 
 impl Engine {

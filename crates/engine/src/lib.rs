@@ -213,12 +213,8 @@ pub struct EngineStats {
     /// behind (each one a write that waited on cleaning).
     pub writer_cleans: AtomicU64,
     pub relocated_bytes: AtomicU64,
-    /// Grains stored raw with their compression left to the background.
-    pub background_grains: AtomicU64,
     /// Record bytes the background reducer read and rewrote (raw ones).
     pub reduced_input_bytes: AtomicU64,
-    /// Record bytes it wrote for them (compressed, or raw without the flag).
-    pub reduced_output_bytes: AtomicU64,
     /// Bytes of raw records waiting for the background reducer, as of the
     /// last commit (the writer state's figure, readable without its mutex).
     pub reduction_backlog_bytes: AtomicU64,

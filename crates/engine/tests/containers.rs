@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{temp_dir, unique_bytes};
+use common::{settle_reduction, temp_dir, unique_bytes};
 use lacuna_engine::space::rate::ManualClock;
 use lacuna_engine::{
     Compression, ContainerPolicy, ContainerUpdate, Engine, EngineConfig, EngineError, Provisioning,
@@ -505,17 +505,4 @@ fn an_unmapped_range_rewritten_before_its_reclaim_is_still_finished() {
     assert!(buf.iter().all(|&b| b == 0), "unmapped data stays unmapped");
     engine.check_consistency().unwrap();
     engine.close().unwrap();
-}
-
-/// Waits (boundedly) until the background reducer has compressed what large
-/// writes stored raw: the footprint the codec gives.
-fn settle_reduction(engine: &lacuna_engine::Engine) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while engine.space().reduction_backlog_bytes > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "reduction never settled"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
 }

@@ -88,19 +88,6 @@ fn drain_reclaim(engine: &Engine) {
     }
 }
 
-/// Waits until the background reducer has compressed every raw grain (bounded).
-fn drain_reduction(engine: &Engine) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while engine.space().reduction_backlog_bytes > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "reduction did not drain: {:?}",
-            engine.space()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 fn run(ops: Vec<Op>) {
     run_with(ops, ReductionMode::default())
 }
@@ -160,7 +147,7 @@ fn run_with(ops: Vec<Op>, reduction: ReductionMode) {
     engine.check_consistency().unwrap();
     // Shadowed mappings hold physical space until reclaimed: settle first.
     drain_reclaim(&engine);
-    drain_reduction(&engine);
+    common::settle_reduction(&engine);
     let mut reduced = vec![0u8; VOLUME_BYTES as usize];
     vol.read(0, &mut reduced).unwrap();
     assert!(reduced == model, "content differs once reduced");

@@ -210,9 +210,10 @@ fn wait(engine: &Arc<Engine>, timeout: Duration) {
 
 impl Engine {
     /// Runs one step of background work (reclaim, history sweep, settling of
-    /// data bits, cleaning, deferred reduction, lifecycle), in that priority; false when there was
-    /// none. The background thread loops on it; tests that turn that thread off
-    /// (`EngineConfig::background`) call it themselves.
+    /// data bits, cleaning, deferred reduction, lifecycle), in that priority;
+    /// false when there was none. The background thread loops on it; tests
+    /// that turn that thread off (`EngineConfig::background`) call it
+    /// themselves.
     pub fn background_step(&self) -> Result<bool> {
         self.background_flush_if_due();
         Ok(self.reclaim_step()?

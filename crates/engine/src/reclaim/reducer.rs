@@ -105,23 +105,22 @@ impl Engine {
             return Ok(false);
         }
         let grains = reduced.len() as u64;
-        let (input_bytes, written_bytes) =
-            self.transact_deferred(&mut ws, grains, false, |st, t, ws| {
-                for r in &reduced {
-                    let Some(value) = t.blocks.get(r.id.get()).map_err(kv_error)? else {
-                        continue; // freed meanwhile: gone from the backlog with its row
-                    };
-                    let now = BlockRec::decode(value.value())?;
-                    drop(value);
-                    let unchanged = now.segment == r.rec.segment
-                        && now.offset_bytes == r.rec.offset_bytes
-                        && now.flags == r.rec.flags;
-                    if unchanged {
-                        st.rewrite_reduced(ws, t, r.id, now, &r.grain)?;
-                    }
+        let input_bytes = self.transact_deferred(&mut ws, grains, false, |st, t, ws| {
+            for r in &reduced {
+                let Some(value) = t.blocks.get(r.id.get()).map_err(kv_error)? else {
+                    continue; // freed meanwhile: gone from the backlog with its row
+                };
+                let now = BlockRec::decode(value.value())?;
+                drop(value);
+                let unchanged = now.segment == r.rec.segment
+                    && now.offset_bytes == r.rec.offset_bytes
+                    && now.flags == r.rec.flags;
+                if unchanged {
+                    st.rewrite_reduced(ws, t, r.id, now, &r.grain)?;
                 }
-                Ok(st.reduced_bytes)
-            })?;
+            }
+            Ok(st.reduced_bytes)
+        })?;
         self.commit_pending_if_full(&mut ws)?;
         drop(ws);
         for r in &reduced {
@@ -130,9 +129,6 @@ impl Engine {
         self.stats
             .reduced_input_bytes
             .fetch_add(input_bytes, Ordering::Relaxed);
-        self.stats
-            .reduced_output_bytes
-            .fetch_add(written_bytes, Ordering::Relaxed);
         Ok(true)
     }
 }

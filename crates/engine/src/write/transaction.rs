@@ -491,8 +491,8 @@ pub struct TxState {
     backlog_added: Vec<(BlockId, u32)>,
     /// Blocks leaving the reducer's backlog: freed, or reduced.
     backlog_removed: Vec<BlockId>,
-    /// Record bytes the reducer rewrote, and the bytes it wrote for them.
-    pub reduced_bytes: (u64, u64),
+    /// Record bytes the reducer rewrote.
+    pub reduced_bytes: u64,
     /// Blocks whose stored payload the reducer rewrote.
     rewritten: Vec<BlockId>,
 }
@@ -599,7 +599,7 @@ impl TxState {
             read_ahead: Default::default(),
             backlog_added: Vec::new(),
             backlog_removed: Vec::new(),
-            reduced_bytes: (0, 0),
+            reduced_bytes: 0,
             rewritten: Vec::new(),
         }
     }
@@ -795,8 +795,7 @@ impl TxState {
             .push((rec.segment, u64::from(rec.offset_bytes), old_bytes));
         self.backlog_removed.push(id);
         self.rewritten.push(id);
-        self.reduced_bytes.0 += old_bytes;
-        self.reduced_bytes.1 += new_bytes;
+        self.reduced_bytes += old_bytes;
         self.put_block(t, id, Some(&rec), &rewritten)
     }
 

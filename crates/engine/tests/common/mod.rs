@@ -28,3 +28,17 @@ pub fn unique_bytes(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Waits (boundedly) until the background reducer has compressed what writes
+/// stored raw: the footprint the codec gives.
+pub fn settle_reduction(engine: &lacuna_engine::Engine) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while engine.space().reduction_backlog_bytes > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "reduction never settled: {:?}",
+            engine.space()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

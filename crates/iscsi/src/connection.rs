@@ -52,6 +52,9 @@ const ABORTED_TAGS_REMEMBERED: usize = 256;
 const HOLD_PDUS_MAX: u32 = 32;
 /// How long a new login waits for the session it reinstates to close.
 const REINSTATEMENT_WAIT: Duration = Duration::from_secs(10);
+/// How long a new login waits for the teardown of sessions whose connections
+/// have already ended (see `await_ending_sessions`).
+const ENDING_SESSIONS_WAIT: Duration = Duration::from_secs(10);
 
 /// The socket's read side: buffered, receiving directly while it polls.
 type SocketIn = BufReader<SocketReader<OwnedReadHalf>>;
@@ -336,6 +339,7 @@ async fn admit_session(
             return Err(LoginStatus::TARGET_ERROR);
         }
     }
+    await_ending_sessions(target).await;
     target
         .registry
         .insert(session.clone(), limits.max_sessions)
@@ -343,14 +347,39 @@ async fn admit_session(
     Ok(session)
 }
 
-/// After the full feature phase: wait for running commands, forget the session, tell the
-/// SCSI layer the nexus is gone.
+/// Waits (bounded) until every session whose connection has ended is torn
+/// down. Why: an initiator that drops a connection and logs in again, from
+/// another initiator port, must find the old nexus lost (its PREVENT MEDIUM
+/// REMOVAL and SPC-2 reservation gone), as it would with a target whose
+/// teardown were instant; without this its first command races the old
+/// connection's teardown.
+async fn await_ending_sessions(target: &Target) {
+    let deadline = tokio::time::Instant::now() + ENDING_SESSIONS_WAIT;
+    for ending in target.registry.ending() {
+        if tokio::time::timeout_at(deadline, ending.wait_closed())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                tsih = ending.tsih,
+                "login proceeds before an ended session's teardown"
+            );
+            return;
+        }
+    }
+}
+
+/// After the full feature phase: wait for running commands, tell the SCSI
+/// layer the nexus is gone, forget the session. The session stays in the
+/// registry, marked ending, until its nexus is dropped, so that a new login
+/// can wait for that (`await_ending_sessions`).
 async fn teardown(target: &Target, session: &Arc<Session>) {
+    session.mark_ending();
     end_all_tasks(target, session).await;
+    drop_nexus(target, session).await;
     if session.session_type == SessionType::Normal {
         target.registry.remove(session);
     }
-    drop_nexus(target, session).await;
     session.mark_closed();
     tracing::info!(tsih = session.tsih, "iSCSI session closed");
 }
@@ -611,6 +640,7 @@ async fn full_feature_phase(
         placement: gather_buffers,
     };
     let result = connection.serve(reader, inbound).await;
+    session.mark_ending();
     connection.release_wire();
     if let Err(error) = &result {
         tracing::info!(tsih = session.tsih, %error, "connection closing");

@@ -192,6 +192,9 @@ pub struct Session {
     close: watch::Sender<bool>,
     /// Set by the connection once it has torn everything down.
     closed: watch::Sender<bool>,
+    /// Set when the connection has ended and its teardown began (see
+    /// [`Registry::ending`]).
+    ending: std::sync::atomic::AtomicBool,
     /// The SCSI layer has been told the nexus is gone (see
     /// [`Session::take_nexus_drop`]).
     nexus_dropped: std::sync::atomic::AtomicBool,
@@ -227,6 +230,7 @@ impl Session {
             tasks_changed: Notify::new(),
             close: watch::channel(false).0,
             closed: watch::channel(false).0,
+            ending: std::sync::atomic::AtomicBool::new(false),
             nexus_dropped: std::sync::atomic::AtomicBool::new(false),
             pool_share: Arc::new(tokio::sync::Semaphore::new(pool_share_commands)),
         }
@@ -330,6 +334,16 @@ impl Session {
         self.close.subscribe()
     }
 
+    /// The connection is gone (hang-up, error, close request); the nexus
+    /// will be dropped once its commands have ended.
+    pub fn mark_ending(&self) {
+        self.ending.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn is_ending(&self) -> bool {
+        self.ending.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     pub fn mark_closed(&self) {
         self.closed.send_replace(true);
     }
@@ -384,6 +398,20 @@ impl Registry {
     /// The session an initiator port already has (reinstatement when a new login reuses it).
     pub fn get(&self, key: &SessionKey) -> Option<Arc<Session>> {
         self.inner.lock().sessions.get(key).cloned()
+    }
+
+    /// Sessions whose connection has ended but whose teardown (the nexus loss
+    /// in the SCSI layer) has not finished.
+    pub fn ending(&self) -> Vec<Arc<Session>> {
+        let inner = self.inner.lock();
+        let ending: Vec<Arc<Session>> = inner
+            .sessions
+            .values()
+            .filter(|s| s.is_ending())
+            .cloned()
+            .collect();
+        assert!(ending.len() <= inner.sessions.len());
+        ending
     }
 
     /// Inserts a new session; the caller has closed any session with the same key first.

@@ -369,6 +369,29 @@ fn reusing_an_isid_reinstates_the_session() {
     assert_eq!(server.disk.nexus_dropped.load(Ordering::SeqCst), 1);
 }
 
+/// An initiator that hangs up and logs in again from another initiator port
+/// finds the old nexus lost (its PREVENT and reservations gone) by the time
+/// its login completes, however slow the old session's teardown.
+#[test]
+fn a_login_after_a_hang_up_waits_for_the_old_nexus_to_be_dropped() {
+    let server = TestServer::start();
+    *server.disk.nexus_dropped_delay.lock() = Duration::from_millis(500);
+    let mut old = RawClient::connect(server.portals[0]);
+    old.login_normal(INITIATOR_IQN, ISID_A);
+    drop(old);
+    // The target has seen the hang-up: the old session's teardown is under way.
+    wait_for(|| server.disk.closing.load(Ordering::SeqCst));
+    assert_eq!(server.disk.nexus_dropped.load(Ordering::SeqCst), 0);
+    let mut new = RawClient::connect(server.portals[0]);
+    new.login_normal(INITIATOR_IQN, ISID_B);
+    assert_eq!(
+        server.disk.nexus_dropped.load(Ordering::SeqCst),
+        1,
+        "the login completed before the old nexus was dropped"
+    );
+    assert!(new.ping().is_some());
+}
+
 /// Sends a Logout Request (close the session) and returns the reply.
 fn logout(client: &mut RawClient, initiator_task_tag: u32) -> Received {
     let header = Header::LogoutRequest(pdu::LogoutRequest {

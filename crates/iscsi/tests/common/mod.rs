@@ -39,6 +39,8 @@ pub struct MemoryDisk {
     pub delay: Mutex<Duration>,
     /// Sleep in `nexus_created` (for login tests).
     pub nexus_created_delay: Mutex<Duration>,
+    /// Sleep in `nexus_dropped` before it counts (a slow teardown).
+    pub nexus_dropped_delay: Mutex<Duration>,
     /// Each command waits (for up to ten seconds) until its nexus is closing,
     /// like a SANITIZE without IMMED.
     pub hold_until_closing: AtomicBool,
@@ -64,6 +66,7 @@ impl MemoryDisk {
             commands: AtomicUsize::new(0),
             delay: Mutex::new(Duration::ZERO),
             nexus_created_delay: Mutex::new(Duration::ZERO),
+            nexus_dropped_delay: Mutex::new(Duration::ZERO),
             hold_until_closing: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             running: AtomicUsize::new(0),
@@ -300,6 +303,7 @@ impl ScsiTarget for MemoryDisk {
     }
 
     fn nexus_dropped(&self, _nexus: &ItNexus) {
+        thread::sleep(*self.nexus_dropped_delay.lock());
         self.nexus_dropped.fetch_add(1, Ordering::SeqCst);
     }
 

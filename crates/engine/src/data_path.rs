@@ -152,15 +152,30 @@ impl Engine {
         BlockRec::decode(rec.value())
     }
 
-    /// Counts a failed record read as a read error (I/O) or a checksum error
-    /// (the record is not what its block row says).
-    pub(crate) fn count_read_failure(&self, error: &EngineError) {
-        let counter = match error {
-            EngineError::Io { .. } => &self.stats.read_errors,
-            EngineError::Corruption(_) => &self.stats.checksum_errors,
+    /// Counts a failed host read of a grain as a read error (I/O) or a
+    /// checksum error (the record is not what its block row says), and keeps
+    /// where it was for [`Engine::take_read_faults`].
+    pub(crate) fn note_read_failure(&self, volume: &str, at_bytes: u64, error: &EngineError) {
+        use crate::integrity::faults::{ReadFault, ReadFaultKind};
+        let (counter, kind) = match error {
+            EngineError::Io { .. } => (&self.stats.read_errors, ReadFaultKind::Io),
+            EngineError::Corruption(_) => (&self.stats.checksum_errors, ReadFaultKind::Checksum),
             _ => return,
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.read_faults.note(ReadFault {
+            kind,
+            volume: volume.to_string(),
+            offset_bytes: at_bytes,
+            length_bytes: crate::GRAIN_BYTES,
+            message: error.to_string(),
+        });
+    }
+
+    /// The host reads that failed since the last call (at most
+    /// [`crate::integrity::faults::MAX_KEPT_FAULTS`]), and how many more did.
+    pub fn take_read_faults(&self) -> (Vec<crate::integrity::faults::ReadFault>, u64) {
+        self.read_faults.take()
     }
 
     /// Reads and verifies one block's record (into `record`, a work buffer

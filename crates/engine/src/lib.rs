@@ -290,6 +290,8 @@ pub struct Engine {
     /// reader that could still see them is left.
     io_lock: RwLock<()>,
     pub stats: EngineStats,
+    /// Host reads that failed, with where (see [`Engine::take_read_faults`]).
+    read_faults: crate::integrity::faults::ReadFaults,
     scrubs: crate::integrity::scrub::Scrubs,
 }
 
@@ -374,6 +376,7 @@ impl Engine {
             store: crate::segment::fault_injection::wrap(store),
             io_lock: RwLock::new(()),
             stats: EngineStats::default(),
+            read_faults: crate::integrity::faults::ReadFaults::default(),
             scrubs: crate::integrity::scrub::Scrubs::default(),
         });
         {

@@ -125,6 +125,23 @@ fn a_flipped_bit_is_found_and_mapped_to_every_reader() {
     assert!(matches!(failed, EngineError::Corruption(_)), "{failed}");
     assert_eq!(engine.stats.checksum_errors.load(Ordering::SeqCst), 1);
     assert_eq!(engine.space().checksum_errors, 1);
+    // The failure is kept with where it was, once, for the daemon's events.
+    let (faults, not_kept) = engine.take_read_faults();
+    assert_eq!(not_kept, 0);
+    let faults: Vec<_> = faults
+        .iter()
+        .map(|f| (f.kind, f.volume.as_str(), f.offset_bytes, f.length_bytes))
+        .collect();
+    assert_eq!(
+        faults,
+        vec![(
+            lacuna_engine::integrity::faults::ReadFaultKind::Checksum,
+            "a",
+            10 * GRAIN_BYTES,
+            GRAIN_BYTES
+        )]
+    );
+    assert!(engine.take_read_faults().0.is_empty());
     let mut fine = vec![0u8; GRAIN_BYTES as usize];
     a.read(11 * GRAIN_BYTES, &mut fine).unwrap();
     assert_eq!(

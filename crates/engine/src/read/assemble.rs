@@ -316,7 +316,7 @@ impl<'a> Filler<'a> {
             Err(_) => {}
         }
         result.inspect_err(|e| {
-            engine.count_read_failure(e);
+            engine.note_read_failure(self.label, at_bytes, e);
             tracing::error!(
                 volume = %self.label,
                 offset_bytes = at_bytes,

@@ -12,6 +12,7 @@
 pub mod events;
 pub mod history;
 pub mod io;
+pub mod watch;
 
 pub use events::{Event, EventKind, EventLog, EventLogError, NewEvent, Severity};
 pub use history::{
@@ -19,3 +20,26 @@ pub use history::{
     Window,
 };
 pub use io::{Direction, IoCounters, IoTotals, Protocol};
+pub use watch::{Condition, Refusals, ScrubResult, Watch};
+
+/// What the daemon keeps for the API and the dashboard: the counters the
+/// transports feed, the history and the event log, and the refusals waiting
+/// for the next sample.
+pub struct Monitor {
+    pub io: IoCounters,
+    pub history: History,
+    pub events: EventLog,
+    pub refusals: Refusals,
+}
+
+impl Monitor {
+    /// A monitor whose event log lives in `dir`.
+    pub fn open(dir: &std::path::Path) -> Result<Monitor, EventLogError> {
+        Ok(Monitor {
+            io: IoCounters::default(),
+            history: History::default(),
+            events: EventLog::open(dir)?,
+            refusals: Refusals::default(),
+        })
+    }
+}

@@ -143,7 +143,7 @@ impl Watch {
                     Severity::Warning,
                     EventKind::CertificateExpiring,
                     "vasa",
-                    format!("the VASA provider certificate expires in {days} days: renew it (lacuna vasa renew-certificate)"),
+                    format!("the VASA provider certificate expires in {days} days: replace it (lacuna vasa rotate-certificate, or a CA-signed one from vCenter)"),
                 ));
             }
             Some(days) if days > CERTIFICATE_WARNING_DAYS => self.certificate_warned = false,

@@ -24,6 +24,12 @@ pub enum ApiError {
     /// A vVol route on an API state built without the vVol service: 501.
     #[error("virtual volumes are not available on this server")]
     VvolsUnavailable,
+    /// A history or event route on an API state built without the monitor: 501.
+    #[error("history and events are not available on this server")]
+    MonitorUnavailable,
+    /// `POST /v1/events/{id}/acknowledge` of an event the log does not hold: 404.
+    #[error("no event {0} (it may be older than the log keeps)")]
+    NoSuchEvent(u64),
     /// A VASA route on an API state built without the provider: 501.
     #[error("the VASA provider is not running on this server")]
     VasaUnavailable,
@@ -66,9 +72,11 @@ impl ApiError {
                 HostControlError::Engine(e) => engine_status(e),
                 HostControlError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
-            ApiError::HostsUnavailable | ApiError::VvolsUnavailable | ApiError::VasaUnavailable => {
-                StatusCode::NOT_IMPLEMENTED
-            }
+            ApiError::HostsUnavailable
+            | ApiError::VvolsUnavailable
+            | ApiError::VasaUnavailable
+            | ApiError::MonitorUnavailable => StatusCode::NOT_IMPLEMENTED,
+            ApiError::NoSuchEvent(_) => StatusCode::NOT_FOUND,
             ApiError::Vvol(fault) => vvol_status(fault),
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,

@@ -33,6 +33,7 @@ mod extract;
 mod hosts;
 mod listener;
 pub mod metrics;
+pub mod monitor;
 pub mod openapi;
 mod requests;
 mod token;
@@ -89,6 +90,7 @@ pub struct ApiState {
     hosts: Option<Arc<dyn HostControl>>,
     vvols: Option<Arc<lacuna_vvol::VvolService>>,
     vasa: Option<Arc<lacuna_vasa::ProviderServer>>,
+    monitor: Option<Arc<lacuna_monitor::Monitor>>,
     token: Arc<str>,
 }
 
@@ -102,6 +104,7 @@ impl ApiState {
             hosts: None,
             vvols: None,
             vasa: None,
+            monitor: None,
             token: Arc::from(token.into()),
         }
     }
@@ -115,6 +118,12 @@ impl ApiState {
     /// Serves the VASA provider's control routes; without it they answer 501.
     pub fn with_vasa(mut self, vasa: Arc<lacuna_vasa::ProviderServer>) -> ApiState {
         self.vasa = Some(vasa);
+        self
+    }
+
+    /// Serves the history and event routes from `monitor`; without it they answer 501.
+    pub fn with_monitor(mut self, monitor: Arc<lacuna_monitor::Monitor>) -> ApiState {
+        self.monitor = Some(monitor);
         self
     }
 
@@ -168,6 +177,7 @@ fn authenticated_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(openapi_document))
         .merge(vvols::routes())
         .merge(vasa::routes())
+        .merge(monitor::routes())
 }
 
 /// The API as an axum router, state applied.

@@ -843,8 +843,22 @@ fn app_with_hosts() -> (axum::Router, Arc<FakeArray>, Arc<FakeHosts>) {
     let hosts = Arc::new(FakeHosts::default());
     let state = ApiState::new(fake.clone(), TOKEN)
         .with_hosts(hosts.clone())
-        .with_vvols(vvol_service());
+        .with_vvols(vvol_service())
+        .with_monitor(monitor());
     (router(state), fake, hosts)
+}
+
+/// A real monitor, one for the whole test binary (its event log in a
+/// temporary directory).
+fn monitor() -> Arc<lacuna_monitor::Monitor> {
+    type Kept = (tempfile::TempDir, Arc<lacuna_monitor::Monitor>);
+    static MONITOR: std::sync::OnceLock<Kept> = std::sync::OnceLock::new();
+    let (_, monitor) = MONITOR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let monitor = Arc::new(lacuna_monitor::Monitor::open(dir.path()).unwrap());
+        (dir, monitor)
+    });
+    monitor.clone()
 }
 
 /// The real vVol service on a real engine, one for the whole test binary
@@ -924,6 +938,11 @@ fn is_vasa_route(path: &str) -> bool {
     path.starts_with("/v1/vasa")
 }
 
+/// The history and event routes read the monitor, never the engine.
+fn is_monitor_route(path: &str) -> bool {
+    path == "/v1/array/history" || path.starts_with("/v1/events")
+}
+
 /// A path template with its parameters filled in.
 fn concrete(path: &str) -> String {
     path.replace("{name}", "v")
@@ -931,6 +950,7 @@ fn concrete(path: &str) -> String {
         .replace("{host}", "h")
         .replace("{container}", "c")
         .replace("{task}", "1")
+        .replace("{id}", "1")
 }
 
 #[tokio::test]
@@ -1274,6 +1294,7 @@ async fn every_engine_error_maps_to_its_status() {
                     && !is_host_route(path)
                     && !is_vvol_route(path)
                     && !is_vasa_route(path)
+                    && !is_monitor_route(path)
             })
             .map(|(method, path, body)| (method.as_str(), concrete(path), body.as_deref()))
             .chain([("POST", "/v1/volumes".to_string(), Some(clone))]);
@@ -2907,4 +2928,108 @@ async fn vvol_routes_answer_the_service_and_its_faults() {
     )
     .await;
     error_message(&r, StatusCode::NOT_FOUND);
+}
+
+/// The history answers what the monitor recorded, by window and since; events
+/// list oldest first, poll by id, acknowledge once, and bad queries are 400s.
+#[tokio::test]
+async fn history_and_events_routes_answer_what_the_monitor_keeps() {
+    use lacuna_monitor::{Direction, EventKind, NewEvent, Observation, Protocol, Severity};
+    let dir = tempfile::tempdir().unwrap();
+    let monitor = Arc::new(lacuna_monitor::Monitor::open(dir.path()).unwrap());
+    let fake = Arc::new(FakeArray::default());
+    let app = router(ApiState::new(fake, TOKEN).with_monitor(monitor.clone()));
+    for (i, unix_s) in [1000u64, 1005, 1010].into_iter().enumerate() {
+        for _ in 0..(10 * i) {
+            monitor.io.record(
+                Protocol::Nbd,
+                Direction::Write,
+                4096,
+                std::time::Duration::from_micros(200),
+            );
+        }
+        monitor.history.observe(Observation {
+            unix_s,
+            io: monitor.io.totals(),
+            ..Observation::default()
+        });
+    }
+    let r = send(&app, "GET", "/v1/array/history", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        (r.body["window"].clone(), r.body["interval_s"].clone()),
+        (json!("hour"), json!(5))
+    );
+    let samples = r.body["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 2);
+    let nbd_write = &samples[1]["io"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["protocol"] == "nbd" && f["direction"] == "write")
+        .unwrap()
+        .clone();
+    assert_eq!(nbd_write["iops"], json!(4.0), "20 writes in 5 s");
+    let r = send(
+        &app,
+        "GET",
+        "/v1/array/history?since_unix_s=1005",
+        bearer(),
+        None,
+    )
+    .await;
+    assert_eq!(r.body["samples"].as_array().unwrap().len(), 1);
+    let r = send(&app, "GET", "/v1/array/history?window=day", bearer(), None).await;
+    assert_eq!(r.body["samples"], json!([]), "no whole minute yet");
+    let r = send(&app, "GET", "/v1/array/history?window=week", bearer(), None).await;
+    assert!(error_message(&r, StatusCode::BAD_REQUEST).contains("week"));
+
+    let new = |kind, severity| NewEvent {
+        severity,
+        kind,
+        subject: Some("vol".into()),
+        message: format!("{kind:?}"),
+    };
+    monitor
+        .events
+        .raise(
+            50,
+            vec![
+                new(EventKind::ChecksumError, Severity::Critical),
+                new(EventKind::SoftThresholdCrossed, Severity::Warning),
+            ],
+        )
+        .unwrap();
+    let r = send(&app, "GET", "/v1/events", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["events"][0]["kind"], "checksum_error");
+    assert_eq!(
+        (
+            r.body["open_warnings"].clone(),
+            r.body["open_critical"].clone()
+        ),
+        (json!(1), json!(1))
+    );
+    let r = send(&app, "POST", "/v1/events/1/acknowledge", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(r.body["acknowledged_unix_s"].is_u64());
+    let r = send(&app, "GET", "/v1/events?open=true", bearer(), None).await;
+    let open: Vec<_> = r.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].clone())
+        .collect();
+    assert_eq!(open, vec![json!(2)]);
+    assert_eq!(r.body["open_critical"], json!(0));
+    let r = send(&app, "GET", "/v1/events?after_id=1", bearer(), None).await;
+    assert_eq!(r.body["events"].as_array().unwrap().len(), 1);
+    let r = send(&app, "POST", "/v1/events/99/acknowledge", bearer(), None).await;
+    assert!(error_message(&r, StatusCode::NOT_FOUND).contains("99"));
+    let r = send(&app, "POST", "/v1/events/x/acknowledge", bearer(), None).await;
+    error_message(&r, StatusCode::BAD_REQUEST);
+    let r = send(&app, "GET", "/v1/events?limit=0", bearer(), None).await;
+    assert!(error_message(&r, StatusCode::BAD_REQUEST).contains("limit"));
+    let r = send(&app, "GET", "/v1/events", None, None).await;
+    error_message(&r, StatusCode::UNAUTHORIZED);
 }

@@ -18,6 +18,7 @@ mod duration;
 use lacuna_hosts as hosts;
 mod nbd_export;
 mod protocol_endpoint;
+mod sampler;
 mod scrub;
 mod scsi_backend;
 mod serve;

@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use lacuna_engine::{Engine, EngineError, Extent, ExtentState, Snapshot, Volume};
+use lacuna_monitor::{Direction, Monitor, Protocol};
 use lacuna_nbd::{
     BlockExport, Client, ExportError, ExportProvider, ExportSummary, ExtentKind, OpenError, PskKeys,
 };
@@ -41,6 +42,8 @@ pub struct VolumeExports {
     pub open_access: bool,
     /// The vVols bound to each host are its exports too.
     pub vvols: Arc<lacuna_vvol::VvolService>,
+    /// Where each export counts its reads and writes.
+    pub monitor: Arc<Monitor>,
 }
 
 /// Which exports a client may use.
@@ -110,7 +113,10 @@ impl VolumeExports {
                 .ok()
                 .filter(|s| is_granted(s.id()))
                 .ok_or(OpenError::Unknown)?;
-            return Ok(Arc::new(SnapshotExport { snapshot }));
+            return Ok(Arc::new(SnapshotExport {
+                snapshot,
+                monitor: self.monitor.clone(),
+            }));
         }
         let volume = self
             .engine
@@ -118,7 +124,10 @@ impl VolumeExports {
             .ok()
             .filter(|v| is_granted(v.id()))
             .ok_or(OpenError::Unknown)?;
-        Ok(Arc::new(VolumeExport { volume }))
+        Ok(Arc::new(VolumeExport {
+            volume,
+            monitor: self.monitor.clone(),
+        }))
     }
 }
 
@@ -144,7 +153,18 @@ impl ExportProvider for VolumeExports {
                 Some((_, id)) => self.open_export(name, Some(*id)),
                 None => Err(OpenError::Unknown),
             },
-            Allowed::Refused => Err(OpenError::Denied(ANONYMOUS_REFUSED.to_string())),
+            Allowed::Refused => {
+                let who = client
+                    .address
+                    .map_or_else(|| "an anonymous client".to_string(), |a| a.ip().to_string());
+                self.monitor.refusals.refused(
+                    "NBD",
+                    &who,
+                    "anonymous clients may not open exports",
+                    crate::sampler::unix_now_s(),
+                );
+                Err(OpenError::Denied(ANONYMOUS_REFUSED.to_string()))
+            }
         }
     }
 }
@@ -163,6 +183,7 @@ impl PskKeys for HostKeys {
 /// A snapshot: reads and block status; every change is refused as read-only.
 struct SnapshotExport {
     snapshot: Snapshot,
+    monitor: Arc<Monitor>,
 }
 
 impl BlockExport for SnapshotExport {
@@ -179,7 +200,10 @@ impl BlockExport for SnapshotExport {
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-        self.snapshot.read(offset, buf).map_err(export_error)
+        let bytes = buf.len();
+        timed(&self.monitor, Direction::Read, bytes, || {
+            self.snapshot.read(offset, buf)
+        })
     }
 
     fn write(&self, _offset: u64, _data: &[u8]) -> Result<(), ExportError> {
@@ -227,6 +251,20 @@ fn extent_kind(e: Extent) -> (u64, ExtentKind) {
 
 struct VolumeExport {
     volume: Volume,
+    monitor: Arc<Monitor>,
+}
+
+/// Counts an NBD request in the monitor when it succeeds.
+fn timed<T>(
+    monitor: &Monitor,
+    direction: Direction,
+    bytes: usize,
+    request: impl FnOnce() -> Result<T, EngineError>,
+) -> Result<T, ExportError> {
+    monitor
+        .io
+        .time(Protocol::Nbd, direction, bytes as u64, request)
+        .map_err(export_error)
 }
 
 fn export_error(error: EngineError) -> ExportError {
@@ -256,21 +294,39 @@ impl BlockExport for VolumeExport {
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-        self.volume.read(offset, buf).map_err(export_error)
+        let bytes = buf.len();
+        timed(&self.monitor, Direction::Read, bytes, || {
+            self.volume.read(offset, buf)
+        })
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), ExportError> {
-        self.volume.write(offset, data).map_err(export_error)
+        timed(&self.monitor, Direction::Write, data.len(), || {
+            self.volume.write(offset, data)
+        })
     }
 
     fn write_shared(&self, offset: u64, data: &bytes::Bytes) -> Result<(), ExportError> {
-        self.volume.write_shared(offset, data).map_err(export_error)
+        timed(&self.monitor, Direction::Write, data.len(), || {
+            self.volume.write_shared(offset, data)
+        })
     }
 
+    /// Counted only when answered from memory (otherwise `read` follows).
     fn read_from_memory(&self, offset: u64, buf: &mut [u8]) -> Result<bool, ExportError> {
-        self.volume
+        let bytes = buf.len();
+        let started = std::time::Instant::now();
+        let answered = self
+            .volume
             .read_from_memory(offset, buf)
-            .map_err(export_error)
+            .map_err(export_error)?;
+        if answered {
+            let elapsed = started.elapsed();
+            self.monitor
+                .io
+                .record(Protocol::Nbd, Direction::Read, bytes as u64, elapsed);
+        }
+        Ok(answered)
     }
 
     fn write_is_quick(&self, length: u64) -> bool {

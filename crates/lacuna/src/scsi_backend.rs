@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use lacuna_engine::{Engine, EngineError, ExtentState, Provisioning, Snapshot, Volume};
 use lacuna_iscsi::{AccessPolicy, ChapCredentials, ChapRequirement};
+use lacuna_monitor::{Direction, Monitor, Protocol};
 use lacuna_scsi::backend::{
     self, AdministrativeUnit, Backend, BackendError, Extent, LogicalUnit, LunEntry, SecondLevelId,
     Subsidiary, UnitId,
@@ -45,6 +46,8 @@ pub struct EngineBackend {
     /// One unit per (volume, presentation), so capacity generations and medium
     /// state survive between lookups.
     units: Mutex<HashMap<UnitKey, Arc<dyn LogicalUnit>>>,
+    /// Where each unit counts its reads and writes.
+    monitor: Arc<Monitor>,
 }
 
 /// What makes two LUNs the same unit: the volume or snapshot (by id, never
@@ -63,6 +66,7 @@ impl EngineBackend {
         hosts: Arc<HostRegistry>,
         vvols: Arc<lacuna_vvol::VvolService>,
         array_id: [u8; 16],
+        monitor: Arc<Monitor>,
     ) -> Self {
         let protocol_endpoint = Arc::new(AdministrativeUnit::new(
             crate::protocol_endpoint::unit_id(array_id),
@@ -75,6 +79,7 @@ impl EngineBackend {
             protocol_endpoint,
             array_id,
             units: Mutex::new(HashMap::new()),
+            monitor,
         }
     }
 
@@ -99,10 +104,12 @@ impl EngineBackend {
                     block_size_bytes: spec.block_size_bytes,
                     removable: spec.removable,
                 };
-                let array_id = self.array_id;
+                let (array_id, monitor) = (self.array_id, self.monitor.clone());
                 (
                     key,
-                    Box::new(move || Arc::new(SnapshotUnit::new(snapshot, array_id, presentation))),
+                    Box::new(move || {
+                        Arc::new(SnapshotUnit::new(snapshot, array_id, presentation, monitor))
+                    }),
                 )
             } else {
                 let volume = self.engine.open_volume(&spec.volume).ok()?;
@@ -115,10 +122,12 @@ impl EngineBackend {
                     block_size_bytes: spec.block_size_bytes,
                     removable: spec.removable,
                 };
-                let array_id = self.array_id;
+                let (array_id, monitor) = (self.array_id, self.monitor.clone());
                 (
                     key,
-                    Box::new(move || Arc::new(VolumeUnit::new(volume, array_id, presentation))),
+                    Box::new(move || {
+                        Arc::new(VolumeUnit::new(volume, array_id, presentation, monitor))
+                    }),
                 )
             };
         let mut units = self.units.lock();
@@ -229,10 +238,16 @@ pub struct VolumeUnit {
     /// Size last seen, and how many times it changed.
     seen_size_bytes: AtomicU64,
     capacity_generation: AtomicU64,
+    monitor: Arc<Monitor>,
 }
 
 impl VolumeUnit {
-    fn new(volume: Volume, array_id: [u8; 16], presentation: Presentation) -> Self {
+    fn new(
+        volume: Volume,
+        array_id: [u8; 16],
+        presentation: Presentation,
+        monitor: Arc<Monitor>,
+    ) -> Self {
         let unit_id = unit_id(array_id, b"volume", volume.id(), presentation);
         let provisioning = match volume.provisioning() {
             Provisioning::Thin => backend::Provisioning::Thin,
@@ -247,16 +262,48 @@ impl VolumeUnit {
             presentation,
             seen_size_bytes: AtomicU64::new(size_bytes),
             capacity_generation: AtomicU64::new(0),
+            monitor,
         }
     }
 
     /// A write's FUA: durable before the write returns.
-    fn flush_if(&self, fua: bool) -> Result<(), BackendError> {
+    fn flush_if(&self, fua: bool) -> Result<(), EngineError> {
         if fua {
-            self.volume.flush().map_err(backend_error)?;
+            self.volume.flush()?;
         }
         Ok(())
     }
+}
+
+/// Counts a SCSI read or write in the monitor when it succeeds.
+fn timed<T>(
+    monitor: &Monitor,
+    direction: Direction,
+    bytes: usize,
+    request: impl FnOnce() -> Result<T, EngineError>,
+) -> Result<T, BackendError> {
+    monitor
+        .io
+        .time(Protocol::Iscsi, direction, bytes as u64, request)
+        .map_err(backend_error)
+}
+
+/// Counts a read answered from memory (one that is not is read again, and
+/// counted then).
+fn timed_from_memory(
+    monitor: &Monitor,
+    bytes: usize,
+    request: impl FnOnce() -> Result<bool, EngineError>,
+) -> Result<bool, BackendError> {
+    let started = std::time::Instant::now();
+    let answered = request().map_err(backend_error)?;
+    if answered {
+        let elapsed = started.elapsed();
+        monitor
+            .io
+            .record(Protocol::Iscsi, Direction::Read, bytes as u64, elapsed);
+    }
+    Ok(answered)
 }
 
 fn backend_error(error: EngineError) -> BackendError {
@@ -309,20 +356,24 @@ impl LogicalUnit for VolumeUnit {
     }
 
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), BackendError> {
-        self.volume.read(offset_bytes, buf).map_err(backend_error)
+        let bytes = buf.len();
+        timed(&self.monitor, Direction::Read, bytes, || {
+            self.volume.read(offset_bytes, buf)
+        })
     }
 
     fn read_from_memory(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
-        self.volume
-            .read_from_memory(offset_bytes, buf)
-            .map_err(backend_error)
+        let bytes = buf.len();
+        timed_from_memory(&self.monitor, bytes, || {
+            self.volume.read_from_memory(offset_bytes, buf)
+        })
     }
 
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), BackendError> {
-        self.volume
-            .write(offset_bytes, data)
-            .map_err(backend_error)?;
-        self.flush_if(fua)
+        timed(&self.monitor, Direction::Write, data.len(), || {
+            self.volume.write(offset_bytes, data)?;
+            self.flush_if(fua)
+        })
     }
 
     fn write_shared(
@@ -331,10 +382,10 @@ impl LogicalUnit for VolumeUnit {
         data: &bytes::Bytes,
         fua: bool,
     ) -> Result<(), BackendError> {
-        self.volume
-            .write_shared(offset_bytes, data)
-            .map_err(backend_error)?;
-        self.flush_if(fua)
+        timed(&self.monitor, Direction::Write, data.len(), || {
+            self.volume.write_shared(offset_bytes, data)?;
+            self.flush_if(fua)
+        })
     }
 
     fn write_is_quick(&self, length_bytes: u64) -> bool {
@@ -435,15 +486,22 @@ pub struct SnapshotUnit {
     snapshot: Snapshot,
     unit_id: UnitId,
     presentation: Presentation,
+    monitor: Arc<Monitor>,
 }
 
 impl SnapshotUnit {
-    fn new(snapshot: Snapshot, array_id: [u8; 16], presentation: Presentation) -> Self {
+    fn new(
+        snapshot: Snapshot,
+        array_id: [u8; 16],
+        presentation: Presentation,
+        monitor: Arc<Monitor>,
+    ) -> Self {
         let unit_id = unit_id(array_id, b"snapshot", snapshot.id(), presentation);
         SnapshotUnit {
             snapshot,
             unit_id,
             presentation,
+            monitor,
         }
     }
 }
@@ -482,13 +540,17 @@ impl LogicalUnit for SnapshotUnit {
     }
 
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), BackendError> {
-        self.snapshot.read(offset_bytes, buf).map_err(backend_error)
+        let bytes = buf.len();
+        timed(&self.monitor, Direction::Read, bytes, || {
+            self.snapshot.read(offset_bytes, buf)
+        })
     }
 
     fn read_from_memory(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
-        self.snapshot
-            .read_from_memory(offset_bytes, buf)
-            .map_err(backend_error)
+        let bytes = buf.len();
+        timed_from_memory(&self.monitor, bytes, || {
+            self.snapshot.read_from_memory(offset_bytes, buf)
+        })
     }
 
     fn write(&self, _offset_bytes: u64, _data: &[u8], _fua: bool) -> Result<(), BackendError> {
@@ -563,6 +625,8 @@ fn scsi_extents(extents: Vec<lacuna_engine::Extent>, max_extents: usize) -> Vec<
 /// The host registry as the iSCSI transport's access policy.
 pub struct HostAccess {
     pub hosts: Arc<HostRegistry>,
+    /// Where refused initiators are noted for the event log.
+    pub monitor: Arc<Monitor>,
 }
 
 impl AccessPolicy for HostAccess {
@@ -587,7 +651,16 @@ impl AccessPolicy for HostAccess {
     }
 
     fn initiator_known(&self, initiator_name: &str) -> bool {
-        self.hosts.open_access || self.hosts.host_of(initiator_name).is_some()
+        let known = self.hosts.open_access || self.hosts.host_of(initiator_name).is_some();
+        if !known {
+            self.monitor.refusals.refused(
+                "iSCSI",
+                initiator_name,
+                "not an initiator of any host",
+                crate::sampler::unix_now_s(),
+            );
+        }
+        known
     }
 }
 

@@ -153,6 +153,7 @@ fn nbd_server(
     engine: Arc<Engine>,
     hosts: Arc<HostRegistry>,
     vvols: Arc<lacuna_vvol::VvolService>,
+    monitor: Arc<lacuna_monitor::Monitor>,
     config: &ServeConfig,
     max_connections: usize,
 ) -> anyhow::Result<lacuna_nbd::Server> {
@@ -161,6 +162,7 @@ fn nbd_server(
         hosts: hosts.clone(),
         open_access: config.nbd_open_access,
         vvols,
+        monitor,
     });
     let server_config = lacuna_nbd::ServerConfig {
         idle_poll: std::time::Duration::from_micros(u64::from(config.nbd_poll_us)),
@@ -260,15 +262,19 @@ async fn serve_all(
     host_control
         .reconcile()
         .context("binding the host registry's grants to volumes")?;
+    let monitor =
+        Arc::new(lacuna_monitor::Monitor::open(&config.data_dir).context("opening the event log")?);
     let backend = Arc::new(EngineBackend::new(
         engine.clone(),
         iscsi.hosts.clone(),
         vvols.clone(),
         iscsi.array_id,
+        monitor.clone(),
     ));
     let scsi = Arc::new(lacuna_scsi::ScsiCore::new(backend));
     let policy = Arc::new(HostAccess {
         hosts: iscsi.hosts.clone(),
+        monitor: monitor.clone(),
     });
     let (stop_iscsi, iscsi_stopped) = tokio::sync::oneshot::channel::<()>();
     let iscsi_target = tokio::spawn(lacuna_iscsi::serve(
@@ -284,6 +290,7 @@ async fn serve_all(
         engine.clone(),
         iscsi.hosts.clone(),
         vvols.clone(),
+        monitor.clone(),
         config,
         connections.nbd,
     )?;
@@ -313,9 +320,15 @@ async fn serve_all(
         }
         None => None,
     };
+    let sampler = tokio::spawn(crate::sampler::run(
+        engine.clone(),
+        monitor.clone(),
+        vasa.clone(),
+    ));
     let mut api_state = lacuna_api::ApiState::new(engine, token)
         .with_hosts(host_control)
-        .with_vvols(vvols);
+        .with_vvols(vvols)
+        .with_monitor(monitor);
     if let Some(server) = &vasa {
         api_state = api_state.with_vasa(server.clone());
     }
@@ -331,6 +344,7 @@ async fn serve_all(
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
         _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
     }
+    sampler.abort();
     if let Some(server) = &vasa {
         server.stop().await;
     }

@@ -386,6 +386,10 @@ pub enum ArrayCommand {
     /// Capacity, physical use (volume-unique, snapshot and shared bytes), stale
     /// space, reservations, free space, reduction and the soft threshold.
     Space,
+    /// The figures over time (the daemon samples every 5 s, keeps an hour of
+    /// those and a day of 1 min samples): IOPS, bandwidth, p99 latency, space,
+    /// reduction and reclaim.
+    History(crate::monitor_cli::HistoryArgs),
 }
 
 fn volume_path(name: &str) -> String {
@@ -967,6 +971,7 @@ pub fn run_array(client: &Client, command: ArrayCommand, as_json: bool) -> anyho
             let answer = client.call(Method::Get, "/v1/array/space", None)?;
             print(as_json, &answer, |s: SpaceReport| space_details(&s))
         }
+        ArrayCommand::History(args) => crate::monitor_cli::run_history(client, args, as_json),
     }
 }
 

@@ -16,6 +16,7 @@ mod descriptors;
 mod duration;
 // The host registry: its own crate, so that the API's tests run against it too.
 use lacuna_hosts as hosts;
+mod monitor_cli;
 mod nbd_export;
 mod protocol_endpoint;
 mod sampler;
@@ -84,13 +85,17 @@ enum Command {
     /// delete.
     #[command(subcommand)]
     Container(cli::ContainerCommand),
-    /// Array-wide reports.
+    /// Array-wide reports: space now, and figures over time.
     #[command(subcommand)]
     Array(cli::ArrayCommand),
     /// Hosts and LUN masking for iSCSI and NBD: create, list, show, delete, set
     /// the NBD key, connect and disconnect volumes.
     #[command(subcommand)]
     Host(cli::HostCommand),
+    /// The event log: list (what an administrator must know, with severity)
+    /// and acknowledge.
+    #[command(subcommand)]
+    Event(monitor_cli::EventCommand),
     /// Virtual volumes (vVols): create, list, show, delete, set metadata,
     /// resize, clone, revert, snapshot in batches, bind and unbind to hosts,
     /// allocation bitmaps and events.
@@ -251,6 +256,8 @@ fn main() -> ExitCode {
                 .and_then(|c| cli::run_array(&c, command, cli.json)),
             Command::Host(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
                 .and_then(|c| cli::run_host(&c, command, cli.json)),
+            Command::Event(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
+                .and_then(|c| monitor_cli::run_event(&c, command, cli.json)),
             Command::Vvol(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
                 .and_then(|c| vvol_cli::run(&c, command, cli.json)),
             Command::Vasa(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)

@@ -211,6 +211,25 @@ fn flip_bit(path: &Path, offset: u64) {
     file.sync_all().unwrap();
 }
 
+/// The event log's events once `done` holds for them (polled for up to 20 s:
+/// the daemon raises events at its 5 s samples).
+fn events_until(
+    daemon: &Daemon,
+    done: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let mut events = Vec::new();
+    for _ in 0..40 {
+        let answer: serde_json::Value =
+            serde_json::from_str(&daemon.cli_ok(&["--json", "event", "list"])).unwrap();
+        events = answer["events"].as_array().unwrap().clone();
+        if done(&events) {
+            return events;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!("the events never got there: {events:?}");
+}
+
 fn space(daemon: &Daemon) -> serde_json::Value {
     serde_json::from_str(&daemon.cli_ok(&["--json", "array", "space"])).unwrap()
 }
@@ -324,6 +343,32 @@ fn a_flipped_bit_is_a_read_error_never_wrong_data() {
     assert!(out.contains("v bytes 20480..24576"), "{out}");
     assert!(err.contains("found 1 bad record"), "{err}");
 
+    // The event log names the failed reads with volume and offset, and the
+    // scrub pass that found the record, as critical events.
+    let events = events_until(&daemon, |events| {
+        events.iter().any(|e| e["kind"] == "scrub_finished")
+    });
+    let checksum = events
+        .iter()
+        .find(|e| e["kind"] == "checksum_error")
+        .unwrap_or_else(|| panic!("no checksum event: {events:?}"));
+    assert_eq!(checksum["severity"], "critical");
+    assert_eq!(checksum["subject"], "v");
+    let message = checksum["message"].as_str().unwrap();
+    assert!(message.contains("offset 20480 of v"), "{message}");
+    let scrub = events
+        .iter()
+        .find(|e| e["kind"] == "scrub_finished")
+        .unwrap();
+    assert_eq!(scrub["severity"], "critical", "{scrub}");
+    assert!(
+        scrub["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 records failed"),
+        "{scrub}"
+    );
+
     // Rewriting the grain heals it; the rest of the data was never touched.
     nbd_ok(&daemon, "write", 5 * GRAIN, GRAIN, 7);
     let clean = daemon.cli(&["scrub"]);
@@ -386,6 +431,15 @@ fn eio_from_the_disk_is_a_read_error_counted_and_logged() {
     assert!(
         log.contains("volume=v") && log.contains("offset_bytes=32768"),
         "{log}"
+    );
+    let events = events_until(&daemon, |events| {
+        events.iter().any(|e| e["kind"] == "read_error")
+    });
+    assert!(
+        events.iter().any(|e| e["kind"] == "read_error"
+            && e["subject"] == "v"
+            && e["message"].as_str().unwrap().contains("offset 32768 of v")),
+        "{events:?}"
     );
     let scrub = daemon.cli(&["scrub"]);
     let out = String::from_utf8_lossy(&scrub.stdout);

@@ -252,6 +252,29 @@ fn masking_shows_each_initiator_only_its_luns() {
         String::from_utf8_lossy(&ls.stdout).matches("Lun:").count(),
         0
     );
+    // Refused, it is in the event log once (two attempts within a minute).
+    let mut refusals = Vec::new();
+    for _ in 0..40 {
+        let events: serde_json::Value =
+            serde_json::from_str(&daemon.cli_ok(&["--json", "event", "list"])).unwrap();
+        refusals = events["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "host_refused")
+            .cloned()
+            .collect();
+        if !refusals.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0]["subject"], stranger);
+    assert!(refusals[0]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("iSCSI: "));
     // The snapshot LUN is read-only: a write is refused, a read works.
     let opts = |lun: u64| {
         format!(

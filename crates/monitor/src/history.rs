@@ -77,6 +77,9 @@ pub struct IoFigures {
     pub protocol: Protocol,
     #[cfg_attr(feature = "openapi", schema(inline))]
     pub direction: Direction,
+    /// Requests completed in the interval, and their bytes
+    pub ops: u64,
+    pub bytes: u64,
     pub iops: f64,
     pub bytes_per_s: f64,
     pub latency_mean_us: u64,
@@ -261,6 +264,8 @@ fn sample(
         IoFigures {
             protocol,
             direction,
+            ops: lane.ops,
+            bytes: lane.bytes,
             iops: per_s(lane.ops),
             bytes_per_s: per_s(lane.bytes),
             latency_mean_us: lane.mean_us(),

@@ -27,6 +27,7 @@
 //! never appear in an answer, an error message or the log.
 
 mod control;
+pub mod dashboard;
 mod doc_only;
 mod error;
 mod extract;
@@ -91,6 +92,8 @@ pub struct ApiState {
     vvols: Option<Arc<lacuna_vvol::VvolService>>,
     vasa: Option<Arc<lacuna_vasa::ProviderServer>>,
     monitor: Option<Arc<lacuna_monitor::Monitor>>,
+    /// Signed-in dashboard sessions.
+    sessions: Arc<dashboard::session::Sessions>,
     token: Arc<str>,
 }
 
@@ -105,6 +108,7 @@ impl ApiState {
             vvols: None,
             vasa: None,
             monitor: None,
+            sessions: Arc::default(),
             token: Arc::from(token.into()),
         }
     }
@@ -189,7 +193,9 @@ pub fn router(state: ApiState) -> Router {
         .fallback(no_route)
         .layer(middleware::from_fn_with_state(state.clone(), require_token));
     let (open, _) = open_routes().split_for_parts();
-    let open = open.method_not_allowed_fallback(method_not_allowed);
+    let open = open
+        .merge(dashboard::routes(state.clone()))
+        .method_not_allowed_fallback(method_not_allowed);
     open.merge(authenticated)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)

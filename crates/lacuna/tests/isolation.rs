@@ -182,6 +182,9 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
     ("GET", "/v1/vasa", None),
     ("POST", "/v1/vasa/restart", None),
     ("POST", "/v1/vasa/certificate/rotate", None),
+    ("GET", "/v1/array/history", None),
+    ("GET", "/v1/events", None),
+    ("POST", "/v1/events/{id}/acknowledge", None),
 ];
 
 fn concrete(path: &str) -> String {
@@ -226,6 +229,7 @@ fn state(daemon: &Daemon) -> Vec<(String, String)> {
         "/v1/hosts/alpha",
         "/v1/array/scrub",
         "/v1/vvol-events",
+        "/v1/events",
     ]
     .iter()
     .map(|path| {

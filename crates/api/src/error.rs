@@ -25,7 +25,7 @@ pub enum ApiError {
     #[error("virtual volumes are not available on this server")]
     VvolsUnavailable,
     /// A history or event route on an API state built without the monitor: 501.
-    #[error("history and events are not available on this server")]
+    #[error("history, events and sessions are not available on this server")]
     MonitorUnavailable,
     /// `POST /v1/events/{id}/acknowledge` of an event the log does not hold: 404.
     #[error("no event {0} (it may be older than the log keeps)")]

@@ -92,6 +92,8 @@ pub struct ApiState {
     vvols: Option<Arc<lacuna_vvol::VvolService>>,
     vasa: Option<Arc<lacuna_vasa::ProviderServer>>,
     monitor: Option<Arc<lacuna_monitor::Monitor>>,
+    /// The iSCSI sessions and NBD connections open now.
+    live: Option<Arc<dyn monitor::LiveSessionSource>>,
     /// Signed-in dashboard sessions.
     sessions: Arc<dashboard::session::Sessions>,
     token: Arc<str>,
@@ -108,6 +110,7 @@ impl ApiState {
             vvols: None,
             vasa: None,
             monitor: None,
+            live: None,
             sessions: Arc::default(),
             token: Arc::from(token.into()),
         }
@@ -132,6 +135,11 @@ impl ApiState {
     }
 
     /// Serves the host routes from `hosts` (the daemon's host registry).
+    pub fn with_live_sessions(mut self, live: Arc<dyn monitor::LiveSessionSource>) -> ApiState {
+        self.live = Some(live);
+        self
+    }
+
     pub fn with_hosts(mut self, hosts: Arc<dyn HostControl>) -> ApiState {
         self.hosts = Some(hosts);
         self

@@ -1,13 +1,14 @@
 //! The array's history and its event log: `GET /v1/array/history` (the last
 //! hour at 5 s or the last day at 1 min), `GET /v1/events` and
-//! `POST /v1/events/{id}/acknowledge`. The figures are what the daemon's
-//! sampler recorded (`lacuna_monitor`); nothing here reads the engine.
+//! `POST /v1/events/{id}/acknowledge`, and the sessions open now
+//! (`GET /v1/sessions`). The figures are what the daemon's sampler recorded
+//! (`lacuna_monitor`); nothing here reads the engine.
 
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
-use lacuna_monitor::{Event, Monitor, Sample, Window};
+use lacuna_monitor::{Event, LiveSession, Monitor, Sample, Window};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -16,6 +17,19 @@ use utoipa_axum::routes;
 use crate::doc_only::{BadRequest, InternalError, NotFound, NotImplemented};
 use crate::extract::{PathParam, QueryParams};
 use crate::{ApiError, ApiState};
+
+/// Where the sessions open now come from (the daemon joins its transports'
+/// views: iSCSI nexuses and NBD connections).
+pub trait LiveSessionSource: Send + Sync + 'static {
+    fn live_sessions(&self) -> Vec<LiveSession>;
+}
+
+/// Body of `GET /v1/sessions`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionsAnswer {
+    /// iSCSI sessions, then NBD connections, each oldest first
+    pub sessions: Vec<LiveSession>,
+}
 
 /// Most events one `GET /v1/events` answers.
 pub const MAX_EVENTS_PER_PAGE: usize = 1000;
@@ -166,8 +180,22 @@ async fn acknowledge_event(
         })
 }
 
+/// The iSCSI sessions and NBD connections open now, with the host each belongs to
+#[utoipa::path(
+    get, path = "/v1/sessions", operation_id = "listSessions",
+    responses((status = 200, description = "Open sessions", body = SessionsAnswer), (status = 501, response = NotImplemented))
+)]
+async fn list_sessions(State(state): State<ApiState>) -> Result<Json<SessionsAnswer>, ApiError> {
+    let source = state.live.clone().ok_or(ApiError::MonitorUnavailable)?;
+    let sessions = tokio::task::spawn_blocking(move || source.live_sessions())
+        .await
+        .map_err(|e| ApiError::Internal(format!("session listing failed: {e}")))?;
+    Ok(Json(SessionsAnswer { sessions }))
+}
+
 pub(crate) fn routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::default()
+        .routes(routes!(list_sessions))
         .routes(routes!(array_history))
         .routes(routes!(list_events))
         .routes(routes!(acknowledge_event))

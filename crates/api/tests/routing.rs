@@ -844,8 +844,24 @@ fn app_with_hosts() -> (axum::Router, Arc<FakeArray>, Arc<FakeHosts>) {
     let state = ApiState::new(fake.clone(), TOKEN)
         .with_hosts(hosts.clone())
         .with_vvols(vvol_service())
-        .with_monitor(monitor());
+        .with_monitor(monitor())
+        .with_live_sessions(Arc::new(OneSession));
     (router(state), fake, hosts)
+}
+
+/// One NBD connection of host `h`, open now.
+struct OneSession;
+
+impl lacuna_api::monitor::LiveSessionSource for OneSession {
+    fn live_sessions(&self) -> Vec<lacuna_monitor::LiveSession> {
+        vec![lacuna_monitor::LiveSession {
+            protocol: lacuna_monitor::Protocol::Nbd,
+            host: Some("h".to_string()),
+            initiator: "127.0.0.1:10809".to_string(),
+            export: Some("v".to_string()),
+            since_unix_s: Some(1),
+        }]
+    }
 }
 
 /// A real monitor, one for the whole test binary (its event log in a
@@ -938,9 +954,9 @@ fn is_vasa_route(path: &str) -> bool {
     path.starts_with("/v1/vasa")
 }
 
-/// The history and event routes read the monitor, never the engine.
+/// The history, event and session routes read the monitor, never the engine.
 fn is_monitor_route(path: &str) -> bool {
-    path == "/v1/array/history" || path.starts_with("/v1/events")
+    path == "/v1/array/history" || path.starts_with("/v1/events") || path == "/v1/sessions"
 }
 
 /// A path template with its parameters filled in.
@@ -3032,4 +3048,18 @@ async fn history_and_events_routes_answer_what_the_monitor_keeps() {
     assert!(error_message(&r, StatusCode::BAD_REQUEST).contains("limit"));
     let r = send(&app, "GET", "/v1/events", None, None).await;
     error_message(&r, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn sessions_route_lists_what_the_daemon_sees_and_answers_501_without_it() {
+    let (app, _) = app();
+    let r = send(&app, "GET", "/v1/sessions", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        r.body["sessions"],
+        json!([{"protocol": "nbd", "host": "h", "initiator": "127.0.0.1:10809", "export": "v", "since_unix_s": 1}])
+    );
+    let bare = router(ApiState::new(Arc::new(FakeArray::default()), TOKEN));
+    let r = send(&bare, "GET", "/v1/sessions", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED, "{}", r.body);
 }

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use lacuna_engine::{Engine, EngineError, Extent, ExtentState, Snapshot, Volume};
-use lacuna_monitor::{Direction, Monitor, Protocol};
+use lacuna_monitor::{ConnectionGuard, Direction, LiveSession, Meter, Monitor, Protocol};
 use lacuna_nbd::{
     BlockExport, Client, ExportError, ExportProvider, ExportSummary, ExtentKind, OpenError, PskKeys,
 };
@@ -102,10 +102,20 @@ impl VolumeExports {
     /// with open access).
     fn open_export(
         &self,
+        client: &Client,
         name: &str,
         granted: Option<u64>,
     ) -> Result<Arc<dyn BlockExport>, OpenError> {
         let is_granted = |id: u64| granted.is_none_or(|g| g == id);
+        let connection = self.monitor.connections.open(LiveSession {
+            protocol: Protocol::Nbd,
+            host: client.identity.clone(),
+            initiator: client
+                .address
+                .map_or_else(|| "local".to_string(), |a| a.to_string()),
+            export: Some(name.to_string()),
+            since_unix_s: Some(crate::sampler::unix_now_s()),
+        });
         if name.contains('@') {
             let snapshot = self
                 .engine
@@ -115,7 +125,8 @@ impl VolumeExports {
                 .ok_or(OpenError::Unknown)?;
             return Ok(Arc::new(SnapshotExport {
                 snapshot,
-                monitor: self.monitor.clone(),
+                meter: Meter::new(self.monitor.clone(), Protocol::Nbd),
+                _connection: connection,
             }));
         }
         let volume = self
@@ -124,9 +135,11 @@ impl VolumeExports {
             .ok()
             .filter(|v| is_granted(v.id()))
             .ok_or(OpenError::Unknown)?;
+        let meter = Meter::for_volume(self.monitor.clone(), Protocol::Nbd, volume.id(), name);
         Ok(Arc::new(VolumeExport {
             volume,
-            monitor: self.monitor.clone(),
+            meter,
+            _connection: connection,
         }))
     }
 }
@@ -148,9 +161,9 @@ impl ExportProvider for VolumeExports {
 
     fn open(&self, client: &Client, name: &str) -> Result<Arc<dyn BlockExport>, OpenError> {
         match self.allowed(client) {
-            Allowed::Everything => self.open_export(name, None),
+            Allowed::Everything => self.open_export(client, name, None),
             Allowed::Only(granted) => match granted.iter().find(|(n, _)| n == name) {
-                Some((_, id)) => self.open_export(name, Some(*id)),
+                Some((_, id)) => self.open_export(client, name, Some(*id)),
                 None => Err(OpenError::Unknown),
             },
             Allowed::Refused => {
@@ -183,7 +196,9 @@ impl PskKeys for HostKeys {
 /// A snapshot: reads and block status; every change is refused as read-only.
 struct SnapshotExport {
     snapshot: Snapshot,
-    monitor: Arc<Monitor>,
+    meter: Meter,
+    /// Listed among the live sessions while the export is open.
+    _connection: ConnectionGuard,
 }
 
 impl BlockExport for SnapshotExport {
@@ -201,7 +216,7 @@ impl BlockExport for SnapshotExport {
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
         let bytes = buf.len();
-        timed(&self.monitor, Direction::Read, bytes, || {
+        timed(&self.meter, Direction::Read, bytes, || {
             self.snapshot.read(offset, buf)
         })
     }
@@ -251,19 +266,20 @@ fn extent_kind(e: Extent) -> (u64, ExtentKind) {
 
 struct VolumeExport {
     volume: Volume,
-    monitor: Arc<Monitor>,
+    meter: Meter,
+    /// Listed among the live sessions while the export is open.
+    _connection: ConnectionGuard,
 }
 
-/// Counts an NBD request in the monitor when it succeeds.
+/// Counts an NBD request when it succeeds.
 fn timed<T>(
-    monitor: &Monitor,
+    meter: &Meter,
     direction: Direction,
     bytes: usize,
     request: impl FnOnce() -> Result<T, EngineError>,
 ) -> Result<T, ExportError> {
-    monitor
-        .io
-        .time(Protocol::Nbd, direction, bytes as u64, request)
+    meter
+        .time(direction, bytes as u64, request)
         .map_err(export_error)
 }
 
@@ -295,19 +311,19 @@ impl BlockExport for VolumeExport {
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
         let bytes = buf.len();
-        timed(&self.monitor, Direction::Read, bytes, || {
+        timed(&self.meter, Direction::Read, bytes, || {
             self.volume.read(offset, buf)
         })
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), ExportError> {
-        timed(&self.monitor, Direction::Write, data.len(), || {
+        timed(&self.meter, Direction::Write, data.len(), || {
             self.volume.write(offset, data)
         })
     }
 
     fn write_shared(&self, offset: u64, data: &bytes::Bytes) -> Result<(), ExportError> {
-        timed(&self.monitor, Direction::Write, data.len(), || {
+        timed(&self.meter, Direction::Write, data.len(), || {
             self.volume.write_shared(offset, data)
         })
     }
@@ -322,9 +338,7 @@ impl BlockExport for VolumeExport {
             .map_err(export_error)?;
         if answered {
             let elapsed = started.elapsed();
-            self.monitor
-                .io
-                .record(Protocol::Nbd, Direction::Read, bytes as u64, elapsed);
+            self.meter.record(Direction::Read, bytes as u64, elapsed);
         }
         Ok(answered)
     }

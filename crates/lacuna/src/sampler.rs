@@ -79,6 +79,7 @@ fn sample(
                 backlog_bytes: c.reclaim.stats.backlog_bytes,
             })
             .collect(),
+        volumes: monitor.volumes.totals(),
     });
     let scrub = engine.scrub_status();
     let condition = Condition {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use lacuna_engine::{Engine, EngineError, ExtentState, Provisioning, Snapshot, Volume};
 use lacuna_iscsi::{AccessPolicy, ChapCredentials, ChapRequirement};
-use lacuna_monitor::{Direction, Monitor, Protocol};
+use lacuna_monitor::{Direction, Meter, Monitor, Protocol};
 use lacuna_scsi::backend::{
     self, AdministrativeUnit, Backend, BackendError, Extent, LogicalUnit, LunEntry, SecondLevelId,
     Subsidiary, UnitId,
@@ -108,7 +108,12 @@ impl EngineBackend {
                 (
                     key,
                     Box::new(move || {
-                        Arc::new(SnapshotUnit::new(snapshot, array_id, presentation, monitor))
+                        Arc::new(SnapshotUnit::new(
+                            snapshot,
+                            array_id,
+                            presentation,
+                            Meter::new(monitor, Protocol::Iscsi),
+                        ))
                     }),
                 )
             } else {
@@ -126,7 +131,9 @@ impl EngineBackend {
                 (
                     key,
                     Box::new(move || {
-                        Arc::new(VolumeUnit::new(volume, array_id, presentation, monitor))
+                        let meter =
+                            Meter::for_volume(monitor, Protocol::Iscsi, volume.id(), volume.name());
+                        Arc::new(VolumeUnit::new(volume, array_id, presentation, meter))
                     }),
                 )
             };
@@ -238,16 +245,11 @@ pub struct VolumeUnit {
     /// Size last seen, and how many times it changed.
     seen_size_bytes: AtomicU64,
     capacity_generation: AtomicU64,
-    monitor: Arc<Monitor>,
+    meter: Meter,
 }
 
 impl VolumeUnit {
-    fn new(
-        volume: Volume,
-        array_id: [u8; 16],
-        presentation: Presentation,
-        monitor: Arc<Monitor>,
-    ) -> Self {
+    fn new(volume: Volume, array_id: [u8; 16], presentation: Presentation, meter: Meter) -> Self {
         let unit_id = unit_id(array_id, b"volume", volume.id(), presentation);
         let provisioning = match volume.provisioning() {
             Provisioning::Thin => backend::Provisioning::Thin,
@@ -262,7 +264,7 @@ impl VolumeUnit {
             presentation,
             seen_size_bytes: AtomicU64::new(size_bytes),
             capacity_generation: AtomicU64::new(0),
-            monitor,
+            meter,
         }
     }
 
@@ -275,23 +277,22 @@ impl VolumeUnit {
     }
 }
 
-/// Counts a SCSI read or write in the monitor when it succeeds.
+/// Counts a SCSI read or write when it succeeds.
 fn timed<T>(
-    monitor: &Monitor,
+    meter: &Meter,
     direction: Direction,
     bytes: usize,
     request: impl FnOnce() -> Result<T, EngineError>,
 ) -> Result<T, BackendError> {
-    monitor
-        .io
-        .time(Protocol::Iscsi, direction, bytes as u64, request)
+    meter
+        .time(direction, bytes as u64, request)
         .map_err(backend_error)
 }
 
 /// Counts a read answered from memory (one that is not is read again, and
 /// counted then).
 fn timed_from_memory(
-    monitor: &Monitor,
+    meter: &Meter,
     bytes: usize,
     request: impl FnOnce() -> Result<bool, EngineError>,
 ) -> Result<bool, BackendError> {
@@ -299,9 +300,7 @@ fn timed_from_memory(
     let answered = request().map_err(backend_error)?;
     if answered {
         let elapsed = started.elapsed();
-        monitor
-            .io
-            .record(Protocol::Iscsi, Direction::Read, bytes as u64, elapsed);
+        meter.record(Direction::Read, bytes as u64, elapsed);
     }
     Ok(answered)
 }
@@ -357,20 +356,20 @@ impl LogicalUnit for VolumeUnit {
 
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), BackendError> {
         let bytes = buf.len();
-        timed(&self.monitor, Direction::Read, bytes, || {
+        timed(&self.meter, Direction::Read, bytes, || {
             self.volume.read(offset_bytes, buf)
         })
     }
 
     fn read_from_memory(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
         let bytes = buf.len();
-        timed_from_memory(&self.monitor, bytes, || {
+        timed_from_memory(&self.meter, bytes, || {
             self.volume.read_from_memory(offset_bytes, buf)
         })
     }
 
     fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), BackendError> {
-        timed(&self.monitor, Direction::Write, data.len(), || {
+        timed(&self.meter, Direction::Write, data.len(), || {
             self.volume.write(offset_bytes, data)?;
             self.flush_if(fua)
         })
@@ -382,7 +381,7 @@ impl LogicalUnit for VolumeUnit {
         data: &bytes::Bytes,
         fua: bool,
     ) -> Result<(), BackendError> {
-        timed(&self.monitor, Direction::Write, data.len(), || {
+        timed(&self.meter, Direction::Write, data.len(), || {
             self.volume.write_shared(offset_bytes, data)?;
             self.flush_if(fua)
         })
@@ -486,7 +485,7 @@ pub struct SnapshotUnit {
     snapshot: Snapshot,
     unit_id: UnitId,
     presentation: Presentation,
-    monitor: Arc<Monitor>,
+    meter: Meter,
 }
 
 impl SnapshotUnit {
@@ -494,14 +493,14 @@ impl SnapshotUnit {
         snapshot: Snapshot,
         array_id: [u8; 16],
         presentation: Presentation,
-        monitor: Arc<Monitor>,
+        meter: Meter,
     ) -> Self {
         let unit_id = unit_id(array_id, b"snapshot", snapshot.id(), presentation);
         SnapshotUnit {
             snapshot,
             unit_id,
             presentation,
-            monitor,
+            meter,
         }
     }
 }
@@ -541,14 +540,14 @@ impl LogicalUnit for SnapshotUnit {
 
     fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), BackendError> {
         let bytes = buf.len();
-        timed(&self.monitor, Direction::Read, bytes, || {
+        timed(&self.meter, Direction::Read, bytes, || {
             self.snapshot.read(offset_bytes, buf)
         })
     }
 
     fn read_from_memory(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<bool, BackendError> {
         let bytes = buf.len();
-        timed_from_memory(&self.monitor, bytes, || {
+        timed_from_memory(&self.meter, bytes, || {
             self.snapshot.read_from_memory(offset_bytes, buf)
         })
     }

@@ -148,6 +148,30 @@ struct Iscsi {
     array_id: [u8; 16],
 }
 
+/// The sessions open now: the SCSI core's I_T nexuses (iSCSI) and the NBD
+/// exports the monitor lists.
+struct LiveSessions {
+    scsi: Arc<lacuna_scsi::ScsiCore>,
+    hosts: Arc<HostRegistry>,
+    monitor: Arc<lacuna_monitor::Monitor>,
+}
+
+impl lacuna_api::monitor::LiveSessionSource for LiveSessions {
+    fn live_sessions(&self) -> Vec<lacuna_monitor::LiveSession> {
+        let iscsi = self.scsi.nexuses().into_iter().map(|nexus| {
+            let host = self.hosts.host_of(&nexus.initiator_name).map(|h| h.name);
+            lacuna_monitor::LiveSession {
+                protocol: lacuna_monitor::Protocol::Iscsi,
+                host,
+                initiator: nexus.initiator_port,
+                export: None,
+                since_unix_s: None,
+            }
+        });
+        iscsi.chain(self.monitor.connections.list()).collect()
+    }
+}
+
 /// The NBD server: TLS as configured, keys and access from the host registry.
 fn nbd_server(
     engine: Arc<Engine>,
@@ -272,6 +296,11 @@ async fn serve_all(
         monitor.clone(),
     ));
     let scsi = Arc::new(lacuna_scsi::ScsiCore::new(backend));
+    let live_sessions = Arc::new(LiveSessions {
+        scsi: scsi.clone(),
+        hosts: iscsi.hosts.clone(),
+        monitor: monitor.clone(),
+    });
     let policy = Arc::new(HostAccess {
         hosts: iscsi.hosts.clone(),
         monitor: monitor.clone(),
@@ -327,6 +356,7 @@ async fn serve_all(
     ));
     let mut api_state = lacuna_api::ApiState::new(engine, token)
         .with_hosts(host_control)
+        .with_live_sessions(live_sessions)
         .with_vvols(vvols)
         .with_monitor(monitor);
     if let Some(server) = &vasa {

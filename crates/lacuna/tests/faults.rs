@@ -22,11 +22,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use support::damage::{find_record, flip_bit, segment_files, GRAIN, RECORD_HEADER_BYTES};
 use support::{temp_dir, tool, Daemon};
-
-const GRAIN: u64 = 4096;
-const RECORD_HEADER_BYTES: usize = 24;
-const RECORD_MAGIC: u32 = 0x4c43_4e52;
 
 /// NBD operations through libnbd. Written grains start with `GRAIN-<n>` (their
 /// grain number) and are otherwise random, so they neither compress nor
@@ -160,55 +157,6 @@ fn fill(path: &Path) -> u64 {
 
 fn libc_enospc() -> i32 {
     28 // ENOSPC on Linux
-}
-
-/// The segment files of a data directory with their sizes, oldest first.
-fn segment_files(dir: &Path) -> Vec<(PathBuf, u64)> {
-    let mut files: Vec<_> = std::fs::read_dir(dir.join("data/segments"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
-        .map(|p| {
-            let len = std::fs::metadata(&p).unwrap().len();
-            (p, len)
-        })
-        .collect();
-    files.sort();
-    files
-}
-
-/// (segment file, record offset) of the record holding grain `grain`.
-fn find_record(dir: &Path, grain: u64) -> (PathBuf, u64) {
-    let marker = format!("GRAIN-{grain:010}");
-    for (path, _) in segment_files(dir) {
-        let data = std::fs::read(&path).unwrap();
-        let mut at = 0usize;
-        while at + RECORD_HEADER_BYTES <= data.len() {
-            let magic = u32::from_le_bytes(data[at..at + 4].try_into().unwrap());
-            if magic != RECORD_MAGIC {
-                break;
-            }
-            let len = u32::from_le_bytes(data[at + 8..at + 12].try_into().unwrap()) as usize;
-            let payload = &data[at + RECORD_HEADER_BYTES..at + RECORD_HEADER_BYTES + len];
-            if payload.starts_with(marker.as_bytes()) {
-                return (path, at as u64);
-            }
-            at += RECORD_HEADER_BYTES + len;
-        }
-    }
-    panic!("no record holds grain {grain}");
-}
-
-fn flip_bit(path: &Path, offset: u64) {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut byte = [0u8; 1];
-    file.read_exact_at(&mut byte, offset).unwrap();
-    file.write_all_at(&[byte[0] ^ 0x08], offset).unwrap();
-    file.sync_all().unwrap();
 }
 
 /// The event log's events once `done` holds for them (polled for up to 20 s:

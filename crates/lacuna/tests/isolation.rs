@@ -184,6 +184,7 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
     ("POST", "/v1/vasa/certificate/rotate", None),
     ("GET", "/v1/array/history", None),
     ("GET", "/v1/events", None),
+    ("GET", "/v1/sessions", None),
     ("POST", "/v1/events/{id}/acknowledge", None),
 ];
 

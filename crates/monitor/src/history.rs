@@ -9,7 +9,9 @@
 //!
 //! Bounds: [`FINE_SAMPLES`] + [`COARSE_SAMPLES`] samples, each with at most
 //! [`MAX_CONTAINERS`] containers (the first by name; an array with more shows
-//! those in the history and all of them in the API's container routes).
+//! those in the history and all of them in the API's container routes) and
+//! the [`MAX_VOLUMES_PER_SAMPLE`] volumes with the most requests in its
+//! interval (a volume absent from a sample did less than those, or nothing).
 
 use std::collections::VecDeque;
 
@@ -17,6 +19,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::io::{Direction, IoTotals, LaneTotals, Protocol};
+use crate::volumes::VolumeTotals;
 
 /// Seconds between fine samples.
 pub const FINE_INTERVAL_S: u64 = 5;
@@ -28,6 +31,8 @@ pub const COARSE_INTERVAL_S: u64 = 60;
 pub const COARSE_SAMPLES: usize = 1440;
 /// Containers recorded per sample.
 pub const MAX_CONTAINERS: usize = 64;
+/// Volumes recorded per sample: the busiest of the interval.
+pub const MAX_VOLUMES_PER_SAMPLE: usize = 32;
 const _: () = assert!(COARSE_INTERVAL_S.is_multiple_of(FINE_INTERVAL_S));
 
 /// The space figures of one instant (gauges, not rates).
@@ -67,6 +72,8 @@ pub struct Observation {
     pub space: SpaceFigures,
     /// Every container (the history keeps the first [`MAX_CONTAINERS`] by name).
     pub containers: Vec<ContainerTotals>,
+    /// Every volume in use ([`crate::VolumeIo::totals`]).
+    pub volumes: Vec<VolumeTotals>,
 }
 
 /// One protocol's and direction's figures over an interval.
@@ -100,6 +107,18 @@ pub struct ContainerFigures {
     pub backlog_bytes: u64,
 }
 
+/// A volume's reads and writes over an interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct VolumeFigures {
+    pub volume_id: u64,
+    pub name: String,
+    pub read_iops: f64,
+    pub write_iops: f64,
+    pub read_bytes_per_s: f64,
+    pub write_bytes_per_s: f64,
+}
+
 /// The array over one interval, ending at `unix_s`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -113,6 +132,8 @@ pub struct Sample {
     pub space: SpaceFigures,
     /// The first containers by name
     pub containers: Vec<ContainerFigures>,
+    /// The busiest volumes of the interval, busiest first
+    pub volumes: Vec<VolumeFigures>,
 }
 
 /// Which ring a reader wants.
@@ -131,6 +152,7 @@ pub enum Window {
 struct Minute {
     io: IoTotals,
     containers: Vec<ContainerTotals>,
+    volumes: Vec<VolumeTotals>,
     intervals: u64,
 }
 
@@ -164,11 +186,20 @@ impl History {
         let interval_s = now.unix_s - previous.unix_s;
         let io = now.io.since(&previous.io);
         let containers = container_deltas(&now.containers, &previous.containers);
-        let fine = sample(now.unix_s, interval_s, &io, &now.space, &containers);
+        let volumes = volume_deltas(&now.volumes, &previous.volumes);
+        let fine = sample(
+            now.unix_s,
+            interval_s,
+            &io,
+            &now.space,
+            &containers,
+            &volumes,
+        );
         push_bounded(&mut inner.fine, fine, FINE_SAMPLES);
         let minute = &mut inner.minute;
         minute.io.add(&io);
         fold_containers(&mut minute.containers, &containers);
+        fold_volumes(&mut minute.volumes, volumes);
         minute.intervals += interval_s;
         if inner.minute.intervals >= COARSE_INTERVAL_S {
             let minute = std::mem::take(&mut inner.minute);
@@ -178,6 +209,7 @@ impl History {
                 &minute.io,
                 &now.space,
                 &minute.containers,
+                &minute.volumes,
             );
             push_bounded(&mut inner.coarse, coarse, COARSE_SAMPLES);
         }
@@ -207,6 +239,8 @@ impl History {
                     .iter()
                     .map(|c| c.name.capacity())
                     .sum::<usize>()
+                + s.volumes.capacity() * std::mem::size_of::<VolumeFigures>()
+                + s.volumes.iter().map(|v| v.name.capacity()).sum::<usize>()
         };
         inner.fine.iter().chain(inner.coarse.iter()).map(of).sum()
     }
@@ -250,12 +284,49 @@ fn fold_containers(minute: &mut Vec<ContainerTotals>, interval: &[ContainerTotal
     }
 }
 
+/// Each volume's counts between two observations, busiest first, at most
+/// [`MAX_VOLUMES_PER_SAMPLE`] with any request.
+fn volume_deltas(now: &[VolumeTotals], previous: &[VolumeTotals]) -> Vec<VolumeTotals> {
+    let mut deltas: Vec<VolumeTotals> = now
+        .iter()
+        .map(|v| v.since(previous.iter().find(|p| p.volume_id == v.volume_id)))
+        .filter(|d| d.ops() > 0)
+        .collect();
+    busiest_first(&mut deltas);
+    deltas
+}
+
+fn busiest_first(volumes: &mut Vec<VolumeTotals>) {
+    volumes.sort_by(|a, b| b.ops().cmp(&a.ops()).then(a.volume_id.cmp(&b.volume_id)));
+    volumes.truncate(MAX_VOLUMES_PER_SAMPLE);
+}
+
+/// Adds an interval's volumes to the minute's (kept to the busiest).
+fn fold_volumes(minute: &mut Vec<VolumeTotals>, interval: Vec<VolumeTotals>) {
+    for v in interval {
+        match minute.iter_mut().find(|m| m.volume_id == v.volume_id) {
+            Some(m) => {
+                m.read_ops += v.read_ops;
+                m.read_bytes += v.read_bytes;
+                m.write_ops += v.write_ops;
+                m.write_bytes += v.write_bytes;
+            }
+            None => minute.push(v),
+        }
+    }
+    // Bounded by twice the limit between truncations.
+    if minute.len() > 2 * MAX_VOLUMES_PER_SAMPLE {
+        busiest_first(minute);
+    }
+}
+
 fn sample(
     unix_s: u64,
     interval_s: u64,
     io: &IoTotals,
     space: &SpaceFigures,
     containers: &[ContainerTotals],
+    volumes: &[VolumeTotals],
 ) -> Sample {
     assert!(interval_s > 0);
     let per_s = |n: u64| n as f64 / interval_s as f64;
@@ -290,6 +361,21 @@ fn sample(
                 backlog_bytes: c.backlog_bytes,
             })
             .collect(),
+        volumes: {
+            let mut busiest = volumes.to_vec();
+            busiest_first(&mut busiest);
+            busiest
+                .iter()
+                .map(|v| VolumeFigures {
+                    volume_id: v.volume_id,
+                    name: v.name.clone(),
+                    read_iops: per_s(v.read_ops),
+                    write_iops: per_s(v.write_ops),
+                    read_bytes_per_s: per_s(v.read_bytes),
+                    write_bytes_per_s: per_s(v.write_bytes),
+                })
+                .collect()
+        },
     }
 }
 
@@ -313,6 +399,16 @@ mod tests {
                     unmapped_bytes: unix_s * 10,
                     reclaimed_bytes: unix_s * 4,
                     backlog_bytes: unix_s * 6,
+                })
+                .collect(),
+            volumes: (0..containers as u64)
+                .map(|i| VolumeTotals {
+                    volume_id: i,
+                    name: format!("volume-with-a-long-name-{i:04}"),
+                    read_ops: unix_s * (i + 1),
+                    read_bytes: unix_s * (i + 1) * 4096,
+                    write_ops: unix_s,
+                    write_bytes: unix_s * 512,
                 })
                 .collect(),
         }
@@ -388,10 +484,18 @@ mod tests {
         assert!(history
             .samples(Window::Day, 0)
             .iter()
-            .all(|s| s.containers.len() == MAX_CONTAINERS));
+            .all(|s| s.containers.len() == MAX_CONTAINERS
+                && s.volumes.len() == MAX_VOLUMES_PER_SAMPLE));
+        let busiest = &history.samples(Window::Hour, 0)[0].volumes;
+        assert_eq!(
+            busiest[0].name,
+            format!("volume-with-a-long-name-{:04}", MAX_CONTAINERS + 9),
+            "the busiest volume first"
+        );
         let per_sample = std::mem::size_of::<Sample>()
             + 4 * std::mem::size_of::<IoFigures>()
-            + MAX_CONTAINERS * (std::mem::size_of::<ContainerFigures>() + 64);
+            + MAX_CONTAINERS * (std::mem::size_of::<ContainerFigures>() + 64)
+            + MAX_VOLUMES_PER_SAMPLE * (std::mem::size_of::<VolumeFigures>() + 64);
         let bound = (FINE_SAMPLES + COARSE_SAMPLES) * per_sample;
         let held = history.held_bytes();
         assert!(held <= bound, "{held} bytes held, bound {bound}");

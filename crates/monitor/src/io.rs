@@ -128,23 +128,6 @@ impl IoCounters {
         lane.buckets[bucket_of(latency_us)].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Runs `request` (of `bytes`) and counts it with the time it took, if
-    /// it succeeded (a failure is not a latency).
-    pub fn time<T, E>(
-        &self,
-        protocol: Protocol,
-        direction: Direction,
-        bytes: u64,
-        request: impl FnOnce() -> Result<T, E>,
-    ) -> Result<T, E> {
-        let started = std::time::Instant::now();
-        let result = request();
-        if result.is_ok() {
-            self.record(protocol, direction, bytes, started.elapsed());
-        }
-        result
-    }
-
     /// The counters as of now.
     pub fn totals(&self) -> IoTotals {
         let lane = |protocol: Protocol, direction: Direction| {

@@ -206,6 +206,14 @@ impl ScsiCore {
         &self.identity
     }
 
+    /// The I_T nexuses that exist now (one per logged-in iSCSI session), by
+    /// initiator port.
+    pub fn nexuses(&self) -> Vec<ItNexus> {
+        let mut nexuses: Vec<ItNexus> = self.nexuses.lock().keys().cloned().collect();
+        nexuses.sort_by(|a, b| a.initiator_port.cmp(&b.initiator_port));
+        nexuses
+    }
+
     /// The state of `nexus`, created on first use, with its LUN map brought up to date.
     fn nexus_state(&self, nexus: &ItNexus) -> Arc<Mutex<NexusState>> {
         let generation = self.backend.lun_map_generation();

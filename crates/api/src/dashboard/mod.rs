@@ -8,9 +8,11 @@
 //! session's anti-forgery token; the cookie is `HttpOnly` and
 //! `SameSite=Strict`. Every page but the sign-in page needs a session.
 
+mod actions;
 mod pages;
 mod plot;
 pub mod session;
+mod views;
 
 use axum::extract::{Form, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -180,20 +182,172 @@ async fn overview(
     ))
 }
 
+/// Runs `f` on the control plane, or answers the error page.
+async fn read<T: Send + 'static>(
+    state: &ApiState,
+    f: impl FnOnce(&dyn crate::ControlPlane) -> Result<T, lacuna_engine::EngineError> + Send + 'static,
+) -> Result<T, Response> {
+    crate::blocking(state, f)
+        .await
+        .map_err(|e| secure((e.status(), e.to_string()).into_response()))
+}
+
+/// The hosts, or none when this server has no host registry.
+async fn host_list(state: &ApiState) -> Result<Vec<crate::HostInfo>, Response> {
+    if state.hosts.is_none() {
+        return Ok(Vec::new());
+    }
+    crate::hosts_blocking(state, |h| h.list_hosts())
+        .await
+        .map_err(|e| secure((e.status(), e.to_string()).into_response()))
+}
+
+fn live_sessions(state: &ApiState) -> Vec<lacuna_monitor::LiveSession> {
+    state
+        .live
+        .as_ref()
+        .map(|l| l.live_sessions())
+        .unwrap_or_default()
+}
+
+fn hour(state: &ApiState) -> Vec<lacuna_monitor::Sample> {
+    state
+        .monitor
+        .as_ref()
+        .map(|m| m.history.samples(lacuna_monitor::Window::Hour, 0))
+        .unwrap_or_default()
+}
+
 async fn volumes(
     State(state): State<ApiState>,
     axum::Extension(csrf): axum::Extension<Csrf>,
 ) -> Response {
-    let control = state.control.clone();
-    match tokio::task::spawn_blocking(move || control.list_volumes(false)).await {
-        Ok(Ok(list)) => page(pages::layout(
+    let listed = read(&state, |c| {
+        Ok((
+            c.list_volumes(false)?,
+            c.list_volumes(true)?,
+            c.list_containers()?,
+        ))
+    })
+    .await;
+    match listed {
+        Ok((live, destroyed, containers)) => page(pages::layout(
             "Volumes",
             "/volumes",
             &csrf.0,
-            pages::volumes(&list),
+            views::volume_list(&live, &destroyed, &containers, &csrf.0),
         )),
-        Ok(Err(e)) => failure(format!("listing volumes: {e}")),
-        Err(e) => failure(format!("volume task failed: {e}")),
+        Err(response) => response,
+    }
+}
+
+async fn volume(
+    State(state): State<ApiState>,
+    axum::Extension(csrf): axum::Extension<Csrf>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    let wanted = name.clone();
+    let found = read(&state, move |c| {
+        Ok((
+            c.volume_info(&wanted)?,
+            c.list_snapshots(Some(&wanted), false)?,
+        ))
+    })
+    .await;
+    let (info, snapshots) = match found {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    if info.destroyed_unix_s.is_some() {
+        return secure(Redirect::to("/volumes").into_response());
+    }
+    let hosts = match host_list(&state).await {
+        Ok(hosts) => hosts,
+        Err(response) => return response,
+    };
+    let sessions = live_sessions(&state);
+    let reach = views::Reach {
+        hosts: &hosts,
+        sessions: &sessions,
+    };
+    page(pages::layout(
+        &format!("Volume {name}"),
+        "/volumes",
+        &csrf.0,
+        views::volume_detail(&info, &snapshots, &hour(&state), reach, &csrf.0),
+    ))
+}
+
+async fn containers(
+    State(state): State<ApiState>,
+    axum::Extension(csrf): axum::Extension<Csrf>,
+) -> Response {
+    match read(&state, |c| c.list_containers()).await {
+        Ok(list) => page(pages::layout(
+            "Containers",
+            "/containers",
+            &csrf.0,
+            views::containers(&list, &hour(&state)),
+        )),
+        Err(response) => response,
+    }
+}
+
+async fn hosts(
+    State(state): State<ApiState>,
+    axum::Extension(csrf): axum::Extension<Csrf>,
+) -> Response {
+    match host_list(&state).await {
+        Ok(list) => page(pages::layout(
+            "Hosts",
+            "/hosts",
+            &csrf.0,
+            views::hosts(&list, &live_sessions(&state)),
+        )),
+        Err(response) => response,
+    }
+}
+
+/// Most vVols the vVols page lists.
+const MAX_VVOLS_SHOWN: usize = 2048;
+
+async fn vvols(
+    State(state): State<ApiState>,
+    axum::Extension(csrf): axum::Extension<Csrf>,
+) -> Response {
+    let Some(service) = state.vvols.clone() else {
+        let body = views::vvols(&[], false);
+        return page(pages::layout("Virtual volumes", "/vvols", &csrf.0, body));
+    };
+    let listed = tokio::task::spawn_blocking(move || -> lacuna_vvol::Result<_> {
+        let mut ids = Vec::new();
+        for container in service.containers()? {
+            let query = lacuna_vvol::VvolQuery {
+                container: Some(container.container),
+                ..Default::default()
+            };
+            ids.extend(service.query(&query)?.into_iter().map(|id| id.to_string()));
+        }
+        let truncated = ids.len() > MAX_VVOLS_SHOWN;
+        ids.truncate(MAX_VVOLS_SHOWN);
+        if ids.is_empty() {
+            return Ok((Vec::new(), false));
+        }
+        let found = service.info(&ids)?;
+        let infos: Vec<lacuna_vvol::VvolInfo> =
+            found.into_iter().filter_map(|item| item.result).collect();
+        Ok((infos, truncated))
+    })
+    .await;
+    match listed {
+        Ok(Ok((infos, truncated))) => page(pages::layout(
+            "Virtual volumes",
+            "/vvols",
+            &csrf.0,
+            views::vvols(&infos, truncated),
+        )),
+        Ok(Err(fault)) => failure(format!("listing vVols: {fault}")),
+        Err(e) => failure(format!("vVol task failed: {e}")),
     }
 }
 
@@ -242,7 +396,16 @@ async fn acknowledge(
 pub(crate) fn routes(state: ApiState) -> Router<ApiState> {
     let behind_session = Router::new()
         .route("/", get(overview))
-        .route("/volumes", get(volumes))
+        .route("/volumes", get(volumes).post(actions::create_volume))
+        .route("/volumes/{name}", get(volume))
+        .route("/volumes/{name}/resize", post(actions::resize_volume))
+        .route("/volumes/{name}/snapshot", post(actions::snapshot_volume))
+        .route("/volumes/{name}/delete", post(actions::delete_volume))
+        .route("/volumes/{name}/recover", post(actions::recover_volume))
+        .route("/volumes/{name}/connect", post(actions::connect_volume))
+        .route("/containers", get(containers))
+        .route("/hosts", get(hosts))
+        .route("/vvols", get(vvols))
         .route("/events", get(events))
         .route("/events/{id}/acknowledge", post(acknowledge))
         .route("/logout", post(logout))

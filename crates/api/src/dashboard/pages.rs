@@ -3,7 +3,7 @@
 //! volumes, and events with acknowledge. Every figure a test compares with
 //! the API carries it exactly in a `data-` attribute beside its rendering.
 
-use lacuna_engine::{SpaceReport, VolumeInfo};
+use lacuna_engine::SpaceReport;
 use lacuna_monitor::{Direction, Event, Sample};
 use maud::{html, Markup, DOCTYPE};
 
@@ -39,7 +39,8 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 .legend{list-style:none;padding:0;display:flex;gap:1rem;flex-wrap:wrap;font-size:.9rem}
 .bar{display:flex;height:1.5rem;border-radius:4px;overflow:hidden;background:#e9edf1}
 .bar span{display:block}.unique{background:#2a7ab0}.snapshot{background:#7a5ab0}.shared{background:#3aa57a}
-.reserved{background:#c0a02a}.critical{color:#b00020}.warning{color:#8a5a00}
+.reserved{background:#c0a02a}form.action{margin:.5rem 0}input,select,button{font:inherit;margin:.15rem 0}
+@media(max-width:40rem){main{padding:.5rem}td,th{padding:.2rem}}.critical{color:#b00020}.warning{color:#8a5a00}
 ";
 
 fn head(title: &str) -> Markup {
@@ -59,6 +60,9 @@ pub fn layout(title: &str, here: &str, csrf: &str, body: Markup) -> Markup {
     let nav = [
         ("/", "Overview"),
         ("/volumes", "Volumes"),
+        ("/vvols", "vVols"),
+        ("/containers", "Containers"),
+        ("/hosts", "Hosts"),
         ("/events", "Events"),
     ];
     html! {
@@ -252,28 +256,6 @@ pub fn overview(space: &SpaceReport, samples: &[Sample], open: &[Event], csrf: &
         section #alerts {
             h2 { "Open alerts" }
             @if open.is_empty() { p { "None." } } @else { (events_table(open, csrf)) }
-        }
-    }
-}
-
-pub fn volumes(volumes: &[VolumeInfo]) -> Markup {
-    html! {
-        section {
-            table #volumes {
-                tr { th { "name" } th { "size" } th { "written" } th { "physical" } th { "reduction" } th { "thin" } th { "snapshots" } th { "container" } }
-                @for v in volumes {
-                    tr data-volume=(v.name) {
-                        td { (v.name) }
-                        td.n data-bytes=(v.size_bytes) { (size(v.size_bytes)) }
-                        td.n data-bytes=(v.written_bytes) { (size(v.written_bytes)) }
-                        td.n data-bytes=(v.unique_physical_bytes) { (size(v.unique_physical_bytes)) }
-                        td.n { (format!("{:.2}:1", v.data_reduction_ratio)) }
-                        td.n { (format!("{:.0}%", v.thin_provisioning_percent)) }
-                        td.n { (v.snapshot_count) }
-                        td { (v.container) }
-                    }
-                }
-            }
         }
     }
 }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod damage;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

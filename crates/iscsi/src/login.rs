@@ -219,16 +219,21 @@ impl<'a> Login<'a> {
     pub fn step(&mut self, request: &LoginRequest, data: &[u8]) -> LoginStep {
         match self.try_step(request, data) {
             Ok(step) => step,
-            Err((status, why)) => LoginStep::Fail(
-                LoginReply {
-                    transit: false,
-                    current_stage: request.current_stage,
-                    next_stage: 0,
-                    status,
-                    text: Pairs::default(),
-                },
-                why,
-            ),
+            Err((status, why)) => {
+                if status == LoginStatus::AUTHENTICATION_FAILURE {
+                    self.policy.authentication_failed(&self.initiator_name);
+                }
+                LoginStep::Fail(
+                    LoginReply {
+                        transit: false,
+                        current_stage: request.current_stage,
+                        next_stage: 0,
+                        status,
+                        text: Pairs::default(),
+                    },
+                    why,
+                )
+            }
         }
     }
 

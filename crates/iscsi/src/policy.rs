@@ -43,6 +43,9 @@ pub trait AccessPolicy: Send + Sync {
     /// Whether the initiator is configured (belongs to a host). Unknown initiators are
     /// refused with login status 02/02 unless `TargetConfig::allow_unknown_initiators`.
     fn initiator_known(&self, initiator_name: &str) -> bool;
+    /// Told when an initiator's CHAP authentication fails (a wrong secret or
+    /// user, or no CHAP where it is required), once per refused login.
+    fn authentication_failed(&self, _initiator_name: &str) {}
 }
 
 /// A policy that knows every initiator and asks for no authentication (tests, quick start).

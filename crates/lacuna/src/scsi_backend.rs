@@ -661,6 +661,15 @@ impl AccessPolicy for HostAccess {
         }
         known
     }
+
+    fn authentication_failed(&self, initiator_name: &str) {
+        self.monitor.refusals.refused(
+            "iSCSI",
+            initiator_name,
+            "CHAP authentication failed",
+            crate::sampler::unix_now_s(),
+        );
+    }
 }
 
 #[cfg(test)]

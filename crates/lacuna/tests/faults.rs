@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use support::damage::{find_record, flip_bit, segment_files, GRAIN, RECORD_HEADER_BYTES};
-use support::{temp_dir, tool, Daemon};
+use support::{events_until, temp_dir, tool, Daemon};
 
 /// NBD operations through libnbd. Written grains start with `GRAIN-<n>` (their
 /// grain number) and are otherwise random, so they neither compress nor
@@ -157,25 +157,6 @@ fn fill(path: &Path) -> u64 {
 
 fn libc_enospc() -> i32 {
     28 // ENOSPC on Linux
-}
-
-/// The event log's events once `done` holds for them (polled for up to 20 s:
-/// the daemon raises events at its 5 s samples).
-fn events_until(
-    daemon: &Daemon,
-    done: impl Fn(&[serde_json::Value]) -> bool,
-) -> Vec<serde_json::Value> {
-    let mut events = Vec::new();
-    for _ in 0..40 {
-        let answer: serde_json::Value =
-            serde_json::from_str(&daemon.cli_ok(&["--json", "event", "list"])).unwrap();
-        events = answer["events"].as_array().unwrap().clone();
-        if done(&events) {
-            return events;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
-    panic!("the events never got there: {events:?}");
 }
 
 fn space(daemon: &Daemon) -> serde_json::Value {

@@ -253,22 +253,9 @@ fn masking_shows_each_initiator_only_its_luns() {
         0
     );
     // Refused, it is in the event log once (two attempts within a minute).
-    let mut refusals = Vec::new();
-    for _ in 0..40 {
-        let events: serde_json::Value =
-            serde_json::from_str(&daemon.cli_ok(&["--json", "event", "list"])).unwrap();
-        refusals = events["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["kind"] == "host_refused")
-            .cloned()
-            .collect();
-        if !refusals.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+    let refused = |e: &serde_json::Value| e["kind"] == "host_refused";
+    let events = support::events_until(&daemon, |events| events.iter().any(refused));
+    let refusals: Vec<&serde_json::Value> = events.iter().filter(|e| refused(e)).collect();
     assert_eq!(refusals.len(), 1, "{refusals:?}");
     assert_eq!(refusals[0]["subject"], stranger);
     assert!(refusals[0]["message"]

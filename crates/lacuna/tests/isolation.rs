@@ -631,27 +631,17 @@ fn a_wrong_chap_secret_fails_and_the_log_names_the_initiator_never_the_secrets()
     }
     // The two failures (within a minute) are one host_refused event that
     // names the initiator and CHAP, never a secret.
-    let mut refusals = Vec::new();
-    for _ in 0..40 {
-        let events: serde_json::Value =
-            serde_json::from_str(&daemon.cli_ok(&["--json", "event", "list"])).unwrap();
-        refusals = events["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["kind"] == "host_refused")
-            .cloned()
-            .collect();
-        if !refusals.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+    let refused = |e: &serde_json::Value| e["kind"] == "host_refused";
+    let events = support::events_until(&daemon, |events| events.iter().any(refused));
+    let refusals: Vec<&serde_json::Value> = events.iter().filter(|e| refused(e)).collect();
     assert_eq!(refusals.len(), 1, "{refusals:?}");
     assert_eq!(refusals[0]["subject"], INITIATOR);
     let message = refusals[0]["message"].as_str().unwrap();
     assert!(message.contains("CHAP authentication failed"), "{message}");
-    assert!(!message.contains(SECRET) && !message.contains(WRONG), "{message}");
+    assert!(
+        !message.contains(SECRET) && !message.contains(WRONG),
+        "{message}"
+    );
 }
 
 /// A grant names the object, not the name: a destroyed volume's LUNs (its own

@@ -466,3 +466,22 @@ pub fn api_at(
     };
     (status, value)
 }
+
+/// The event log's events once `done` holds for them (polled for up to 20 s:
+/// the daemon raises events at its 5 s samples).
+pub fn events_until(
+    daemon: &Daemon,
+    done: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let mut events = Vec::new();
+    for _ in 0..40 {
+        let answer: serde_json::Value =
+            serde_json::from_str(&daemon.cli_ok(&["--json", "event", "list"])).unwrap();
+        events = answer["events"].as_array().unwrap().clone();
+        if done(&events) {
+            return events;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!("the events never got there: {events:?}");
+}

@@ -25,6 +25,8 @@ if [[ -n "$leftovers" ]]; then
     exit 1
 fi
 rm -rf "$test_tmp"
+# The browser test's screenshots of every dashboard page at two widths.
+echo "dashboard screenshots: ${CARGO_TARGET_DIR:-target}/tmp/dashboard-screenshots/"
 # Coverage-guided fuzzing, bounded (FUZZ_SECONDS per target; 0 skips it): see
 # docs/RELIABILITY.md. Its build goes to $CARGO_TARGET_DIR/fuzz.
 if [[ "${FUZZ_SECONDS:-30}" != 0 ]]; then

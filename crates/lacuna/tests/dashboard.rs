@@ -99,6 +99,22 @@ fn the_dashboard_shows_what_the_api_says_and_its_actions_and_acknowledgements_re
         "--container",
         "cold",
     ]);
+    // Two VMs' vVols and one of no VM.
+    for (vm, kind, name) in [
+        ("vm-a", "config", "vm-a.vmx"),
+        ("vm-a", "data", "vm-a.vmdk"),
+        ("vm-b", "config", "vm-b.vmx"),
+        ("", "other", "loose"),
+    ] {
+        let name_pair = format!("VMW_VVolName={name}");
+        let vm_pair = format!("VMW_VmID={vm}");
+        let mut args = vec!["vvol", "create", "--type", kind, "--size", "8M"];
+        args.extend(["--meta", &name_pair]);
+        if !vm.is_empty() {
+            args.extend(["--meta", &vm_pair]);
+        }
+        daemon.cli_ok(&args);
+    }
 
     // A flipped bit in grain 5 of v1 (its snapshot shares it), found by scrub.
     daemon.kill();

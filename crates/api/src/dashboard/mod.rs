@@ -230,15 +230,20 @@ async fn volumes(
         ))
     })
     .await;
-    match listed {
-        Ok((live, destroyed, containers)) => page(pages::layout(
-            "Volumes",
-            "/volumes",
-            &csrf.0,
-            views::volume_list(&live, &destroyed, &containers, &csrf.0),
-        )),
-        Err(response) => response,
-    }
+    let (live, destroyed, containers) = match listed {
+        Ok(listed) => listed,
+        Err(response) => return response,
+    };
+    let hosts = match host_list(&state).await {
+        Ok(hosts) => hosts,
+        Err(response) => return response,
+    };
+    page(pages::layout(
+        "Volumes",
+        "/volumes",
+        &csrf.0,
+        views::volume_list(&live, &destroyed, &containers, &hosts, &csrf.0),
+    ))
 }
 
 async fn volume(

@@ -27,16 +27,28 @@ fn ratio(r: f64) -> String {
     format!("{r:.2}:1")
 }
 
+/// The hosts a volume is connected to, by name.
+fn hosts_of<'a>(hosts: &'a [HostInfo], volume: &str) -> Vec<&'a str> {
+    let mut names: Vec<&str> = hosts
+        .iter()
+        .filter(|h| h.luns.iter().any(|l| l.volume == volume))
+        .map(|h| h.name.as_str())
+        .collect();
+    names.sort_unstable();
+    names
+}
+
 pub fn volume_list(
     volumes: &[VolumeInfo],
     destroyed: &[VolumeInfo],
     containers: &[ContainerInfo],
+    hosts: &[HostInfo],
     csrf: &str,
 ) -> Markup {
     html! {
         section {
             table #volumes {
-                tr { th { "name" } th { "size" } th { "written" } th { "physical" } th { "reduction" } th { "thin" } th { "snapshots" } th { "container" } }
+                tr { th { "name" } th { "size" } th { "written" } th { "physical" } th { "reduction" } th { "thin" } th { "snapshots" } th { "hosts" } th { "container" } }
                 @for v in volumes {
                     tr data-volume=(v.name) {
                         td { a href=(format!("/volumes/{}", v.name)) { (v.name) } }
@@ -46,6 +58,8 @@ pub fn volume_list(
                         td.n { (ratio(v.data_reduction_ratio)) }
                         td.n { (format!("{:.0}%", v.thin_provisioning_percent)) }
                         td.n data-count=(v.snapshot_count) { (v.snapshot_count) }
+                        @let connected = hosts_of(hosts, &v.name);
+                        td data-hosts=(connected.join(",")) { (connected.join(", ")) }
                         td { (v.container) }
                     }
                 }

@@ -152,6 +152,9 @@ def figures_equal_the_apis(driver):
         cells = [int(c.get_attribute("data-bytes")) for c in row.find_elements(By.CSS_SELECTOR, "td[data-bytes]")]
         expected = [volume["size_bytes"], volume["written_bytes"], volume["unique_physical_bytes"]]
         check(cells == expected, f"volume {volume['name']}: page {cells}, API {expected}")
+        hosts = row.find_element(By.CSS_SELECTOR, "td[data-hosts]").get_attribute("data-hosts")
+        granted = sorted(h["name"] for h in api("/v1/hosts") if any(l["volume"] == volume["name"] for l in h["luns"]))
+        check(hosts == ",".join(granted), f"volume {volume['name']} hosts: page {hosts!r}, API {granted}")
 
     load(driver, "/volumes/v1")
     v1 = api("/v1/volumes/v1")
@@ -161,6 +164,21 @@ def figures_equal_the_apis(driver):
     check([s.get_attribute("data-snapshot") for s in snapshots] ==
           [s["full_name"] for s in api("/v1/snapshots?volume=v1")], "v1's snapshots")
     check(driver.find_element(By.CSS_SELECTOR, 'tr[data-host="alpha"]'), "v1 is connected to alpha")
+
+    load(driver, "/vvols")
+    ids = []
+    for container in api("/v1/vvol-containers"):
+        ids += api("/v1/vvols/query", "POST", {"container": container["container"]})["ids"]
+    expected = {}
+    check(ids, f"vVols listed by the API: {api('/v1/vvol-containers')}")
+    for item in api("/v1/vvols/info", "POST", {"ids": ids}):
+        vvol = item["result"]
+        expected.setdefault(vvol["metadata"].get("VMW_VmID", ""), set()).add(vvol["id"])
+    shown = {}
+    for section in driver.find_elements(By.CSS_SELECTOR, "section[data-vm]"):
+        shown[section.get_attribute("data-vm")] = {
+            row.get_attribute("data-vvol") for row in section.find_elements(By.CSS_SELECTOR, "tr[data-vvol]")}
+    check(shown == expected and len(expected) == 3, f"vVols by VM: page {shown}, API {expected}")
 
     load(driver, "/containers")
     for container in api("/v1/containers"):

@@ -250,6 +250,10 @@ pub fn overview(space: &SpaceReport, samples: &[Sample], open: &[Event], csrf: &
                 p { span.big data-figure="data_reduction_ratio" data-value=(space.data_reduction_ratio) { (format!("{:.2}:1", space.data_reduction_ratio)) } " data reduction" }
                 p { span data-figure="thin_savings_percent" data-value=(format!("{thin:.1}")) { (format!("{thin:.1}%")) } " of provisioned space never written (thin savings)" }
                 p { "state: " strong data-figure="state" { (format!("{:?}", space.health.state).to_lowercase()) } }
+                p { span data-figure="reclaim_backlog" data-bytes=(space.reclaim_backlog_bytes) { (size(space.reclaim_backlog_bytes)) } " unmapped, not yet reclaimed" }
+                @if space.reduction_backlog_bytes > 0 {
+                    p { span data-figure="reduction_backlog" data-bytes=(space.reduction_backlog_bytes) { (size(space.reduction_backlog_bytes)) } " written raw, compressed in the background" }
+                }
             }
         }
         section #performance { h2 { "Performance, last hour" } (io_plots(samples)) }

@@ -26,6 +26,8 @@ import nbd
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 BASE, TOKEN, SHOTS, NBD_URI, CHAP_SECRET = sys.argv[1:6]
 WIDTHS = {"desktop": (1280, 900), "narrow": (390, 844)}
@@ -103,14 +105,22 @@ def refused_without_a_session():
 def sign_in(driver):
     driver.get(BASE + "/login")
     driver.find_element(By.ID, "token").send_keys("not-the-token")
-    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    button = driver.find_element(By.CSS_SELECTOR, "button[type=submit]")
+    button.click()
+    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(button))
+    deadline = time.time() + 5
+    refusals = console_errors(driver)
+    while not refusals and time.time() < deadline:
+        time.sleep(0.1)
+        refusals = console_errors(driver)
     check("/login" in driver.current_url and driver.find_element(By.ID, "message"),
           "a wrong token is refused on the sign-in page")
-    refusals = console_errors(driver)
     check(len(refusals) == 1 and "/login" in refusals[0]["message"] and "401" in refusals[0]["message"],
           f"the wrong token's only console entry is its 401: {refusals}")
     driver.find_element(By.ID, "token").send_keys(TOKEN)
-    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    button = driver.find_element(By.CSS_SELECTOR, "button[type=submit]")
+    button.click()
+    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(button))
     check(driver.current_url.rstrip("/") == BASE, f"signed in, at {driver.current_url}")
     cookie = driver.get_cookie("lacuna_session")
     check(cookie is not None, "a session cookie")
@@ -252,10 +262,18 @@ def submit(driver, action, fields=None, refused_with=None):
             element.clear()
             element.send_keys(value)
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    # The answer replaces the page: wait for that, then for its console.
+    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(form))
+    WebDriverWait(driver, 30).until(
+        lambda d: d.execute_script("return document.readyState") == "complete")
     errors = console_errors(driver)
     if refused_with is None:
         check(not errors, f"{action}: console errors {errors}")
     else:
+        deadline = time.time() + 5
+        while not errors and time.time() < deadline:
+            time.sleep(0.1)
+            errors = console_errors(driver)
         check(len(errors) == 1 and f"status of {refused_with}" in errors[0]["message"],
               f"{action}: refused with {refused_with}, console {errors}")
 
@@ -335,7 +353,10 @@ def main():
         actions_show_in_the_api(driver)
         forms_refuse_cross_site_requests(session)
         fault_events_can_be_acknowledged(driver)
-        driver.find_element(By.CSS_SELECTOR, 'form[action="/logout"] button').click()
+        sign_out = driver.find_element(By.CSS_SELECTOR, 'form[action="/logout"] button')
+        sign_out.click()
+        WebDriverWait(driver, 30).until(expected_conditions.staleness_of(sign_out))
+        check("/login" in driver.current_url, f"signed out, at {driver.current_url}")
         status, _, _ = raw("GET", "/", headers={"Cookie": "lacuna_session=" + session})
         check(status == 303, "a signed-out session opens nothing")
     finally:

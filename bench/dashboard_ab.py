@@ -130,4 +130,5 @@ def main():
         print(f"| {condition} | {iops:,.0f} | {iops / alone:.3f} | {pages:.1f} |")
 
 
-main()
+if __name__ == "__main__":
+    main()

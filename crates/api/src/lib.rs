@@ -96,6 +96,8 @@ pub struct ApiState {
     live: Option<Arc<dyn monitor::LiveSessionSource>>,
     /// Signed-in dashboard sessions.
     sessions: Arc<dashboard::session::Sessions>,
+    /// What the dashboard's volume pages read, shared for a few seconds.
+    pages: Arc<dashboard::cache::PageCache>,
     token: Arc<str>,
 }
 
@@ -112,6 +114,7 @@ impl ApiState {
             monitor: None,
             live: None,
             sessions: Arc::default(),
+            pages: Arc::default(),
             token: Arc::from(token.into()),
         }
     }

@@ -57,9 +57,20 @@ fn refused(csrf: &Csrf, status: StatusCode, message: &str, back: &str) -> Respon
     response
 }
 
-fn answer<T>(csrf: &Csrf, result: Result<T, ApiError>, then: &str, back: &str) -> Response {
+/// Where the browser goes after an action: `then` when it was done (the
+/// pages' cache emptied, so they show it), the refusal page otherwise.
+async fn answer<T>(
+    state: &ApiState,
+    csrf: &Csrf,
+    result: Result<T, ApiError>,
+    then: &str,
+    back: &str,
+) -> Response {
     match result {
-        Ok(_) => secure(Redirect::to(then).into_response()),
+        Ok(_) => {
+            state.pages.clear().await;
+            secure(Redirect::to(then).into_response())
+        }
         Err(error) => refused(csrf, error.status(), &error.to_string(), back),
     }
 }
@@ -95,7 +106,14 @@ pub async fn create_volume(
         )
     })
     .await;
-    answer(&csrf, result, &format!("/volumes/{name}"), "/volumes")
+    answer(
+        &state,
+        &csrf,
+        result,
+        &format!("/volumes/{name}"),
+        "/volumes",
+    )
+    .await
 }
 
 #[derive(Deserialize)]
@@ -119,7 +137,7 @@ pub async fn resize_volume(
         Err(message) => return refused(&csrf, StatusCode::BAD_REQUEST, &message, &back),
     };
     let result = blocking(&state, move |c| c.resize_volume(&name, size_bytes)).await;
-    answer(&csrf, result, &back, &back)
+    answer(&state, &csrf, result, &back, &back).await
 }
 
 #[derive(Deserialize)]
@@ -143,7 +161,7 @@ pub async fn snapshot_volume(
         c.create_snapshots(&[name.as_str()], snapshot.as_deref(), None)
     })
     .await;
-    answer(&csrf, result, &back, &back)
+    answer(&state, &csrf, result, &back, &back).await
 }
 
 #[derive(Deserialize)]
@@ -167,7 +185,7 @@ pub async fn delete_volume(
         return refused(&csrf, StatusCode::BAD_REQUEST, message, &back);
     }
     let result = blocking(&state, move |c| c.delete_volume(&name)).await;
-    answer(&csrf, result, "/volumes", &back)
+    answer(&state, &csrf, result, "/volumes", &back).await
 }
 
 pub async fn recover_volume(
@@ -181,7 +199,7 @@ pub async fn recover_volume(
     }
     let then = format!("/volumes/{name}");
     let result = blocking(&state, move |c| c.recover_volume(&name)).await;
-    answer(&csrf, result, &then, "/volumes")
+    answer(&state, &csrf, result, &then, "/volumes").await
 }
 
 #[derive(Deserialize)]
@@ -219,7 +237,7 @@ pub async fn connect_volume(
     };
     let host = form.host;
     let result = hosts_blocking(&state, move |h| h.connect(&host, new_lun)).await;
-    answer(&csrf, result, &back, &back)
+    answer(&state, &csrf, result, &back, &back).await
 }
 
 #[cfg(test)]

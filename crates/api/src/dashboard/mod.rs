@@ -9,6 +9,7 @@
 //! `SameSite=Strict`. Every page but the sign-in page needs a session.
 
 mod actions;
+pub mod cache;
 mod pages;
 mod plot;
 pub mod session;
@@ -222,18 +223,21 @@ async fn volumes(
     State(state): State<ApiState>,
     axum::Extension(csrf): axum::Extension<Csrf>,
 ) -> Response {
-    let listed = read(&state, |c| {
-        Ok((
-            c.list_volumes(false)?,
-            c.list_volumes(true)?,
-            c.list_containers()?,
-        ))
-    })
-    .await;
-    let (live, destroyed, containers) = match listed {
+    let listed = state
+        .pages
+        .listing(read(&state, |c| {
+            Ok((
+                c.list_volumes(false)?,
+                c.list_volumes(true)?,
+                c.list_containers()?,
+            ))
+        }))
+        .await;
+    let listed = match listed {
         Ok(listed) => listed,
         Err(response) => return response,
     };
+    let (live, destroyed, containers) = &*listed;
     let hosts = match host_list(&state).await {
         Ok(hosts) => hosts,
         Err(response) => return response,
@@ -252,15 +256,17 @@ async fn volume(
     axum::extract::Path(name): axum::extract::Path<String>,
 ) -> Response {
     let wanted = name.clone();
-    let found = read(&state, move |c| {
-        Ok((
-            c.volume_info(&wanted)?,
-            c.list_snapshots(Some(&wanted), false)?,
-        ))
-    })
-    .await;
-    let (info, snapshots) = match found {
-        Ok(found) => found,
+    let info = state
+        .pages
+        .volume(&name, read(&state, move |c| c.volume_info(&wanted)))
+        .await;
+    let info = match info {
+        Ok(info) => info,
+        Err(response) => return response,
+    };
+    let wanted = name.clone();
+    let snapshots = match read(&state, move |c| c.list_snapshots(Some(&wanted), false)).await {
+        Ok(snapshots) => snapshots,
         Err(response) => return response,
     };
     if info.destroyed_unix_s.is_some() {

@@ -246,7 +246,7 @@ async fn volumes(
         "Volumes",
         "/volumes",
         &csrf.0,
-        views::volume_list(&live, &destroyed, &containers, &hosts, &csrf.0),
+        views::volume_list(live, destroyed, containers, &hosts, &csrf.0),
     ))
 }
 

@@ -8,9 +8,12 @@ Conditions:
   http     a client signed in to the dashboard fetches every page once a
            second (what the server does for a browser: there is no script
            and no asset, so a page load is one request);
-  browser  headless Chromium (Selenium) signed in, loading every page in turn
-           as fast as it renders them (on a 2-core machine its own rendering
-           competes with fio and the daemon for the cores: an upper bound).
+  browser-5s  headless Chromium (Selenium) signed in, loading the next page
+           every 5 s (a dashboard left open, refreshed by hand or by a
+           reload extension);
+  browser  the same browser loading every page in turn as fast as it renders
+           them (on a 2-core machine its own rendering competes with fio and
+           the daemon for the cores: an upper bound, mostly the browser's).
 
 usage: bench/dashboard_ab.py [--rw randwrite] [--bs 4k] [--depth 32]
                              [--seconds 15] [--rounds 3] [--size-gib 1]
@@ -57,7 +60,7 @@ def http_poller(api_port, token, stop, loads):
             loads[0] += 1
 
 
-def browser_poller(api_port, token, stop, loads):
+def browser_poller(api_port, token, stop, loads, interval_s=0.0):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
@@ -74,6 +77,8 @@ def browser_poller(api_port, token, stop, loads):
             for page in PAGES:
                 driver.get(base + page)
                 loads[0] += 1
+                if interval_s and stop.wait(interval_s):
+                    return
     finally:
         driver.quit()
 
@@ -82,8 +87,12 @@ def run(condition, lacuna, token, args):
     stop, loads = threading.Event(), [0]
     poller = None
     if condition != "alone":
-        target = http_poller if condition == "http" else browser_poller
-        poller = threading.Thread(target=target, args=(lacuna.api, token, stop, loads))
+        target, extra = {
+            "http": (http_poller, ()),
+            "browser-5s": (browser_poller, (5.0,)),
+            "browser": (browser_poller, ()),
+        }[condition]
+        poller = threading.Thread(target=target, args=(lacuna.api, token, stop, loads, *extra))
         poller.start()
     try:
         iops, mib_s = nc.fio(lacuna.uri, args.rw, args.bs, args.depth, args.seconds, args.size_gib)
@@ -107,7 +116,7 @@ def main():
                             text=True, cwd=nc.ROOT).stdout.strip()
     tmp = tempfile.mkdtemp(prefix="lacuna-dashboard-ab-")
     lacuna = nc.Lacuna(tmp, args.size_gib)
-    results = {"alone": [], "http": [], "browser": []}
+    results = {"alone": [], "http": [], "browser-5s": [], "browser": []}
     try:
         token = open(os.path.join(lacuna.data, "api-token")).read().strip()
         nc.prefill(lacuna.uri, args.size_gib)
@@ -116,7 +125,7 @@ def main():
             for condition in order:
                 iops, mib_s, loads_per_s = run(condition, lacuna, token, args)
                 results[condition].append((iops, loads_per_s))
-                print(f"round {round_number + 1} {condition:8} {iops:9.0f} IOPS {mib_s:7.1f} MiB/s "
+                print(f"round {round_number + 1} {condition:10} {iops:9.0f} IOPS {mib_s:7.1f} MiB/s "
                       f"{loads_per_s:5.1f} pages/s", flush=True)
     finally:
         lacuna.stop()

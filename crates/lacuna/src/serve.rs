@@ -251,7 +251,7 @@ async fn serve_all(
         .await
         .with_context(|| format!("binding the API to {}", config.api_listen))?;
     println!(
-        "lacuna: data directory {}, capacity {} bytes ({:.1} GiB)\nlacuna: NBD on {} (nbd://{}/VOLUME, {})\nlacuna: API on http://{} (token in {})",
+        "lacuna: data directory {}, capacity {} bytes ({:.1} GiB)\nlacuna: NBD on {} (nbd://{}/VOLUME, {})\nlacuna: API on http://{} (token in {})\nlacuna: dashboard on http://{}/ (sign in with that token)",
         config.data_dir.display(),
         capacity_bytes,
         capacity_bytes as f64 / (1u64 << 30) as f64,
@@ -259,7 +259,8 @@ async fn serve_all(
         nbd_listener.local_addr()?,
         nbd_access_summary(config),
         api_listener.local_addr()?,
-        config.data_dir.join("api-token").display()
+        config.data_dir.join("api-token").display(),
+        api_listener.local_addr()?,
     );
     for portal in &target_config.portals {
         println!(

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod openapi;
 mod requests;
+pub mod size;
 mod token;
 pub mod vasa;
 pub mod vvols;

@@ -17,11 +17,11 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use crate::client::{path_segment, Client, Method};
-use crate::size::{format_size, parse_size};
 use crate::table::{
     container_details, container_reclaim_details, container_table, format_unix_utc, host_details,
     host_table, snapshot_details, snapshot_table, space_details, volume_details, volume_table,
 };
+use lacuna_api::size::{format_size, parse_size};
 
 /// Environment variables the CHAP secrets may come from instead of the command
 /// line (where they would land in shell history and `ps`).

@@ -23,7 +23,7 @@ mod sampler;
 mod scrub;
 mod scsi_backend;
 mod serve;
-mod size;
+use lacuna_api::size;
 mod table;
 mod vasa_cli;
 mod vasa_provider;

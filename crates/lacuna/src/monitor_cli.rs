@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use crate::cli::print;
 use crate::client::{Client, Method};
-use crate::size::format_size;
 use crate::table::{format_rate, format_ratio, format_unix_utc, table, Align};
+use lacuna_api::size::format_size;
 
 /// `lacuna array history`.
 #[derive(Args, Debug)]

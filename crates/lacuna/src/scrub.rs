@@ -13,7 +13,7 @@ use lacuna_engine::space::rate::BYTES_PER_MB;
 use serde_json::{json, Value};
 
 use crate::client::{Client, Method};
-use crate::size::format_size;
+use lacuna_api::size::format_size;
 
 /// How often the status is polled while a pass runs.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);

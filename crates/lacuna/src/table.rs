@@ -6,7 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use lacuna_api::HostInfo;
 use lacuna_engine::{ContainerInfo, ReclaimPolicy, SnapshotInfo, SpaceReport, VolumeInfo};
 
-use crate::size::format_size;
+use lacuna_api::size::format_size;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Align {

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use crate::cli::print;
 use crate::client::{path_segment, Client, Method};
-use crate::size::{format_size, parse_size};
 use crate::table::{format_unix_utc, key_values, table, Align};
+use lacuna_api::size::{format_size, parse_size};
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Kind {

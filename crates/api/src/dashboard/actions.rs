@@ -11,38 +11,8 @@ use lacuna_engine::Provisioning;
 use serde::Deserialize;
 
 use super::{forged, page, pages, secure, Csrf, CsrfForm};
+use crate::size::parse_size;
 use crate::{blocking, hosts_blocking, ApiError, ApiState, NewLun, DEFAULT_BLOCK_SIZE_BYTES};
-
-/// A size as an administrator types it: bytes, or a number with K, M, G, T
-/// or P (binary units, an optional `iB`/`B`).
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let digits_end = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(digits_end);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (for example 10G or 512M)"))?;
-    let shift = match unit.trim().trim_end_matches("iB").trim_end_matches('B') {
-        "" => 0,
-        "K" | "k" => 10,
-        "M" | "m" => 20,
-        "G" | "g" => 30,
-        "T" | "t" => 40,
-        "P" | "p" => 50,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use K, M, G, T or P)"
-            ))
-        }
-    };
-    let bytes = number * (1u64 << shift) as f64;
-    if !(bytes >= 1.0 && bytes < u64::MAX as f64) || bytes.fract() != 0.0 {
-        return Err(format!("{text:?} is not a whole number of bytes"));
-    }
-    Ok(bytes as u64)
-}
 
 /// The page that says why an action was refused.
 fn refused(csrf: &Csrf, status: StatusCode, message: &str, back: &str) -> Response {
@@ -89,7 +59,7 @@ pub async fn create_volume(
     Extension(csrf): Extension<Csrf>,
     Form(form): Form<CreateForm>,
 ) -> Response {
-    if let Some(refusal) = forged(&csrf, &CsrfForm { csrf: form.csrf }) {
+    if let Some(refusal) = forged(&csrf, &form.csrf) {
         return refusal;
     }
     let size_bytes = match parse_size(&form.size) {
@@ -128,7 +98,7 @@ pub async fn resize_volume(
     Path(name): Path<String>,
     Form(form): Form<SizeForm>,
 ) -> Response {
-    if let Some(refusal) = forged(&csrf, &CsrfForm { csrf: form.csrf }) {
+    if let Some(refusal) = forged(&csrf, &form.csrf) {
         return refusal;
     }
     let back = format!("/volumes/{name}");
@@ -152,7 +122,7 @@ pub async fn snapshot_volume(
     Path(name): Path<String>,
     Form(form): Form<SnapshotForm>,
 ) -> Response {
-    if let Some(refusal) = forged(&csrf, &CsrfForm { csrf: form.csrf }) {
+    if let Some(refusal) = forged(&csrf, &form.csrf) {
         return refusal;
     }
     let back = format!("/volumes/{name}");
@@ -176,7 +146,7 @@ pub async fn delete_volume(
     Path(name): Path<String>,
     Form(form): Form<ConfirmForm>,
 ) -> Response {
-    if let Some(refusal) = forged(&csrf, &CsrfForm { csrf: form.csrf }) {
+    if let Some(refusal) = forged(&csrf, &form.csrf) {
         return refusal;
     }
     let back = format!("/volumes/{name}");
@@ -194,7 +164,7 @@ pub async fn recover_volume(
     Path(name): Path<String>,
     Form(form): Form<CsrfForm>,
 ) -> Response {
-    if let Some(refusal) = forged(&csrf, &form) {
+    if let Some(refusal) = forged(&csrf, &form.csrf) {
         return refusal;
     }
     let then = format!("/volumes/{name}");
@@ -215,7 +185,7 @@ pub async fn connect_volume(
     Path(name): Path<String>,
     Form(form): Form<ConnectForm>,
 ) -> Response {
-    if let Some(refusal) = forged(&csrf, &CsrfForm { csrf: form.csrf }) {
+    if let Some(refusal) = forged(&csrf, &form.csrf) {
         return refusal;
     }
     let back = format!("/volumes/{name}");
@@ -238,20 +208,4 @@ pub async fn connect_volume(
     let host = form.host;
     let result = hosts_blocking(&state, move |h| h.connect(&host, new_lun)).await;
     answer(&state, &csrf, result, &back, &back).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_read_as_an_administrator_types_them() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("10G"), Ok(10 << 30));
-        assert_eq!(parse_size(" 1.5 GiB "), Ok(3 << 29));
-        assert_eq!(parse_size("512m"), Ok(512 << 20));
-        for bad in ["", "G", "10X", "-1G", "0", "1.3", "99999999999P"] {
-            assert!(parse_size(bad).is_err(), "{bad:?}");
-        }
-    }
 }

@@ -10,20 +10,7 @@ use maud::{html, Markup, DOCTYPE};
 use super::plot::{time_plot, Series};
 
 /// Binary units, as the CLI prints them.
-pub fn size(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
+pub use crate::size::format_size as size;
 
 const STYLE: &str = "
 body{font-family:system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
@@ -273,12 +260,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_are_utc_and_sizes_binary() {
+    fn times_are_utc() {
         assert_eq!(utc(0), "1970-01-01 00:00:00");
         assert_eq!(utc(1_764_710_405), "2025-12-02 21:20:05");
         assert_eq!(utc(951_782_400), "2000-02-29 00:00:00");
-        assert_eq!(size(512), "512 B");
-        assert_eq!(size(3 << 29), "1.5 GiB");
     }
 
     #[test]

@@ -292,7 +292,7 @@ def actions_show_in_the_api(driver):
     luns = {l["volume"]: l["lun"] for l in api("/v1/hosts/alpha")["luns"]}
     check(luns.get("made-in-browser") == 7, f"connected in the page: {luns}")
     submit(driver, "/volumes/made-in-browser/resize", {"size": "12X"}, refused_with=400)
-    check("unknown unit" in driver.find_element(By.ID, "refused").text, "a bad size is explained")
+    check("invalid size '12X'" in driver.find_element(By.ID, "refused").text, "a bad size is explained")
     check(api("/v1/volumes/made-in-browser")["size_bytes"] == 128 << 20, "and changes nothing")
     load(driver, "/volumes/made-in-browser")
     submit(driver, "/volumes/made-in-browser/delete", {"confirm": "yes"})

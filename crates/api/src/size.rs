@@ -1,4 +1,5 @@
-//! Human sizes: parsing `100G`, `1.5T`, `4096` and printing `1.5 GiB`.
+//! Human sizes: parsing `100G`, `1.5T`, `4096` and printing `1.5 GiB`, as the
+//! CLI reads and prints them and the dashboard's forms and pages do too.
 
 /// Parses a size with an optional binary unit (K, M, G, T, P; `iB`/`B` allowed).
 pub fn parse_size(text: &str) -> Result<u64, String> {

@@ -401,6 +401,16 @@ fn array_families(space: &SpaceReport) -> Vec<Family> {
             space.punched_bytes,
         ),
         gauge(
+            "lacuna_reusable_freed_bytes",
+            "Bytes of freed segment files kept for reuse by new segments.",
+            space.reusable_freed_bytes,
+        ),
+        counter(
+            "lacuna_reused_segment_files_total",
+            "New segments written into a freed segment's file.",
+            space.reused_segment_files,
+        ),
+        gauge(
             "lacuna_soft_threshold_exceeded",
             "1 when physical use is at or above the soft threshold.",
             u64::from(space.soft_threshold_exceeded),

@@ -443,6 +443,7 @@ impl Engine {
                 ws.thin_limit_bytes(),
             )
         };
+        let retired = self.store.retired();
         let snapshot_count = self
             .catalog
             .snapshots
@@ -525,6 +526,8 @@ impl Engine {
             relocated_bytes: self.stats.relocated_bytes.load(Ordering::Relaxed),
             writer_cleans: self.stats.writer_cleans.load(Ordering::Relaxed),
             punched_bytes: self.stats.punched_bytes.load(Ordering::Relaxed),
+            reusable_freed_bytes: retired.kept_bytes,
+            reused_segment_files: retired.reused_files,
             checksum_errors: self.stats.checksum_errors.load(Ordering::Relaxed),
             read_errors: self.stats.read_errors.load(Ordering::Relaxed),
             health: ArrayHealth::default(),

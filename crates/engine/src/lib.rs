@@ -366,6 +366,7 @@ impl Engine {
                 fenced: Mutex::new(None),
                 flush_lock: Mutex::new(()),
                 files_lock: Mutex::new(()),
+                deferred_holes: Mutex::new(Default::default()),
                 last_durable: Mutex::new(std::time::Instant::now()),
                 commit_count: AtomicU64::new(0),
                 durable_count: AtomicU64::new(0),

@@ -866,6 +866,8 @@ mod tests {
             relocated_bytes: 0,
             writer_cleans: 0,
             punched_bytes: 0,
+            reusable_freed_bytes: 0,
+            reused_segment_files: 0,
             checksum_errors: 0,
             read_errors: 0,
             volume_unique_bytes: 1 << 30,

@@ -25,12 +25,16 @@ fn python(args: &[&str]) -> Command {
     command
 }
 
-fn cleaned_segments(daemon: &Daemon) -> u64 {
+fn space_figure(daemon: &Daemon, name: &str) -> u64 {
     let space: serde_json::Value =
         serde_json::from_str(&daemon.cli_ok(&["--json", "array", "space"])).unwrap();
-    space["cleaned_segments"]
+    space[name]
         .as_u64()
-        .expect("cleaned_segments")
+        .unwrap_or_else(|| panic!("{name} in {space}"))
+}
+
+fn cleaned_segments(daemon: &Daemon) -> u64 {
+    space_figure(daemon, "cleaned_segments")
 }
 
 #[test]
@@ -62,6 +66,9 @@ fn killing_the_daemon_mid_cleaning_loses_nothing_flushed() {
         .unwrap();
     assert!(status.success(), "fill failed");
     let mut delays = seed;
+    // Kills that came after new segments had been written into freed
+    // segments' files (whose old records lie past the new segments' ends).
+    let mut kills_after_reuse = 0;
     for round in 0..rounds {
         let round_seed = (seed + round).to_string();
         let base = ((round + 1) * 1_000_000).to_string();
@@ -97,7 +104,9 @@ fn killing_the_daemon_mid_cleaning_loses_nothing_flushed() {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         std::thread::sleep(Duration::from_millis((delays >> 33) % 400));
+        let reused = space_figure(&daemon, "reused_segment_files");
         daemon.kill();
+        kills_after_reuse += u64::from(reused > 0);
         let _ = work.kill();
         let _ = work.wait();
         reader.join().unwrap();
@@ -140,4 +149,9 @@ fn killing_the_daemon_mid_cleaning_loses_nothing_flushed() {
         );
         eprintln!("round {round}: killed after write {flushed}+, just after the cleaner emptied a segment; all grains intact");
     }
+    eprintln!("{kills_after_reuse} of {rounds} kills came after freed segment files were reused");
+    assert!(
+        rounds < 3 || kills_after_reuse > 0,
+        "no kill came after a freed segment's file was reused (seed {seed})"
+    );
 }

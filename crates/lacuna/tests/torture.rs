@@ -1087,14 +1087,19 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-fn segment_files(run: &Run) -> BTreeSet<String> {
-    std::fs::read_dir(run.dir.join("data").join("segments"))
+/// The segment files (`.seg`) present, and how many freed files were kept
+/// for reuse (`.free`) at that moment.
+fn segment_files(run: &Run) -> (BTreeSet<String>, usize) {
+    let names: Vec<String> = std::fs::read_dir(run.dir.join("data").join("segments"))
         .map(|dir| {
             dir.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let kept = names.iter().filter(|n| n.ends_with(".free")).count();
+    let segments = names.into_iter().filter(|n| n.ends_with(".seg")).collect();
+    (segments, kept)
 }
 
 /// Waits until the workers have issued their first request, so the random delay
@@ -1182,6 +1187,7 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
     let mut model = setup(dir);
     let mut seen_segments: BTreeSet<String> = BTreeSet::new();
     let mut freed_segments = 0usize;
+    let mut crashes_with_kept_files = 0usize;
     let mut total_ops = 0usize;
     let mut coverage: BTreeMap<&str, u64> = BTreeMap::new();
     for iteration in 1..=iterations {
@@ -1204,7 +1210,8 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
         }
         total_ops += ops;
         let allowed = model.apply(&records, end);
-        let segments = segment_files(&run);
+        let (segments, kept) = segment_files(&run);
+        crashes_with_kept_files += usize::from(kept > 0);
         freed_segments += seen_segments.difference(&segments).count();
         seen_segments = segments;
         fsck_copy(&run, iteration);
@@ -1221,7 +1228,8 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
     }
     eprintln!(
         "crash torture: survived {iterations} crash points, {total_ops} operations, \
-         {freed_segments} segments freed by reclaim or cleaning, TORTURE_SEED={seed}"
+         {freed_segments} segments freed by reclaim or cleaning ({crashes_with_kept_files} \
+         crashes with freed files kept for reuse), TORTURE_SEED={seed}"
     );
     eprintln!("completed operations by kind: {coverage:?}");
     assert!(total_ops > iterations as usize, "the workload hardly ran");

@@ -180,6 +180,9 @@ fn run(weak: Weak<Engine>) {
                         tracing::error!("reclaimer flush failed: {e}");
                     }
                 }
+                if engine.holds_freed_storage() {
+                    engine.release_freed(crate::write::durable::Release::Due);
+                }
                 let token_wait = *engine.scheduler.reclaim_token_wait.lock();
                 wait(&engine, token_wait.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT)));
             }

@@ -73,6 +73,22 @@ impl SegmentStore for ReadEio {
         self.inner.punch(segment, offset_bytes, length_bytes)
     }
 
+    fn retire(&self, segment: SegmentId) -> io::Result<()> {
+        self.inner.retire(segment)
+    }
+
+    fn expire_retired(&self, keep: std::time::Duration) -> io::Result<()> {
+        self.inner.expire_retired(keep)
+    }
+
+    fn sync_names(&self) -> io::Result<()> {
+        self.inner.sync_names()
+    }
+
+    fn retired(&self) -> crate::segment::log::RetiredFiles {
+        self.inner.retired()
+    }
+
     fn list(&self) -> io::Result<Vec<(SegmentId, u64)>> {
         self.inner.list()
     }

@@ -11,6 +11,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -71,6 +72,26 @@ pub trait SegmentStore: Send + Sync {
     fn truncate(&self, segment: SegmentId, length_bytes: u64) -> io::Result<()>;
     /// Frees the whole segment; the media below learns of it.
     fn remove(&self, segment: SegmentId) -> io::Result<()>;
+    /// Frees the whole segment, the store free to keep its storage for a
+    /// later segment (see [`crate::segment::free_pool`]) for a while.
+    fn retire(&self, segment: SegmentId) -> io::Result<()> {
+        self.remove(segment)
+    }
+    /// Gives up storage kept by [`SegmentStore::retire`] for longer than
+    /// `keep` (all of it for `Duration::ZERO`).
+    fn expire_retired(&self, keep: std::time::Duration) -> io::Result<()> {
+        let _ = keep;
+        Ok(())
+    }
+    /// Makes the names of segments created since the last call durable
+    /// (before metadata that names them is).
+    fn sync_names(&self) -> io::Result<()> {
+        Ok(())
+    }
+    /// What [`SegmentStore::retire`] keeps now.
+    fn retired(&self) -> RetiredFiles {
+        RetiredFiles::default()
+    }
     /// Gives the bytes of a range back to the filesystem (and so to the media
     /// below, seed 002) without changing the segment's length; they read as
     /// zeroes from then on.
@@ -107,6 +128,18 @@ pub struct FileSegmentStore {
     /// The last `statvfs` of the directory: one per write batch was a
     /// twentieth of the CPU of 4 KiB random writes.
     recent_space: crate::segment::fs_space::RecentSpace,
+    /// Freed segment files kept for new segments (their pages cached).
+    pool: crate::segment::free_pool::FreePool,
+    /// New segments that took a pooled file.
+    reused_files: AtomicU64,
+}
+
+/// What [`SegmentStore::retire`] kept, and how much of it was reused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetiredFiles {
+    pub kept_files: u64,
+    pub kept_bytes: u64,
+    pub reused_files: u64,
 }
 
 /// Most segment files kept open. The engine's descriptors are a constant
@@ -164,6 +197,8 @@ impl FileSegmentStore {
             tails: RwLock::new(crate::segment::write_buffer::Tails::default()),
             tail_mask: crate::segment::write_buffer::TailMask::default(),
             recent_space: crate::segment::fs_space::RecentSpace::default(),
+            pool: crate::segment::free_pool::FreePool::open(dir)?,
+            reused_files: AtomicU64::new(0),
         })
     }
 
@@ -180,17 +215,42 @@ impl FileSegmentStore {
         if let Some(file) = files.get(&segment) {
             return Ok(file.clone());
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .truncate(false)
-            .mode(PRIVATE_FILE_MODE)
-            .open(self.path(segment))?;
-        let file = Arc::new(file);
+        let file = Arc::new(self.open_file(segment, create)?);
         files.insert(segment, file.clone());
         close_idle_files(&mut files, segment);
         Ok(file)
+    }
+
+    /// Opens `segment`'s file; a new one (`create`) is a pooled file renamed,
+    /// if the pool has one, else created.
+    fn open_file(&self, segment: SegmentId, create: bool) -> io::Result<File> {
+        let path = self.path(segment);
+        let open = |create: bool| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(create)
+                .truncate(false)
+                .mode(PRIVATE_FILE_MODE)
+                .open(&path)
+        };
+        match open(false) {
+            Err(e) if create && e.kind() == io::ErrorKind::NotFound => {
+                if self.pool.take(&path)? {
+                    self.reused_files.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.pool.note_created();
+                }
+                open(true)
+            }
+            other => other,
+        }
+    }
+
+    /// Whether the filesystem is too short of room to keep freed files: less
+    /// free than four metadata margins.
+    fn short_of_room(&self, space: crate::segment::fs_space::FsSpace) -> bool {
+        space.free_bytes < 4 * crate::segment::fs_space::metadata_margin_bytes(space.total_bytes)
     }
 
     /// Writes `segment`'s tail, if it has one, to `file` (before anything that
@@ -291,6 +351,40 @@ impl SegmentStore for FileSegmentStore {
         }
     }
 
+    /// As [`FileSegmentStore::remove`], the file renamed into the pool
+    /// instead of deleted, unless the filesystem is short of room.
+    fn retire(&self, segment: SegmentId) -> io::Result<()> {
+        let roomy = self
+            .recent_space
+            .get()
+            .is_some_and(|space| !self.short_of_room(space));
+        if !roomy {
+            return self.remove(segment);
+        }
+        self.tails.write().discard(&self.tail_mask, segment);
+        let mut files = self.files.write();
+        files.remove(&segment);
+        let kept = self.pool.keep(&self.path(segment));
+        drop(files);
+        kept
+    }
+
+    fn expire_retired(&self, keep: std::time::Duration) -> io::Result<()> {
+        self.pool.expire(keep).map(|_| ())
+    }
+
+    fn sync_names(&self) -> io::Result<()> {
+        self.pool.sync_directory()
+    }
+
+    fn retired(&self) -> RetiredFiles {
+        RetiredFiles {
+            kept_files: self.pool.pooled_files() as u64,
+            kept_bytes: self.pool.pooled_bytes(),
+            reused_files: self.reused_files.load(Ordering::Relaxed),
+        }
+    }
+
     fn punch(&self, segment: SegmentId, offset_bytes: u64, length_bytes: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;
         let file = match self.file(segment, false) {
@@ -347,8 +441,13 @@ impl SegmentStore for FileSegmentStore {
         Ok(())
     }
 
+    /// Pooled files go back to the filesystem as soon as it is short of room.
     fn fs_space(&self) -> io::Result<Option<crate::segment::fs_space::FsSpace>> {
         let mut space = crate::segment::fs_space::statvfs(&self.dir)?;
+        if self.short_of_room(space) && self.pool.pooled_files() > 0 {
+            self.pool.expire(std::time::Duration::ZERO)?;
+            space = crate::segment::fs_space::statvfs(&self.dir)?;
+        }
         let held_bytes = self.tails.read().held_bytes();
         space.free_bytes = space.free_bytes.saturating_sub(held_bytes);
         self.recent_space.remember(space);

@@ -1,5 +1,6 @@
 //! The segment log: append-only files of records (`log`), small appends
-//! gathered into larger writes (`write_buffer`), the room left on the
+//! gathered into larger writes (`write_buffer`), freed files kept for reuse
+//! (`free_pool`), the room left on the
 //! filesystem below (`fs_space`), and a store whose reads of one segment fail,
 //! for the fault tests (`fault_injection`).
 //!
@@ -10,6 +11,7 @@
 //! May use: `testing`.
 
 pub(crate) mod fault_injection;
+pub(crate) mod free_pool;
 pub mod fs_space;
 pub mod log;
 pub(crate) mod write_buffer;

@@ -162,8 +162,18 @@ pub struct SpaceReport {
     // Each one a write that waited on cleaning.
     pub writer_cleans: u64,
     /// Bytes of freed records punched out of segment files since the daemon started
-    // The disk below learns of them at once.
+    // Ten seconds after they were freed (or at once when the filesystem is
+    // short of room): see `write::durable`.
     pub punched_bytes: u64,
+    /// Bytes of freed segment files kept for reuse by new segments (free space of the array,
+    /// given back to the filesystem within seconds, at once when it runs short)
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub reusable_freed_bytes: u64,
+    /// New segments written into a freed segment's file since the daemon started
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub reused_segment_files: u64,
     /// Records that failed verification when read since the daemon started (the host got an
     /// error, never the bytes)
     // Host reads and the cleaner's. Always serialised, so required in the

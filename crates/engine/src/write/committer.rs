@@ -31,6 +31,8 @@ pub(crate) struct Committer {
     /// commit that freed it: later commits (and host flushes) need not wait for
     /// the files, but callers that free space wait for each other's cuts.
     pub files_lock: Mutex<()>,
+    /// Freed page ranges waiting to be punched (see `durable`).
+    pub deferred_holes: Mutex<crate::write::durable::DeferredHoles>,
     pub last_durable: Mutex<std::time::Instant>,
     pub commit_count: AtomicU64,
     pub durable_count: AtomicU64,

@@ -1,8 +1,17 @@
 //! Durable commits: what a host FLUSH and the background flush do. Segment
 //! data is synced first, then the writer state is committed with durability,
-//! and only after that are freed segments removed and freed pages punched out
+//! and only after that are freed segments retired and freed pages punched out
 //! of their files, so metadata never outlives the data it names and never
 //! names data already cut.
+//!
+//! Freed storage goes back to the filesystem a little later, not at once
+//! ([`RELEASE_DELAY`]): a freed segment's file is kept for a new segment
+//! (`segment::free_pool`), and the pages of freed records wait before they are
+//! punched, so that the file a segment leaves behind still has its pages when
+//! it is reused. Appends into cached pages cost a tenth of appends into fresh
+//! ones on hosts that return freed memory to their hypervisor (bench/RESULTS.md).
+//! Callers about to measure the data directory, and a closing array, release
+//! everything at once ([`Engine::flush_freeing`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -19,12 +28,66 @@ use crate::{Engine, EngineError, Result};
 const MAX_UNLOCKED_SYNC_PASSES: usize = 3;
 /// A sync pass this quick leaves little for the pass under the writer mutex.
 const QUICK_SYNC_PASS: std::time::Duration = std::time::Duration::from_millis(10);
+/// How long freed pages wait to be punched, and freed segment files to be
+/// reused, before they go back to the filesystem.
+pub(crate) const RELEASE_DELAY: std::time::Duration = crate::segment::free_pool::POOL_KEEP;
+/// Most freed page ranges waiting to be punched; past it, the oldest go at once.
+const MAX_DEFERRED_HOLES: usize = 1 << 20;
+
+/// When freed storage goes back to the filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// Everything freed so far, before returning.
+    Now,
+    /// What was freed [`RELEASE_DELAY`] ago or more.
+    Due,
+}
+
+type Hole = (SegmentId, u64, u64);
+
+/// Page ranges of freed records, waiting to be punched; in commit order.
+#[derive(Default)]
+pub(crate) struct DeferredHoles {
+    batches: std::collections::VecDeque<(std::time::Instant, Vec<Hole>)>,
+    holes: usize,
+}
+
+impl DeferredHoles {
+    fn add(&mut self, holes: Vec<Hole>) {
+        if !holes.is_empty() {
+            self.holes += holes.len();
+            self.batches.push_back((std::time::Instant::now(), holes));
+        }
+    }
+
+    /// The ranges to punch now: all for [`Release::Now`], else those past
+    /// [`RELEASE_DELAY`] and the oldest beyond [`MAX_DEFERRED_HOLES`].
+    fn take(&mut self, release: Release) -> Vec<Hole> {
+        let mut due = Vec::new();
+        while let Some((since, _)) = self.batches.front() {
+            let take = release == Release::Now
+                || since.elapsed() >= RELEASE_DELAY
+                || self.holes > MAX_DEFERRED_HOLES;
+            if !take {
+                break;
+            }
+            let (_, holes) = self.batches.pop_front().expect("a front batch");
+            self.holes -= holes.len();
+            due.extend(holes);
+        }
+        due
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+}
 
 impl Engine {
     /// Makes every write completed so far, on every volume, durable. Concurrent
     /// flushes share one sync and one durable commit (group commit).
     pub fn flush(&self) -> Result<()> {
-        self.durable_commit(false, 1)
+        self.durable_commit(false, 1, Release::Due)
     }
 
     /// [`Engine::flush`] when no host waits for it (the background thread's):
@@ -32,29 +95,65 @@ impl Engine {
     /// covering what arrived during the one before, so that writers wait as
     /// little as possible.
     pub(crate) fn flush_in_background(&self) -> Result<()> {
-        self.durable_commit(false, MAX_UNLOCKED_SYNC_PASSES)
+        self.durable_commit(false, MAX_UNLOCKED_SYNC_PASSES, Release::Due)
     }
 
     /// [`Engine::flush_freeing`] when no host waits for it, in passes as
     /// [`Engine::flush_in_background`].
     pub(crate) fn flush_freeing_in_background(&self) -> Result<()> {
-        self.freeing_commit(MAX_UNLOCKED_SYNC_PASSES)
-    }
-
-    /// A durable commit even when every write is durable already, if some space
-    /// waits for one to be freed, returning once freed space is out of the
-    /// segment files: what the background work calls when it runs out of work,
-    /// and what a caller about to measure the data directory wants. Host
-    /// flushes do not wait for that (see `durable_commit`).
-    pub fn flush_freeing(&self) -> Result<()> {
-        self.freeing_commit(1)
-    }
-
-    fn freeing_commit(&self, unlocked_passes: usize) -> Result<()> {
-        self.durable_commit(true, unlocked_passes)?;
+        self.durable_commit(true, MAX_UNLOCKED_SYNC_PASSES, Release::Due)?;
         // Another caller's cuts may still be under way.
         drop(self.committer.files_lock.lock());
         Ok(())
+    }
+
+    /// A durable commit even when every write is durable already, if some space
+    /// waits for one to be freed, returning once all freed space is out of the
+    /// segment files (none kept for reuse, nothing left to punch later): what
+    /// a caller about to measure the data directory wants, and what space
+    /// short of room needs. Host flushes do not wait for that (see
+    /// `durable_commit`).
+    pub fn flush_freeing(&self) -> Result<()> {
+        self.durable_commit(true, 1, Release::Now)?;
+        self.release_freed(Release::Now);
+        Ok(())
+    }
+
+    /// Gives freed storage back to the filesystem: page ranges waiting to be
+    /// punched and files kept for reuse, those due (the background thread
+    /// calls it when idle) or all. Failures only cost disk space: logged.
+    pub(crate) fn release_freed(&self, release: Release) {
+        let _files = self.committer.files_lock.lock();
+        let due = self.committer.deferred_holes.lock().take(release);
+        if !due.is_empty() {
+            let due = self.holes_of_live_segments(due);
+            // See `durable_commit`: no reader still aims at these records.
+            drop(self.io_lock.write());
+            self.punch(due);
+        }
+        self.expire_retired(release);
+    }
+
+    /// Whether freed storage waits to go back to the filesystem.
+    pub(crate) fn holds_freed_storage(&self) -> bool {
+        !self.committer.deferred_holes.lock().is_empty() || self.store.retired().kept_files > 0
+    }
+
+    fn expire_retired(&self, release: Release) {
+        let keep = match release {
+            Release::Now => std::time::Duration::ZERO,
+            Release::Due => RELEASE_DELAY,
+        };
+        if let Err(e) = self.store.expire_retired(keep) {
+            tracing::warn!("deleting freed segment files kept for reuse failed: {e}");
+        }
+    }
+
+    /// `holes` less those of segments freed since (their files went whole).
+    fn holes_of_live_segments(&self, mut holes: Vec<Hole>) -> Vec<Hole> {
+        let ws = self.committer.writer.lock();
+        holes.retain(|(segment, _, _)| ws.segments.contains_key(segment));
+        holes
     }
 
     /// A host FLUSH returns as soon as a durable commit covers every commit
@@ -62,7 +161,12 @@ impl Engine {
     /// space is pending (freeing it is background work, not theirs).
     /// `unlocked_passes`: most passes of the segment sync before the writer
     /// mutex is taken (one for a host, which waits for every pass).
-    fn durable_commit(&self, to_free: bool, unlocked_passes: usize) -> Result<()> {
+    fn durable_commit(
+        &self,
+        to_free: bool,
+        unlocked_passes: usize,
+        release: Release,
+    ) -> Result<()> {
         assert!((1..=MAX_UNLOCKED_SYNC_PASSES).contains(&unlocked_passes));
         let target = self.committer.commit_count.load(Ordering::SeqCst);
         let flush = self.committer.flush_lock.lock();
@@ -94,6 +198,7 @@ impl Engine {
             for segment in dirty {
                 self.sync_segment(segment)?;
             }
+            self.sync_segment_names()?;
             if started.elapsed() < QUICK_SYNC_PASS {
                 break;
             }
@@ -103,6 +208,7 @@ impl Engine {
         for segment in dirty {
             self.sync_segment(segment)?;
         }
+        self.sync_segment_names()?;
         let upto = self.committer.commit_count.load(Ordering::SeqCst);
         if ws.open_segment_dead() {
             let sealed = ws.open_segment;
@@ -135,23 +241,45 @@ impl Engine {
         self.db.maps_cache().apply_deferred();
         let _files = self.committer.files_lock.lock();
         drop(flush);
-        if !freeing.is_empty() || !punching.is_empty() {
-            let holes = Self::plan_punches(punching, &freeing);
+        let holes = Self::plan_punches(punching, &freeing);
+        let due = {
+            let mut deferred = self.committer.deferred_holes.lock();
+            deferred.add(holes);
+            deferred.take(release)
+        };
+        if !freeing.is_empty() || !due.is_empty() {
+            let due = self.holes_of_live_segments(due);
             // Readers look up a record and read it under the I/O lock: once the
             // write lock has been had, every reader that could have seen the
             // freed records is done, and later ones look them up in metadata
             // that no longer has them. Reads are not held up by the cuts
-            // themselves (removing 80 segments took 0.8 s).
+            // themselves (removing 80 segments took 0.8 s). A retired file
+            // may be written again at once (as a new segment): it is retired
+            // only after that point too.
             drop(self.io_lock.write());
             for id in &freeing {
-                self.store
-                    .remove(*id)
-                    .map_err(|e| EngineError::io(format!("removing segment {id}"), e))?;
+                let retired = match release {
+                    Release::Now => self.store.remove(*id),
+                    Release::Due => self.store.retire(*id),
+                };
+                retired.map_err(|e| EngineError::io(format!("removing segment {id}"), e))?;
                 self.stats.freed_segments.fetch_add(1, Ordering::Relaxed);
             }
-            self.punch(holes);
+            self.punch(due);
         }
+        self.expire_retired(release);
         Ok(())
+    }
+
+    /// Segment files created or reused since the last durable commit keep
+    /// their names across a crash (before metadata names them durably). A
+    /// failure fences the array, as a failed segment sync does.
+    fn sync_segment_names(&self) -> Result<()> {
+        self.store.sync_names().map_err(|e| {
+            let error = EngineError::io("syncing the segment directory", e);
+            self.committer.fence(&error);
+            error
+        })
     }
 
     /// The durable commit itself: the writer state without the segments being
@@ -175,10 +303,7 @@ impl Engine {
 
     /// The page ranges to punch for freed records (segments removed whole are
     /// skipped): worked out before the exclusive I/O lock is taken.
-    fn plan_punches(
-        punching: Vec<(SegmentId, u64, u64)>,
-        removed: &[SegmentId],
-    ) -> Vec<(SegmentId, u64, u64)> {
+    fn plan_punches(punching: Vec<Hole>, removed: &[SegmentId]) -> Vec<Hole> {
         let mut by_segment: BTreeMap<SegmentId, Vec<(u64, u64)>> = BTreeMap::new();
         for (segment, offset, length) in punching {
             if !removed.contains(&segment) {
@@ -200,7 +325,7 @@ impl Engine {
 
     /// Punches freed page ranges out of their segment files. A failure only
     /// costs disk space, so it is logged, not returned.
-    fn punch(&self, holes: Vec<(SegmentId, u64, u64)>) {
+    fn punch(&self, holes: Vec<Hole>) {
         for (segment, offset, length) in holes {
             match self.store.punch(segment, offset, length) {
                 Ok(()) => {

@@ -93,6 +93,10 @@ impl VvolService {
                 "vVol {id} is a snapshot: snapshot its base instead"
             )));
         }
+        // The writes so far made durable now, while the VM runs: the commit,
+        // for which ESXi holds the VM's I/O (the stun), then makes durable
+        // only what arrived since, not up to five seconds of writes.
+        self.engine.flush()?;
         let mut writer = self.writer.lock();
         let now = Instant::now();
         writer.prepared.expire(now);

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-./scripts/install-packages.sh libssl-dev pkg-config libnbd-bin python3-libnbd nbdkit qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev gcc e2fsprogs sg3-utils python3-zeep openssl curl chromium chromium-driver python3-selenium
+./scripts/install-packages.sh libssl-dev pkg-config libnbd-bin python3-libnbd nbdkit qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev gcc e2fsprogs sg3-utils python3-zeep openssl curl chromium chromium-driver python3-selenium ceph-mon ceph-osd ceph-mgr ceph-common librados-dev
 command -v cargo >/dev/null || { echo "cargo not found: install Rust from https://rustup.rs" >&2; exit 1; }
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 

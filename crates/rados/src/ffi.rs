@@ -74,6 +74,7 @@ extern "C" {
 
     pub fn rados_create_write_op() -> WriteOpT;
     pub fn rados_write_op_zero(op: WriteOpT, offset: u64, len: u64);
+    pub fn rados_write_op_write(op: WriteOpT, buffer: *const c_char, len: size_t, offset: u64);
     pub fn rados_write_op_operate(
         op: WriteOpT,
         io: IoCtxT,

@@ -15,8 +15,10 @@
 //! never changed.
 
 mod ffi;
+pub mod test_cluster;
 
 use std::ffi::{CStr, CString};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `EBLOCKLISTED` in Ceph: the cluster refuses a blocklisted client's ops.
@@ -96,7 +98,7 @@ unsafe impl Sync for Cluster {}
 
 impl Cluster {
     /// Connects as `client.admin` with the configuration file `conf_path`.
-    pub fn connect(conf_path: &std::path::Path) -> Result<Cluster> {
+    pub fn connect(conf_path: &std::path::Path) -> Result<Arc<Cluster>> {
         let target = conf_path.display().to_string();
         let conf = c_string("reading the configuration", &target)?;
         let name = c_string("connecting", "client.admin")?;
@@ -121,7 +123,7 @@ impl Cluster {
         // SAFETY: a configured handle.
         let rc = unsafe { ffi::rados_connect(cluster.handle) };
         check("connecting", &target, rc)?;
-        Ok(cluster)
+        Ok(Arc::new(cluster))
     }
 
     fn set_option(&self, option: &str, value: &str) -> Result<()> {
@@ -191,8 +193,9 @@ impl Cluster {
         Ok(answer)
     }
 
-    /// An I/O context on `pool`, in `namespace` ("" for the default one).
-    pub fn io(&self, pool: &str, namespace: &str) -> Result<IoCtx<'_>> {
+    /// An I/O context on `pool`, in `namespace` ("" for the default one); it
+    /// keeps the connection alive.
+    pub fn io(self: &Arc<Self>, pool: &str, namespace: &str) -> Result<IoCtx> {
         let pool_c = c_string("opening the pool", pool)?;
         let namespace_c = c_string("opening the namespace", namespace)?;
         let mut handle: ffi::IoCtxT = std::ptr::null_mut();
@@ -203,7 +206,7 @@ impl Cluster {
         unsafe { ffi::rados_ioctx_set_namespace(handle, namespace_c.as_ptr()) };
         Ok(IoCtx {
             handle,
-            _cluster: std::marker::PhantomData,
+            _cluster: self.clone(),
         })
     }
 }
@@ -256,19 +259,26 @@ pub struct Locker {
 }
 
 /// A pool and namespace to do object I/O in (`rados_ioctx_t`).
-pub struct IoCtx<'c> {
+pub struct IoCtx {
     handle: ffi::IoCtxT,
-    _cluster: std::marker::PhantomData<&'c Cluster>,
+    /// Dropped after the context (fields drop after `Drop::drop`).
+    _cluster: Arc<Cluster>,
+}
+
+impl std::fmt::Debug for IoCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IoCtx")
+    }
 }
 
 // SAFETY: librados I/O contexts may be used from several threads at once; the
 // namespace, the one setting that may not be raced, is never changed after
 // `Cluster::io`.
-unsafe impl Send for IoCtx<'_> {}
+unsafe impl Send for IoCtx {}
 // SAFETY: as above.
-unsafe impl Sync for IoCtx<'_> {}
+unsafe impl Sync for IoCtx {}
 
-impl Drop for IoCtx<'_> {
+impl Drop for IoCtx {
     fn drop(&mut self) {
         // SAFETY: the context is ours and no call on it is in flight (&mut).
         unsafe { ffi::rados_ioctx_destroy(self.handle) };
@@ -278,7 +288,7 @@ impl Drop for IoCtx<'_> {
 /// Largest single read or write librados takes (its length is an int).
 const MAX_IO_BYTES: usize = 1 << 30;
 
-impl IoCtx<'_> {
+impl IoCtx {
     /// Writes `data` at `offset_bytes` of `object`, creating it if needed;
     /// atomic (all or nothing) and durable on every replica when it returns.
     pub fn write(&self, object: &str, offset_bytes: u64, data: &[u8]) -> Result<()> {
@@ -342,6 +352,27 @@ impl IoCtx<'_> {
         // SAFETY: a live context and a C string.
         let rc = unsafe { ffi::rados_trunc(self.handle, oid.as_ptr(), length_bytes) };
         check("truncate", object, rc).map(drop)
+    }
+
+    /// Writes every `(offset, bytes)` piece to `object` in one operation: all
+    /// of them or none, in one round trip.
+    pub fn write_pieces(&self, object: &str, pieces: &[(u64, &[u8])]) -> Result<()> {
+        let oid = c_string("write", object)?;
+        assert!(pieces.iter().all(|(_, data)| data.len() <= MAX_IO_BYTES));
+        // SAFETY: an op made, filled, run and released here; the pieces'
+        // buffers outlive it (librados copies them when the op is built).
+        let rc = unsafe {
+            let op = ffi::rados_create_write_op();
+            assert!(!op.is_null(), "librados made no write op");
+            for (offset, data) in pieces {
+                ffi::rados_write_op_write(op, data.as_ptr().cast(), data.len(), *offset);
+            }
+            let rc =
+                ffi::rados_write_op_operate(op, self.handle, oid.as_ptr(), std::ptr::null_mut(), 0);
+            ffi::rados_release_write_op(op);
+            rc
+        };
+        check("write", object, rc).map(drop)
     }
 
     /// Zeroes a range (the OSD frees what it can), leaving the size as it is.

@@ -4,74 +4,11 @@
 //! (`EBLOCKLISTED` from librados, not a check of ours), so that a gateway
 //! that lost its shard cannot write into it late.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use lacuna_rados::test_cluster::{TestCluster, POOL};
 use lacuna_rados::{Cluster, RadosError};
-
-const POOL: &str = "lacuna";
-
-/// The test cluster, stopped when dropped (also when a check fails).
-struct TestCluster {
-    dir: PathBuf,
-    conf: PathBuf,
-    _tmp: tempfile::TempDir,
-}
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ceph-cluster.sh")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl TestCluster {
-    fn start() -> TestCluster {
-        let tmp = tempfile::Builder::new()
-            .prefix("lacuna-ceph-")
-            .tempdir()
-            .unwrap();
-        let dir = tmp.path().join("cluster");
-        let out = Command::new("bash")
-            .arg(script())
-            .args(["start", dir.to_str().unwrap(), POOL])
-            .env("MON_PORT", free_port().to_string())
-            .output()
-            .expect("running scripts/ceph-cluster.sh (the test command installs Ceph)");
-        assert!(
-            out.status.success(),
-            "the test cluster did not start: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let conf = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-        assert!(conf.exists(), "{}", conf.display());
-        TestCluster {
-            dir,
-            conf,
-            _tmp: tmp,
-        }
-    }
-
-    fn client(&self) -> Cluster {
-        Cluster::connect(&self.conf).expect("connecting to the test cluster")
-    }
-}
-
-impl Drop for TestCluster {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(script())
-            .args(["stop", self.dir.to_str().unwrap()])
-            .status();
-    }
-}
 
 /// One cluster for every check (starting one takes seconds).
 #[test]
@@ -204,7 +141,7 @@ fn a_blocklisted_holder_is_refused_by_the_cluster(cluster: &TestCluster) {
 
 fn bad_input_is_an_error(cluster: &TestCluster) {
     let client = cluster.client();
-    let missing = client.io("no-such-pool", "").err().expect("no such pool");
+    let missing = client.io("no-such-pool", "").expect_err("no such pool");
     assert!(missing.is_not_found(), "{missing}");
     let io = client.io(POOL, "bad").unwrap();
     let nul = io.write("a\0b", 0, b"x").unwrap_err();

@@ -111,6 +111,26 @@ pub struct EngineConfig {
     /// When new data is compressed: on the write path, or left to the
     /// background reducer when the write path is short of CPU.
     pub reduction: ReductionMode,
+    /// Segments and metadata somewhere other than `data_dir` (Ceph RADOS:
+    /// docs/SCALE-OUT.md); `None` keeps them in `data_dir`.
+    pub external_store: Option<ExternalStore>,
+}
+
+/// The segment log and the metadata database's storage, given by the caller.
+#[derive(Clone)]
+pub struct ExternalStore {
+    pub segments: Arc<dyn SegmentStore>,
+    /// Makes the metadata database's storage (called at each open).
+    #[allow(clippy::type_complexity)]
+    pub metadata: Arc<dyn Fn() -> std::io::Result<Box<dyn redb::StorageBackend>> + Send + Sync>,
+    /// Where they are, for messages.
+    pub description: String,
+}
+
+impl std::fmt::Debug for ExternalStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ExternalStore({})", self.description)
+    }
 }
 
 /// When the array compresses new data (pattern removal and deduplication are
@@ -163,6 +183,7 @@ impl EngineConfig {
             mapping_cache_entries: Self::DEFAULT_MAPPING_CACHE_ENTRIES,
             hot_grains: Self::DEFAULT_HOT_GRAINS,
             reduction: ReductionMode::default(),
+            external_store: None,
         }
     }
 }
@@ -314,17 +335,30 @@ impl Engine {
         // every file is made 0600.
         crate::segment::log::create_private_dir(&config.data_dir)
             .map_err(|e| EngineError::io(format!("creating {}", config.data_dir.display()), e))?;
-        let store = FileSegmentStore::open(&config.data_dir.join("segments"))
-            .map_err(|e| EngineError::io("opening the segment directory", e))?;
-        let store = Arc::new(store);
-        let metadata_path = config.data_dir.join("metadata.redb");
-        let metadata = crate::meta::file::open(&metadata_path, config.metadata_cache_bytes)?;
-        crate::segment::log::make_private_file(&metadata_path)
-            .map_err(|e| EngineError::io(format!("protecting {}", metadata_path.display()), e))?;
+        let (store, metadata): (Arc<dyn SegmentStore>, _) = match &config.external_store {
+            None => {
+                let store = FileSegmentStore::open(&config.data_dir.join("segments"))
+                    .map_err(|e| EngineError::io("opening the segment directory", e))?;
+                let metadata_path = config.data_dir.join("metadata.redb");
+                let metadata =
+                    crate::meta::file::open(&metadata_path, config.metadata_cache_bytes)?;
+                crate::segment::log::make_private_file(&metadata_path).map_err(|e| {
+                    EngineError::io(format!("protecting {}", metadata_path.display()), e)
+                })?;
+                (Arc::new(store), metadata)
+            }
+            Some(external) => {
+                let backend = (external.metadata)()
+                    .map_err(|e| EngineError::io("opening the metadata backend", e))?;
+                let metadata =
+                    crate::meta::file::open_backend(backend, config.metadata_cache_bytes)?;
+                (external.segments.clone(), metadata)
+            }
+        };
         let db = crate::meta::store::Kv::new(metadata, store.clone(), config.mapping_cache_entries);
         crate::open::ensure_tables(&db)?;
         let containers = crate::space::container::load(&db, config.clock.now())?;
-        let recovered = open::recover(&db, &store, config.capacity_bytes, &containers)?;
+        let recovered = open::recover(&db, store.as_ref(), config.capacity_bytes, &containers)?;
         let engine = Arc::new(Engine {
             clock: config.clock.clone(),
             catalog: crate::catalog::Catalog {

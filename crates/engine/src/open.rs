@@ -5,7 +5,7 @@ use crate::catalog::{volume_shared, VolumeRec};
 use crate::ids::GrainIndex;
 use crate::meta::mapping_cache::ChangedMappings;
 use crate::meta::schema::{self, kv_error, BlockRec, RangeKind, RangeRec};
-use crate::segment::log::{FileSegmentStore, SegmentId, SegmentStore};
+use crate::segment::log::{SegmentId, SegmentStore};
 use crate::units::grains_of;
 use crate::versions::range_map::RangeMap;
 use crate::versions::snapshot::{SnapshotRec, SnapshotShared};
@@ -31,7 +31,7 @@ pub(crate) struct Recovered {
 /// views (range maps, data bitmaps, segment accounting) rebuilt.
 pub(crate) fn recover(
     db: &crate::meta::store::Kv,
-    store: &FileSegmentStore,
+    store: &dyn SegmentStore,
     capacity_bytes: u64,
     containers: &BTreeMap<u64, Arc<crate::space::container::ContainerShared>>,
 ) -> Result<Recovered> {
@@ -274,7 +274,7 @@ fn persist_segment_counter(db: &crate::meta::store::Kv, next_segment_id: Segment
     db.commit(txn, ChangedMappings::NONE)
 }
 
-fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<()> {
+fn reconcile_segments(store: &dyn SegmentStore, ws: &mut WriterState) -> Result<()> {
     let on_disk = store
         .list()
         .map_err(|e| EngineError::io("listing segments", e))?;
@@ -305,7 +305,7 @@ fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<
                     "segment {id} ({}) holds {length_bytes} bytes but the metadata references {}: \
                      the segment lost committed records (truncated or torn); restore it or the \
                      data directory from a copy",
-                    store.path(id).display(),
+                    store.describe(id),
                     state.written_bytes
                 )));
             }
@@ -322,7 +322,7 @@ fn reconcile_segments(store: &FileSegmentStore, ws: &mut WriterState) -> Result<
         if state.written_bytes > 0 && !present.contains(&id) {
             return Err(EngineError::Corruption(format!(
                 "segment {id} ({}) is missing but the metadata references {} bytes in it",
-                store.path(id).display(),
+                store.describe(id),
                 state.written_bytes
             )));
         }

@@ -1,8 +1,31 @@
 //! Lacuna's stores on Ceph RADOS (docs/SCALE-OUT.md): the metadata database's
-//! file striped over objects ([`striped`]); the segment store comes next.
+//! file striped over objects ([`striped`]) and the segment log as objects
+//! ([`segments`]), both in one shard's namespace ([`shard_store`] joins them
+//! into what the engine opens).
 //! The engine knows nothing of them: it takes a `redb::StorageBackend` and a
 //! `SegmentStore`, and these are RADOS's.
 
+pub mod segments;
 pub mod striped;
 
+use std::sync::Arc;
+
+pub use segments::RadosSegmentStore;
 pub use striped::StripedBackend;
+
+/// The engine's storage for the shard in `io`'s namespace: segments as
+/// objects, the metadata file as `meta.*` stripes.
+pub fn shard_store(
+    io: Arc<lacuna_rados::IoCtx>,
+    description: &str,
+) -> lacuna_engine::ExternalStore {
+    let meta_io = io.clone();
+    lacuna_engine::ExternalStore {
+        segments: Arc::new(RadosSegmentStore::new(io)),
+        metadata: Arc::new(move || {
+            let backend = StripedBackend::open(meta_io.clone(), "meta")?;
+            Ok(Box::new(backend) as Box<dyn redb::StorageBackend>)
+        }),
+        description: description.to_string(),
+    }
+}

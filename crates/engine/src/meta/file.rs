@@ -41,6 +41,51 @@ pub(crate) fn open(path: &Path, cache_bytes: u64) -> Result<redb::Database> {
     }
 }
 
+/// Opens (or creates) the metadata database on `backend` (storage other than
+/// a local file: see `EngineConfig::external_store`), as [`open`] does.
+pub(crate) fn open_backend(
+    backend: Box<dyn redb::StorageBackend>,
+    cache_bytes: u64,
+) -> Result<redb::Database> {
+    let cache_bytes = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
+    let name = format!("{backend:?}");
+    let opened = quietly(|| {
+        catch_unwind(AssertUnwindSafe(|| {
+            redb::Builder::new()
+                .set_cache_size(cache_bytes)
+                .create_with_backend(BoxedBackend(backend))
+        }))
+    });
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(e)) if is_damage(&e) => Err(damaged(Path::new(&name), &e.to_string())),
+        Ok(Err(e)) => Err(EngineError::Metadata(format!("opening {name}: {e}"))),
+        Err(_) => Err(damaged(Path::new(&name), "redb stopped on it")),
+    }
+}
+
+/// A boxed backend as the concrete one redb's builder takes.
+#[derive(Debug)]
+struct BoxedBackend(Box<dyn redb::StorageBackend>);
+
+impl redb::StorageBackend for BoxedBackend {
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.0.write(offset, data)
+    }
+}
+
 /// Whether redb refused the file for what is in it (as opposed to, say, a lock
 /// held by another process): corrupt structures, or a read past its end.
 fn is_damage(error: &redb::DatabaseError) -> bool {

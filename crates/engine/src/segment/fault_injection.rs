@@ -14,13 +14,15 @@ use std::io;
 use std::sync::Arc;
 
 use crate::segment::fs_space::FsSpace;
-use crate::segment::log::{FileSegmentStore, SegmentId, SegmentStore};
+#[cfg(test)]
+use crate::segment::log::FileSegmentStore;
+use crate::segment::log::{SegmentId, SegmentStore};
 
 /// `LACUNA_FAULT_READ_EIO=<segment id>`: every read of that segment fails with EIO.
 pub const READ_EIO_ENV: &str = "LACUNA_FAULT_READ_EIO";
 
 /// The store the engine uses: `store` itself, or wrapped when a fault is asked for.
-pub(crate) fn wrap(store: Arc<FileSegmentStore>) -> Arc<dyn SegmentStore> {
+pub(crate) fn wrap(store: Arc<dyn SegmentStore>) -> Arc<dyn SegmentStore> {
     match std::env::var(READ_EIO_ENV) {
         Ok(value) => {
             let segment: SegmentId = value.trim().parse().unwrap_or_else(|_| {
@@ -41,7 +43,7 @@ pub(crate) fn wrap(store: Arc<FileSegmentStore>) -> Arc<dyn SegmentStore> {
 
 /// A store whose reads of one segment fail with EIO.
 struct ReadEio {
-    inner: Arc<FileSegmentStore>,
+    inner: Arc<dyn SegmentStore>,
     segment: SegmentId,
 }
 
@@ -87,6 +89,10 @@ impl SegmentStore for ReadEio {
 
     fn retired(&self) -> crate::segment::log::RetiredFiles {
         self.inner.retired()
+    }
+
+    fn describe(&self, segment: SegmentId) -> String {
+        self.inner.describe(segment)
     }
 
     fn list(&self) -> io::Result<Vec<(SegmentId, u64)>> {

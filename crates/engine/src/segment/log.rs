@@ -92,6 +92,10 @@ pub trait SegmentStore: Send + Sync {
     fn retired(&self) -> RetiredFiles {
         RetiredFiles::default()
     }
+    /// Where `segment` is kept, for messages that ask a person to look at it.
+    fn describe(&self, segment: SegmentId) -> String {
+        format!("segment {segment}")
+    }
     /// Gives the bytes of a range back to the filesystem (and so to the media
     /// below, seed 002) without changing the segment's length; they read as
     /// zeroes from then on.
@@ -354,11 +358,14 @@ impl SegmentStore for FileSegmentStore {
     /// As [`FileSegmentStore::remove`], the file renamed into the pool
     /// instead of deleted, unless the filesystem is short of room.
     fn retire(&self, segment: SegmentId) -> io::Result<()> {
-        let roomy = self
-            .recent_space
-            .get()
-            .is_some_and(|space| !self.short_of_room(space));
-        if !roomy {
+        // A reading of the last 20 ms, else a fresh one (once per 32 MiB
+        // freed): the durable commit's own reading is older than that when
+        // its metadata fsync was slow, and freed files were deleted then.
+        let space = match self.recent_space.get() {
+            Some(space) => space,
+            None => crate::segment::fs_space::statvfs(&self.dir)?,
+        };
+        if self.short_of_room(space) {
             return self.remove(segment);
         }
         self.tails.write().discard(&self.tail_mask, segment);
@@ -375,6 +382,10 @@ impl SegmentStore for FileSegmentStore {
 
     fn sync_names(&self) -> io::Result<()> {
         self.pool.sync_directory()
+    }
+
+    fn describe(&self, segment: SegmentId) -> String {
+        self.path(segment).display().to_string()
     }
 
     fn retired(&self) -> RetiredFiles {

@@ -19,6 +19,7 @@ use lacuna_hosts as hosts;
 mod monitor_cli;
 mod nbd_export;
 mod protocol_endpoint;
+mod rados_shard;
 mod sampler;
 mod scrub;
 mod scsi_backend;
@@ -192,9 +193,44 @@ pub struct ServeArgs {
     /// every stored record is read back and verified, pass after pass.
     #[arg(long)]
     scrub_rate: Option<f64>,
+    /// Where segments and metadata live: the data directory (local), or a
+    /// Ceph pool (rados: --ceph-conf and --pool; docs/SCALE-OUT.md).
+    #[arg(long, value_enum, default_value = "local")]
+    store: StoreKind,
+    /// The Ceph configuration file (--store rados).
+    #[arg(long, required_if_eq("store", "rados"))]
+    ceph_conf: Option<PathBuf>,
+    /// The Ceph pool (--store rados).
+    #[arg(long, required_if_eq("store", "rados"))]
+    pool: Option<String>,
+    /// This gateway's name among those sharing the pool (--store rados);
+    /// default: the host name and process id.
+    #[arg(long)]
+    gateway_id: Option<String>,
+    /// Seconds of the shard's ownership lease (--store rados): how long a
+    /// dead gateway keeps its shard before another takes it over.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(2..=300))]
+    lease_s: u64,
     /// Log filter (e.g. info, debug, lacuna_nbd=debug).
     #[arg(long, env = "LACUNA_LOG", default_value = "info")]
     log: String,
+}
+
+/// Where `serve` keeps segments and metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum StoreKind {
+    /// The data directory.
+    Local,
+    /// A Ceph RADOS pool.
+    Rados,
+}
+
+/// `HOST-PID`: unique among the gateways of one pool as long as host names are.
+fn default_gateway_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "gateway".into());
+    format!("{host}-{}", std::process::id())
 }
 
 /// `serve --reduction`: when new data is compressed.
@@ -243,6 +279,15 @@ fn main() -> ExitCode {
                             Reduction::Background => lacuna_engine::ReductionMode::Background,
                         },
                         scrub_rate_bytes_per_s: scrub_rate,
+                        rados: match args.store {
+                            StoreKind::Local => None,
+                            StoreKind::Rados => Some(rados_shard::RadosStore {
+                                ceph_conf: args.ceph_conf.expect("required by clap"),
+                                pool: args.pool.expect("required by clap"),
+                                gateway: args.gateway_id.unwrap_or_else(default_gateway_id),
+                                lease: std::time::Duration::from_secs(args.lease_s),
+                            }),
+                        },
                     })
                 })
             }

@@ -42,6 +42,8 @@ pub struct ServeConfig {
     pub reduction: lacuna_engine::ReductionMode,
     /// Rate of the background scrub; none without one.
     pub scrub_rate_bytes_per_s: Option<u64>,
+    /// Segments and metadata on a Ceph pool instead of the data directory.
+    pub rados: Option<crate::rados_shard::RadosStore>,
 }
 
 /// Whether the NBD server offers TLS (`serve --nbd-tls`).
@@ -84,14 +86,23 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
     let capacity_bytes = config
         .capacity_bytes
         .unwrap_or_else(|| default_capacity(&config.data_dir));
+    let shard = config
+        .rados
+        .as_ref()
+        .map(crate::rados_shard::take)
+        .transpose()?;
     let engine = Engine::open(EngineConfig {
         soft_threshold_percent: config.soft_threshold_percent,
         destroy_retention_s: config.destroy_retention_s,
         metadata_cache_bytes: config.metadata_cache_bytes,
         reduction: config.reduction,
+        external_store: shard.as_ref().map(|s| s.store.clone()),
         ..EngineConfig::new(config.data_dir.clone(), capacity_bytes)
     })
     .with_context(|| format!("opening the array in {}", config.data_dir.display()))?;
+    if let Some(shard) = &shard {
+        shard.keep();
+    }
     if let Some(rate) = config.scrub_rate_bytes_per_s {
         engine
             .start_background_scrub(rate)
@@ -139,7 +150,11 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
         connections,
     ));
     let closed = engine.close().context("closing the array");
-    result.and(closed)
+    let released = match shard {
+        Some(shard) => shard.release(),
+        None => Ok(()),
+    };
+    result.and(closed).and(released)
 }
 
 /// What the iSCSI target is built from.

@@ -1,0 +1,205 @@
+//! Failover of `lacuna serve --store rados` (docs/SCALE-OUT.md): two gateways
+//! on one Ceph pool (a one-node test cluster), separate local directories.
+//! The first owns the shard and takes NBD writes; the second waits as a
+//! standby. The owner is SIGKILLed; the standby takes the shard over once the
+//! lease ends, fencing the dead one at the cluster, and serves the same
+//! volume: every write flushed before the kill reads back, nothing else
+//! reads back as garbage. The dead gateway, restarted, stays a standby and
+//! serves nothing while the other owns the shard.
+
+mod support;
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lacuna_rados::test_cluster::{TestCluster, POOL};
+use support::{free_port, BIN};
+
+const MIB: usize = 1 << 20;
+
+struct Gateway {
+    child: Child,
+    dir: PathBuf,
+    nbd_port: u16,
+    api_port: u16,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Gateway {
+    fn start(dir: &Path, conf: &Path, id: &str) -> Gateway {
+        std::fs::create_dir_all(dir).unwrap();
+        let (nbd_port, api_port) = (free_port(), free_port());
+        let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--store", "rados", "--pool", POOL, "--gateway-id", id])
+            .arg("--ceph-conf")
+            .arg(conf)
+            .args(["--lease-s", "3", "--capacity", "2G", "--no-vasa"])
+            .args(["--nbd-open-access"])
+            .args(["--nbd-listen", &format!("127.0.0.1:{nbd_port}")])
+            .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
+            .args(["--iscsi-listen", &format!("127.0.0.1:{}", free_port())])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn lacuna serve");
+        Gateway {
+            child,
+            dir: dir.to_path_buf(),
+            nbd_port,
+            api_port,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Waits until its NBD and API ports accept (it owns the shard).
+    fn wait_serving(&mut self, within: Duration) -> Duration {
+        let started = Instant::now();
+        for port in [self.nbd_port, self.api_port] {
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    panic!("gateway exited ({status}); log:\n{}", self.log());
+                }
+                assert!(
+                    started.elapsed() < within,
+                    "gateway not serving after {within:?}; log:\n{}",
+                    self.log()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        started.elapsed()
+    }
+
+    fn cli_ok(&self, args: &[&str]) -> String {
+        let out = Command::new(BIN)
+            .args(["--api", &format!("http://127.0.0.1:{}", self.api_port)])
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd://127.0.0.1:{}/v", self.nbd_port)
+    }
+}
+
+/// Runs a libnbd script (`h` is the connected handle) against `uri`.
+fn nbd(uri: &str, script: &str) -> String {
+    let program = format!(
+        "import nbd, sys\nh = nbd.NBD()\nh.connect_uri(sys.argv[1])\n{script}\nh.shutdown()\n"
+    );
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", &program, uri])
+        .env("LIBNBD_DEBUG", "0")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "nbd script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_killed_owner_is_taken_over_by_the_standby_with_nothing_flushed_lost() {
+    let cluster = TestCluster::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = Gateway::start(&tmp.path().join("gw-a"), &cluster.conf, "gw-a");
+    a.wait_serving(Duration::from_secs(60));
+    a.cli_ok(&["volume", "create", "v", "--size", "64M"]);
+    // Flushed: A over the first 8 MiB. Not flushed: B over the next 8.
+    nbd(
+        &a.uri(),
+        &format!(
+            "h.pwrite(b'A' * {n}, 0)\nh.flush()\nh.pwrite(b'B' * {n}, {n})",
+            n = 8 * MIB
+        ),
+    );
+    let mut b = Gateway::start(&tmp.path().join("gw-b"), &cluster.conf, "gw-b");
+    let standby = Instant::now();
+    while !b.log().contains("standby") {
+        assert!(
+            standby.elapsed() < Duration::from_secs(60),
+            "no standby: {}",
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        TcpStream::connect(("127.0.0.1", b.nbd_port)).is_err(),
+        "a standby serves nothing"
+    );
+
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let took = b.wait_serving(Duration::from_secs(60));
+    eprintln!("failover: the standby served {took:?} after the owner was killed (lease 3 s)");
+    assert!(
+        b.log().contains("took shard-0 over from gw-a"),
+        "{}",
+        b.log()
+    );
+
+    let check = format!(
+        "a = h.pread({n}, 0)\nassert a == b'A' * {n}, 'flushed data lost'\n\
+         b = h.pread({n}, {n})\n\
+         for i in range(0, {n}, 4096):\n    g = b[i:i + 4096]\n    \
+         assert g in (b'B' * 4096, bytes(4096)), f'garbage at {{i}}'\nprint('ok')",
+        n = 8 * MIB
+    );
+    assert_eq!(nbd(&b.uri(), &check).trim(), "ok");
+    // The new owner takes writes.
+    nbd(&b.uri(), &format!("h.pwrite(b'C' * {MIB}, 0)\nh.flush()"));
+    let space = b.cli_ok(&["--json", "array", "space"]);
+    assert!(
+        space.contains("\"volume_count\": 1") || space.contains("\"volume_count\":1"),
+        "{space}"
+    );
+
+    // The killed gateway, restarted, is a standby: it serves nothing.
+    let a2 = Gateway::start(&tmp.path().join("gw-a"), &cluster.conf, "gw-a");
+    let waited = Instant::now();
+    while !a2.log().contains("standby") {
+        assert!(waited.elapsed() < Duration::from_secs(60), "{}", a2.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        TcpStream::connect(("127.0.0.1", a2.nbd_port)).is_err(),
+        "{}",
+        a2.log()
+    );
+    assert_eq!(
+        nbd(
+            &b.uri(),
+            &format!("print(h.pread({MIB}, 0) == b'C' * {MIB})")
+        )
+        .trim(),
+        "True"
+    );
+}

@@ -31,6 +31,9 @@ pub struct RadosStore {
 pub struct OwnedShard {
     pub store: lacuna_engine::ExternalStore,
     ownership: Arc<Ownership>,
+    /// Set (under its lock) when the shard is released: the lease thread
+    /// renews only while it is not, so no renewal follows the release.
+    released: Arc<parking_lot::Mutex<bool>>,
 }
 
 /// Connects, waits (as a standby) until this gateway owns the shard, and
@@ -79,6 +82,7 @@ pub fn take(config: &RadosStore) -> anyhow::Result<OwnedShard> {
             &format!("pool {} namespace {SHARD_NAMESPACE}", config.pool),
         ),
         ownership: Arc::new(ownership),
+        released: Arc::new(parking_lot::Mutex::new(false)),
     })
 }
 
@@ -87,26 +91,31 @@ impl OwnedShard {
     /// process when the shard is lost or the lease would run out unrenewed.
     pub fn keep(&self) {
         let ownership = self.ownership.clone();
+        let released = self.released.clone();
         std::thread::Builder::new()
             .name("lacuna-lease".into())
-            .spawn(move || renew_forever(&ownership))
+            .spawn(move || renew_until_released(&ownership, &released))
             .expect("spawning the lease thread");
     }
 
-    /// Gives the shard up after a clean stop.
+    /// Gives the shard up after a clean stop: another gateway takes it at
+    /// once and need not fence this one.
     pub fn release(self) -> anyhow::Result<()> {
-        match Arc::try_unwrap(self.ownership) {
-            Ok(ownership) => ownership.release().context("releasing the shard"),
-            Err(_) => Ok(()), // the lease thread still holds it: the lease ends it
-        }
+        let mut released = self.released.lock();
+        *released = true;
+        self.ownership.release().context("releasing the shard")
     }
 }
 
-fn renew_forever(ownership: &Ownership) {
+fn renew_until_released(ownership: &Ownership, released: &parking_lot::Mutex<bool>) {
     let lease = ownership.lease();
     let mut renewed = Instant::now();
     loop {
         std::thread::sleep(lease / 3);
+        let released = released.lock();
+        if *released {
+            return;
+        }
         match ownership.renew() {
             Ok(()) => renewed = Instant::now(),
             Err(e) if lost_ownership(&e) => {

@@ -182,7 +182,7 @@ fn a_killed_owner_is_taken_over_by_the_standby_with_nothing_flushed_lost() {
     );
 
     // The killed gateway, restarted, is a standby: it serves nothing.
-    let a2 = Gateway::start(&tmp.path().join("gw-a"), &cluster.conf, "gw-a");
+    let mut a2 = Gateway::start(&tmp.path().join("gw-a"), &cluster.conf, "gw-a");
     let waited = Instant::now();
     while !a2.log().contains("standby") {
         assert!(waited.elapsed() < Duration::from_secs(60), "{}", a2.log());
@@ -202,4 +202,15 @@ fn a_killed_owner_is_taken_over_by_the_standby_with_nothing_flushed_lost() {
         .trim(),
         "True"
     );
+
+    // A clean stop (SIGTERM) releases the shard: the standby takes it at
+    // once, without fencing anyone.
+    // SAFETY: kill(2) with a child's pid and a signal number.
+    assert_eq!(unsafe { libc::kill(b.child.id() as i32, libc::SIGTERM) }, 0);
+    assert!(b.child.wait().unwrap().success(), "{}", b.log());
+    a2.wait_serving(Duration::from_secs(60));
+    assert!(a2.log().contains("owner of shard-0"), "{}", a2.log());
+    assert!(!a2.log().contains("took shard-0 over"), "{}", a2.log());
+    let c = format!("print(h.pread({MIB}, 0) == b'C' * {MIB})");
+    assert_eq!(nbd(&a2.uri(), &c).trim(), "True");
 }

@@ -122,7 +122,7 @@ impl Ownership {
 
     /// Gives the shard up (a clean stop): another gateway may take it at once,
     /// and need not fence this one.
-    pub fn release(self) -> Result<()> {
+    pub fn release(&self) -> Result<()> {
         let me = OwnerRecord {
             gateway: self.gateway.clone(),
             address: self.cluster.address()?,

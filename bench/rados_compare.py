@@ -59,7 +59,7 @@ class LacunaGateway:
 
     def __init__(self, tmp, name, size_gib, conf=None, pool=POOL, gateway="gw-a", create=True):
         self.name = name
-        self.data = os.path.join(tmp, f"{name}-{gateway}-data")
+        self.data = os.path.join(tempfile.mkdtemp(prefix=f"{name}-{gateway}-", dir=tmp), "data")
         self.nbd, self.api = nc.free_port(), nc.free_port()
         store = ["--store", "rados", "--ceph-conf", conf, "--pool", pool, "--gateway-id", gateway,
                  "--lease-s", "3"] if conf else []
@@ -67,7 +67,7 @@ class LacunaGateway:
             nc.LACUNA, "serve", "--no-vasa", *store, "--data-dir", self.data, "--capacity", "64G",
             "--nbd-listen", f"127.0.0.1:{self.nbd}", "--api-listen", f"127.0.0.1:{self.api}",
             "--iscsi-listen", f"127.0.0.1:{nc.free_port()}", "--nbd-open-access",
-        ], stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, f"{name}-{gateway}.log"), "w"))
+        ], stdout=subprocess.DEVNULL, stderr=open(self.data + ".log", "w"))
         self.uri = f"nbd://127.0.0.1:{self.nbd}/bench"
         if create:
             nc.wait_port(self.nbd)

@@ -3,9 +3,8 @@
 //! Why: appending to a log writes every byte at a new file offset, and a new
 //! offset takes a fresh page-cache page. On virtual machines that hand freed
 //! memory back to their host (free page reporting), a fresh page costs a fault
-//! in the host as well: about 4 s a GiB on the machines this was measured on,
-//! against 0.45 s to overwrite a file's cached pages (bench/RESULTS.md,
-//! Diagnostics). A file whose segment died still has its pages cached; renamed
+//! in the host as well, many times dearer than overwriting a file's cached
+//! pages. A file whose segment died still has its pages cached; renamed
 //! to the next segment's name and written from offset 0 again, it takes
 //! appends at the speed of cached pages, and its blocks are already allocated.
 //!

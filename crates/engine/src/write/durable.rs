@@ -8,8 +8,8 @@
 //! ([`RELEASE_DELAY`]): a freed segment's file is kept for a new segment
 //! (`segment::free_pool`), and the pages of freed records wait before they are
 //! punched, so that the file a segment leaves behind still has its pages when
-//! it is reused. Appends into cached pages cost a tenth of appends into fresh
-//! ones on hosts that return freed memory to their hypervisor (bench/RESULTS.md).
+//! it is reused: appends into cached pages are far cheaper than into fresh
+//! ones on hosts that return freed memory to their hypervisor.
 //! Callers about to measure the data directory, and a closing array, release
 //! everything at once ([`Engine::flush_freeing`]).
 

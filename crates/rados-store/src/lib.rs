@@ -21,10 +21,19 @@ pub fn shard_store(
     description: &str,
 ) -> lacuna_engine::ExternalStore {
     let meta_io = io.clone();
+    let segments = Arc::new(RadosSegmentStore::new(io));
+    let drained = Arc::downgrade(&segments);
+    // Metadata pages go to the cluster only after the appends sent before
+    // them: a page may name any of them.
+    let before_send: striped::BeforeSend = Arc::new(move || match drained.upgrade() {
+        Some(segments) => segments.drain(),
+        None => Ok(()),
+    });
     lacuna_engine::ExternalStore {
-        segments: Arc::new(RadosSegmentStore::new(io)),
+        segments,
         metadata: Arc::new(move || {
-            let backend = StripedBackend::open(meta_io.clone(), "meta")?;
+            let backend = StripedBackend::open(meta_io.clone(), "meta")?
+                .with_before_send(before_send.clone());
             Ok(Box::new(backend) as Box<dyn redb::StorageBackend>)
         }),
         description: description.to_string(),

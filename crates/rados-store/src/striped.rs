@@ -30,8 +30,6 @@ use parking_lot::Mutex;
 /// Bytes of the file per object: RBD's object size, and a commit's pages
 /// cluster in few of them.
 pub const STRIPE_BYTES: u64 = 4 << 20;
-/// Stripes written at once by a sync.
-const MAX_PARALLEL_STRIPES: usize = 8;
 /// Bytes buffered before a write is sent without waiting for a sync (redb
 /// writes out large transactions before their commit; this bounds memory).
 const MAX_BUFFERED_BYTES: usize = 64 << 20;
@@ -44,7 +42,13 @@ pub struct StripedBackend {
     /// Test hook: stripes a sync may still write before it fails (usize::MAX:
     /// never fails), to show that a torn commit leaves the previous one.
     fail_after_stripes: Arc<AtomicUsize>,
+    /// Called before any page is sent: the segment store's appends must be
+    /// on the cluster before metadata that may name them is.
+    before_send: Option<BeforeSend>,
 }
+
+/// What [`StripedBackend`] runs before it sends pages.
+pub type BeforeSend = Arc<dyn Fn() -> io::Result<()> + Send + Sync>;
 
 #[derive(Default)]
 struct State {
@@ -101,7 +105,14 @@ impl StripedBackend {
                 ..State::default()
             }),
             fail_after_stripes: Arc::new(AtomicUsize::new(usize::MAX)),
+            before_send: None,
         })
+    }
+
+    /// Runs `hook` before every send of pages (see [`BeforeSend`]).
+    pub fn with_before_send(mut self, hook: BeforeSend) -> StripedBackend {
+        self.before_send = Some(hook);
+        self
     }
 
     /// The count of stripe writes left before syncs fail (tests set it; the
@@ -116,8 +127,8 @@ impl StripedBackend {
             .map_err(io::Error::from)
     }
 
-    /// Sends `dirty` (offset → bytes), one op per stripe, up to
-    /// [`MAX_PARALLEL_STRIPES`] at once; waits for all.
+    /// Sends `dirty` (offset → bytes), one op per stripe, every stripe at
+    /// once; waits for all.
     fn send(&self, dirty: BTreeMap<u64, Vec<u8>>) -> io::Result<()> {
         let mut by_stripe: BTreeMap<u64, Vec<(u64, &[u8])>> = BTreeMap::new();
         for (offset, bytes) in &dirty {
@@ -135,43 +146,48 @@ impl StripedBackend {
                 rest = &rest[take..];
             }
         }
-        let stripes: Vec<_> = by_stripe.into_iter().collect();
-        for group in stripes.chunks(MAX_PARALLEL_STRIPES) {
-            let results: Vec<io::Result<()>> = std::thread::scope(|scope| {
-                let handles: Vec<_> = group
-                    .iter()
-                    .map(|(stripe, pieces)| {
-                        scope.spawn(move || {
-                            let allowed = self.fail_after_stripes.fetch_update(
-                                Ordering::SeqCst,
-                                Ordering::SeqCst,
-                                |left| match left {
-                                    usize::MAX => Some(left),
-                                    _ => left.checked_sub(1),
-                                },
-                            );
-                            if allowed.is_err() {
-                                return Err(io::Error::other("injected failure"));
-                            }
-                            self.io
-                                .write_pieces(&stripe_name(&self.prefix, *stripe), pieces)
-                                .map_err(io::Error::from)
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("a stripe writer panicked"))
-                    .collect()
-            });
-            results.into_iter().collect::<io::Result<Vec<()>>>()?;
+        let mut sent = Vec::with_capacity(by_stripe.len());
+        let mut outcome = Ok(());
+        for (stripe, pieces) in &by_stripe {
+            let allowed =
+                self.fail_after_stripes
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| match left {
+                        usize::MAX => Some(left),
+                        _ => left.checked_sub(1),
+                    });
+            if allowed.is_err() {
+                outcome = Err(io::Error::other("injected failure"));
+                break;
+            }
+            match self
+                .io
+                .aio_write_pieces(&stripe_name(&self.prefix, *stripe), pieces)
+            {
+                Ok(pending) => sent.push(pending),
+                Err(e) => {
+                    outcome = Err(e.into());
+                    break;
+                }
+            }
         }
-        Ok(())
+        // Every op sent is waited for, also after a failure: none may land
+        // after this returns.
+        for pending in sent {
+            if let Err(e) = pending.wait() {
+                if outcome.is_ok() {
+                    outcome = Err(e.into());
+                }
+            }
+        }
+        outcome
     }
 
     /// Sends everything buffered and stores the length: grown first, shrunk
     /// last (and the stripes past it cut).
     fn flush(&self) -> io::Result<()> {
+        if let Some(before_send) = &self.before_send {
+            before_send()?;
+        }
         let (dirty, len_bytes, stored) = {
             let mut state = self.state.lock();
             state.dirty_bytes = 0;

@@ -8,6 +8,8 @@ pub type RadosT = *mut c_void;
 pub type IoCtxT = *mut c_void;
 pub type ListCtxT = *mut c_void;
 pub type WriteOpT = *mut c_void;
+pub type CompletionT = *mut c_void;
+pub type CallbackT = Option<unsafe extern "C" fn(CompletionT, *mut c_void)>;
 
 /// `LIBRADOS_LOCK_FLAG_MAY_RENEW`: taking a lock the caller already holds
 /// renews it.
@@ -83,6 +85,24 @@ extern "C" {
         flags: c_int,
     ) -> c_int;
     pub fn rados_release_write_op(op: WriteOpT);
+
+    pub fn rados_aio_create_completion2(
+        cb_arg: *mut c_void,
+        cb_complete: CallbackT,
+        completion: *mut CompletionT,
+    ) -> c_int;
+    pub fn rados_aio_write_op_operate(
+        op: WriteOpT,
+        io: IoCtxT,
+        completion: CompletionT,
+        oid: *const c_char,
+        mtime: *mut time_t,
+        flags: c_int,
+    ) -> c_int;
+    pub fn rados_aio_wait_for_complete(completion: CompletionT) -> c_int;
+    pub fn rados_aio_is_complete(completion: CompletionT) -> c_int;
+    pub fn rados_aio_get_return_value(completion: CompletionT) -> c_int;
+    pub fn rados_aio_release(completion: CompletionT);
 
     pub fn rados_nobjects_list_open(io: IoCtxT, ctx: *mut ListCtxT) -> c_int;
     pub fn rados_nobjects_list_next(

@@ -258,6 +258,60 @@ pub struct Locker {
     pub address: String,
 }
 
+/// A write sent with [`IoCtx::aio_write_pieces`], not yet answered. Dropping
+/// it waits for the answer (the operation itself cannot be called back).
+pub struct PendingWrite {
+    completion: ffi::CompletionT,
+    object: String,
+    /// The context the operation runs in, kept until it has answered.
+    _io: Arc<IoCtx>,
+}
+
+// SAFETY: a completion may be waited on and queried from any thread.
+unsafe impl Send for PendingWrite {}
+// SAFETY: as above; waiting and querying only read its state under its lock.
+unsafe impl Sync for PendingWrite {}
+
+impl std::fmt::Debug for PendingWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PendingWrite({})", self.object)
+    }
+}
+
+impl PendingWrite {
+    /// Whether the cluster has answered (then [`PendingWrite::wait`] does not block).
+    pub fn is_complete(&self) -> bool {
+        // SAFETY: a live completion.
+        unsafe { ffi::rados_aio_is_complete(self.completion) != 0 }
+    }
+
+    /// Blocks until the cluster has answered; the answer: done on every
+    /// replica, or the error (a fenced client's write: `EBLOCKLISTED`).
+    pub fn wait(&self) -> Result<()> {
+        // SAFETY: a live completion; waiting from several threads is allowed.
+        let rc = unsafe {
+            ffi::rados_aio_wait_for_complete(self.completion);
+            ffi::rados_aio_get_return_value(self.completion)
+        };
+        check("write", &self.object, rc).map(drop)
+    }
+
+    pub fn object(&self) -> &str {
+        &self.object
+    }
+}
+
+impl Drop for PendingWrite {
+    fn drop(&mut self) {
+        // SAFETY: the completion is ours; it is released once, after its
+        // operation has answered, so nothing in librados still refers to it.
+        unsafe {
+            ffi::rados_aio_wait_for_complete(self.completion);
+            ffi::rados_aio_release(self.completion);
+        }
+    }
+}
+
 /// A pool and namespace to do object I/O in (`rados_ioctx_t`).
 pub struct IoCtx {
     handle: ffi::IoCtxT,
@@ -373,6 +427,53 @@ impl IoCtx {
             rc
         };
         check("write", object, rc).map(drop)
+    }
+
+    /// Sends the `(offset, bytes)` pieces to `object` as one operation, as
+    /// [`IoCtx::write_pieces`] does, without waiting for its answer: the
+    /// returned [`PendingWrite`] says when every replica has it. The pieces
+    /// are copied before this returns. Operations on one object are applied
+    /// in the order they were sent.
+    pub fn aio_write_pieces(
+        self: &Arc<Self>,
+        object: &str,
+        pieces: &[(u64, &[u8])],
+    ) -> Result<PendingWrite> {
+        let oid = c_string("write", object)?;
+        assert!(pieces.iter().all(|(_, data)| data.len() <= MAX_IO_BYTES));
+        let mut completion: ffi::CompletionT = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a completion, released by `PendingWrite`'s drop.
+        let rc = unsafe {
+            ffi::rados_aio_create_completion2(std::ptr::null_mut(), None, &mut completion)
+        };
+        check("making a completion for", object, rc)?;
+        let pending = PendingWrite {
+            completion,
+            object: object.to_string(),
+            _io: self.clone(),
+        };
+        // SAFETY: the op is made, filled, sent and released here (librados
+        // copies the pieces' bytes as the op is built); the completion lives
+        // in `pending` until the op has answered.
+        let rc = unsafe {
+            let op = ffi::rados_create_write_op();
+            assert!(!op.is_null(), "librados made no write op");
+            for (offset, data) in pieces {
+                ffi::rados_write_op_write(op, data.as_ptr().cast(), data.len(), *offset);
+            }
+            let rc = ffi::rados_aio_write_op_operate(
+                op,
+                self.handle,
+                completion,
+                oid.as_ptr(),
+                std::ptr::null_mut(),
+                0,
+            );
+            ffi::rados_release_write_op(op);
+            rc
+        };
+        check("write", object, rc)?;
+        Ok(pending)
     }
 
     /// Zeroes a range (the OSD frees what it can), leaving the size as it is.

@@ -50,6 +50,7 @@ mon warn on pool no redundancy = false
 mon data avail warn = 1
 osd objectstore = memstore
 memstore device bytes = 4294967296
+memstore page set = true
 osd crush chooseleaf type = 0
 run dir = $dir/run
 admin socket = $dir/run/\$name.asok

@@ -30,6 +30,9 @@ pub enum ApiError {
     /// `POST /v1/events/{id}/acknowledge` of an event the log does not hold: 404.
     #[error("no event {0} (it may be older than the log keeps)")]
     NoSuchEvent(u64),
+    /// `GET /v1/gateways` on an array that does not run on a Ceph pool: 501.
+    #[error("this array runs on its data directory: it has no gateways (serve --store rados)")]
+    GatewaysUnavailable,
     /// A VASA route on an API state built without the provider: 501.
     #[error("the VASA provider is not running on this server")]
     VasaUnavailable,
@@ -75,7 +78,8 @@ impl ApiError {
             ApiError::HostsUnavailable
             | ApiError::VvolsUnavailable
             | ApiError::VasaUnavailable
-            | ApiError::MonitorUnavailable => StatusCode::NOT_IMPLEMENTED,
+            | ApiError::MonitorUnavailable
+            | ApiError::GatewaysUnavailable => StatusCode::NOT_IMPLEMENTED,
             ApiError::NoSuchEvent(_) => StatusCode::NOT_FOUND,
             ApiError::Vvol(fault) => vvol_status(fault),
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,

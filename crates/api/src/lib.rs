@@ -31,6 +31,7 @@ pub mod dashboard;
 mod doc_only;
 mod error;
 mod extract;
+pub mod gateways;
 mod hosts;
 mod listener;
 pub mod metrics;
@@ -95,6 +96,8 @@ pub struct ApiState {
     monitor: Option<Arc<lacuna_monitor::Monitor>>,
     /// The iSCSI sessions and NBD connections open now.
     live: Option<Arc<dyn monitor::LiveSessionSource>>,
+    /// The pool's gateways, when the array runs on Ceph RADOS.
+    gateways: Option<Arc<dyn gateways::GatewaySource>>,
     /// Signed-in dashboard sessions.
     sessions: Arc<dashboard::session::Sessions>,
     /// What the dashboard's volume pages read, shared for a few seconds.
@@ -114,6 +117,7 @@ impl ApiState {
             vasa: None,
             monitor: None,
             live: None,
+            gateways: None,
             sessions: Arc::default(),
             pages: Arc::default(),
             token: Arc::from(token.into()),
@@ -141,6 +145,12 @@ impl ApiState {
     /// Serves the host routes from `hosts` (the daemon's host registry).
     pub fn with_live_sessions(mut self, live: Arc<dyn monitor::LiveSessionSource>) -> ApiState {
         self.live = Some(live);
+        self
+    }
+
+    /// Serves `GET /v1/gateways` from `gateways`; without it the route answers 501.
+    pub fn with_gateways(mut self, gateways: Arc<dyn gateways::GatewaySource>) -> ApiState {
+        self.gateways = Some(gateways);
         self
     }
 
@@ -194,6 +204,7 @@ fn authenticated_routes() -> OpenApiRouter<ApiState> {
         .merge(vvols::routes())
         .merge(vasa::routes())
         .merge(monitor::routes())
+        .merge(gateways::routes())
 }
 
 /// The API as an axum router, state applied.

@@ -847,8 +847,50 @@ fn app_with_hosts() -> (axum::Router, Arc<FakeArray>, Arc<FakeHosts>) {
         .with_hosts(hosts.clone())
         .with_vvols(vvol_service())
         .with_monitor(monitor())
-        .with_live_sessions(Arc::new(OneSession));
+        .with_live_sessions(Arc::new(OneSession))
+        .with_gateways(Arc::new(TwoGateways { fail: false }));
     (router(state), fake, hosts)
+}
+
+/// A pool with an owner and a standby; or a cluster that cannot be read.
+struct TwoGateways {
+    fail: bool,
+}
+
+impl lacuna_api::gateways::GatewaySource for TwoGateways {
+    fn gateways(&self) -> Result<lacuna_api::gateways::GatewaysAnswer, String> {
+        use lacuna_api::gateways::{GatewayInfo, GatewaysAnswer, Portal, ShardInfo};
+        if self.fail {
+            return Err("listing objects: Connection timed out (errno 110)".into());
+        }
+        let gateway = |id: &str, state: &str, shards: Vec<String>| GatewayInfo {
+            gateway: id.into(),
+            state: state.into(),
+            address: format!("127.0.0.1:0/{}", id.len()),
+            shards,
+            portals: vec![Portal {
+                service: "nbd".into(),
+                address: "127.0.0.1:10809".into(),
+            }],
+            pid: 7,
+            started_unix_ms: 1,
+            last_seen_ms_ago: 5,
+            lease_ms: 6000,
+        };
+        Ok(GatewaysAnswer {
+            pool: "lacuna".into(),
+            this_gateway: "gw-a".into(),
+            gateways: vec![
+                gateway("gw-a", "owner", vec!["shard-0".into()]),
+                gateway("gw-b", "standby", vec![]),
+            ],
+            shards: vec![ShardInfo {
+                shard: "shard-0".into(),
+                owner: Some("gw-a".into()),
+                owner_address: Some("127.0.0.1:0/4".into()),
+            }],
+        })
+    }
 }
 
 /// One NBD connection of host `h`, open now.
@@ -959,6 +1001,11 @@ fn is_vasa_route(path: &str) -> bool {
 /// The history, event and session routes read the monitor, never the engine.
 fn is_monitor_route(path: &str) -> bool {
     path == "/v1/array/history" || path.starts_with("/v1/events") || path == "/v1/sessions"
+}
+
+/// The gateway route reads the cluster, never the engine.
+fn is_gateway_route(path: &str) -> bool {
+    path == "/v1/gateways"
 }
 
 /// A path template with its parameters filled in.
@@ -1313,6 +1360,7 @@ async fn every_engine_error_maps_to_its_status() {
                     && !is_vvol_route(path)
                     && !is_vasa_route(path)
                     && !is_monitor_route(path)
+                    && !is_gateway_route(path)
             })
             .map(|(method, path, body)| (method.as_str(), concrete(path), body.as_deref()))
             .chain([("POST", "/v1/volumes".to_string(), Some(clone))]);
@@ -3050,6 +3098,27 @@ async fn history_and_events_routes_answer_what_the_monitor_keeps() {
     assert!(error_message(&r, StatusCode::BAD_REQUEST).contains("limit"));
     let r = send(&app, "GET", "/v1/events", None, None).await;
     error_message(&r, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn gateways_route_answers_the_pool_view_500_when_unreadable_and_501_without_a_pool() {
+    let (app, _) = app();
+    let r = send(&app, "GET", "/v1/gateways", bearer(), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["shards"][0]["owner"], "gw-a");
+    assert_eq!(r.body["gateways"][1]["state"], "standby");
+    assert_eq!(r.body["gateways"][0]["portals"][0]["service"], "nbd");
+    let unreadable = router(
+        ApiState::new(Arc::new(FakeArray::default()), TOKEN)
+            .with_gateways(Arc::new(TwoGateways { fail: true })),
+    );
+    let r = send(&unreadable, "GET", "/v1/gateways", bearer(), None).await;
+    let message = error_message(&r, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(message.contains("errno 110"), "{message}");
+    let bare = router(ApiState::new(Arc::new(FakeArray::default()), TOKEN));
+    let r = send(&bare, "GET", "/v1/gateways", bearer(), None).await;
+    let message = error_message(&r, StatusCode::NOT_IMPLEMENTED);
+    assert!(message.contains("--store rados"), "{message}");
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@ mod cli;
 mod client;
 mod descriptors;
 mod duration;
+mod gateway_cli;
 // The host registry: its own crate, so that the API's tests run against it too.
 use lacuna_hosts as hosts;
 mod monitor_cli;
@@ -97,6 +98,10 @@ enum Command {
     /// and acknowledge.
     #[command(subcommand)]
     Event(monitor_cli::EventCommand),
+    /// Gateways sharing the array's Ceph pool (serve --store rados): each
+    /// one's state (owner, standby, gone), portals, and each shard's owner.
+    #[command(subcommand)]
+    Gateway(gateway_cli::GatewayCommand),
     /// Virtual volumes (vVols): create, list, show, delete, set metadata,
     /// resize, clone, revert, snapshot in batches, bind and unbind to hosts,
     /// allocation bitmaps and events.
@@ -205,7 +210,7 @@ pub struct ServeArgs {
     pool: Option<String>,
     /// This gateway's name among those sharing the pool (--store rados);
     /// default: the host name and process id.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_gateway_id)]
     gateway_id: Option<String>,
     /// Seconds of the shard's ownership lease (--store rados): how long a
     /// dead gateway keeps its shard before another takes it over.
@@ -227,10 +232,44 @@ enum StoreKind {
 
 /// `HOST-PID`: unique among the gateways of one pool as long as host names are.
 fn default_gateway_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let host: String = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "gateway".into());
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+        .take(40)
+        .collect();
+    let host = if host.is_empty() {
+        "gateway".into()
+    } else {
+        host
+    };
     format!("{host}-{}", std::process::id())
+}
+
+fn parse_gateway_id(text: &str) -> Result<String, String> {
+    if lacuna_rados_store::membership::valid_gateway_id(text) {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "a gateway id is 1 to {} letters, digits, '-', '_' or '.'",
+            lacuna_rados_store::membership::MAX_GATEWAY_ID_BYTES
+        ))
+    }
+}
+
+/// Where a gateway serves, for its membership record.
+fn portals(
+    api: &std::net::SocketAddr,
+    nbd: &std::net::SocketAddr,
+    iscsi: &[std::net::SocketAddr],
+) -> Vec<(String, String)> {
+    let mut portals = vec![
+        ("api".to_string(), api.to_string()),
+        ("nbd".to_string(), nbd.to_string()),
+    ];
+    portals.extend(iscsi.iter().map(|a| ("iscsi".to_string(), a.to_string())));
+    portals
 }
 
 /// `serve --reduction`: when new data is compressed.
@@ -263,7 +302,7 @@ fn main() -> ExitCode {
                         nbd_listen: args.nbd_listen,
                         api_listen: args.api_listen,
                         vasa_listen: (!args.no_vasa).then_some(args.vasa_listen),
-                        iscsi_listen: args.iscsi_listen,
+                        iscsi_listen: args.iscsi_listen.clone(),
                         iscsi_target_name: args.iscsi_target_name,
                         iscsi_open_access: args.iscsi_open_access,
                         iscsi_poll_us: args.iscsi_poll_us,
@@ -286,6 +325,11 @@ fn main() -> ExitCode {
                                 pool: args.pool.expect("required by clap"),
                                 gateway: args.gateway_id.unwrap_or_else(default_gateway_id),
                                 lease: std::time::Duration::from_secs(args.lease_s),
+                                portals: portals(
+                                    &args.api_listen,
+                                    &args.nbd_listen,
+                                    &args.iscsi_listen,
+                                ),
                             }),
                         },
                     })
@@ -303,6 +347,11 @@ fn main() -> ExitCode {
                 .and_then(|c| cli::run_host(&c, command, cli.json)),
             Command::Event(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
                 .and_then(|c| monitor_cli::run_event(&c, command, cli.json)),
+            Command::Gateway(command) => gateway_cli::run(
+                || client::Client::new(&cli.api, cli.token, &cli.data_dir),
+                command,
+                cli.json,
+            ),
             Command::Vvol(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)
                 .and_then(|c| vvol_cli::run(&c, command, cli.json)),
             Command::Vasa(command) => client::Client::new(&cli.api, cli.token, &cli.data_dir)

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use lacuna_api::gateways::{GatewayInfo, GatewaySource, GatewaysAnswer, Portal, ShardInfo};
+use lacuna_rados_store::membership::{self, GatewayRecord, Role};
 use lacuna_rados_store::ownership::{last_owner, lost_ownership, Ownership};
 
 /// The namespace of the array's one shard (docs/SCALE-OUT.md).
@@ -25,6 +27,9 @@ pub struct RadosStore {
     pub pool: String,
     pub gateway: String,
     pub lease: Duration,
+    /// Where this gateway serves (`api`, `nbd`, `iscsi` → `host:port`), for
+    /// its membership record.
+    pub portals: Vec<(String, String)>,
 }
 
 /// The shard, owned.
@@ -34,6 +39,177 @@ pub struct OwnedShard {
     /// Set (under its lock) when the shard is released: the lease thread
     /// renews only while it is not, so no renewal follows the release.
     released: Arc<parking_lot::Mutex<bool>>,
+    membership: Arc<Membership>,
+    /// What `GET /v1/gateways` reads.
+    view: Arc<PoolView>,
+}
+
+/// This gateway's membership record, rewritten every third of the lease by
+/// a thread of its own until the gateway stops.
+struct Membership {
+    io: lacuna_rados::IoCtx,
+    record: parking_lot::Mutex<GatewayRecord>,
+    /// Set (under its lock) on a clean stop, before the record is withdrawn.
+    stopped: parking_lot::Mutex<bool>,
+}
+
+impl Membership {
+    fn start(
+        cluster: &Arc<lacuna_rados::Cluster>,
+        config: &RadosStore,
+    ) -> anyhow::Result<Arc<Membership>> {
+        let io = cluster
+            .io(&config.pool, membership::NAMESPACE)
+            .with_context(|| format!("opening pool {}", config.pool))?;
+        let now = membership::now_unix_ms();
+        let record = GatewayRecord {
+            gateway: config.gateway.clone(),
+            address: cluster.address().context("reading this client's address")?,
+            role: Role::Standby,
+            shards: Vec::new(),
+            portals: config.portals.clone(),
+            pid: std::process::id(),
+            started_unix_ms: now,
+            seen_unix_ms: now,
+            lease_ms: config.lease.as_millis() as u64,
+        };
+        let membership = Arc::new(Membership {
+            io,
+            record: parking_lot::Mutex::new(record),
+            stopped: parking_lot::Mutex::new(false),
+        });
+        membership
+            .announce()
+            .context("writing this gateway's record")?;
+        let beating = membership.clone();
+        let every = config.lease / 3;
+        std::thread::Builder::new()
+            .name("lacuna-members".into())
+            .spawn(move || beating.beat_until_stopped(every))
+            .context("spawning the membership thread")?;
+        Ok(membership)
+    }
+
+    fn announce(&self) -> lacuna_rados::Result<()> {
+        let mut record = self.record.lock();
+        membership::announce(&self.io, &mut record)
+    }
+
+    fn became_owner(&self) {
+        {
+            let mut record = self.record.lock();
+            record.role = Role::Owner;
+            record.shards = vec![SHARD_NAMESPACE.to_string()];
+        }
+        if let Err(e) = self.announce() {
+            tracing::warn!("writing this gateway's record: {e}");
+        }
+    }
+
+    fn beat_until_stopped(&self, every: Duration) {
+        let mut failing = false;
+        loop {
+            std::thread::sleep(every);
+            let stopped = self.stopped.lock();
+            if *stopped {
+                return;
+            }
+            match self.announce() {
+                Ok(()) => failing = false,
+                // Fenced gateways are refused too; they stop soon after.
+                Err(e) if !failing => {
+                    tracing::warn!("rewriting this gateway's record: {e}");
+                    failing = true;
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Stops the rewrites and removes the record (a clean stop).
+    fn withdraw(&self) -> lacuna_rados::Result<()> {
+        let mut stopped = self.stopped.lock();
+        *stopped = true;
+        let gateway = self.record.lock().gateway.clone();
+        membership::withdraw(&self.io, &gateway)
+    }
+}
+
+/// The pool's gateways and the shard's owner, read from the cluster.
+pub struct PoolView {
+    members: lacuna_rados::IoCtx,
+    shard: Arc<lacuna_rados::IoCtx>,
+    pool: String,
+    this_gateway: String,
+}
+
+impl PoolView {
+    fn read(&self) -> lacuna_rados::Result<GatewaysAnswer> {
+        let now = membership::now_unix_ms();
+        let gateways = membership::members(&self.members)?
+            .into_iter()
+            .map(|record| GatewayInfo {
+                state: match (record.is_alive(now), record.role) {
+                    (false, _) => "gone",
+                    (true, Role::Owner) => "owner",
+                    (true, Role::Standby) => "standby",
+                }
+                .to_string(),
+                last_seen_ms_ago: now.saturating_sub(record.seen_unix_ms),
+                portals: record
+                    .portals
+                    .iter()
+                    .map(|(service, address)| Portal {
+                        service: service.clone(),
+                        address: address.clone(),
+                    })
+                    .collect(),
+                gateway: record.gateway,
+                address: record.address,
+                shards: record.shards,
+                pid: record.pid,
+                started_unix_ms: record.started_unix_ms,
+                lease_ms: record.lease_ms,
+            })
+            .collect();
+        let owner = last_owner(&self.shard)?;
+        Ok(GatewaysAnswer {
+            pool: self.pool.clone(),
+            this_gateway: self.this_gateway.clone(),
+            gateways,
+            shards: vec![ShardInfo {
+                shard: SHARD_NAMESPACE.to_string(),
+                owner: owner.as_ref().map(|o| o.gateway.clone()),
+                owner_address: owner.map(|o| o.address),
+            }],
+        })
+    }
+}
+
+impl GatewaySource for PoolView {
+    fn gateways(&self) -> Result<GatewaysAnswer, String> {
+        self.read().map_err(|e| e.to_string())
+    }
+}
+
+/// `lacuna gateway list --ceph-conf --pool`: the same answer, read by a
+/// client of its own (`this_gateway` is `this_gateway` or empty).
+pub fn read_gateways(
+    ceph_conf: &std::path::Path,
+    pool: &str,
+    this_gateway: Option<&str>,
+) -> anyhow::Result<GatewaysAnswer> {
+    let cluster = lacuna_rados::Cluster::connect(ceph_conf)
+        .with_context(|| format!("connecting to the cluster of {}", ceph_conf.display()))?;
+    let view = PoolView {
+        members: cluster
+            .io(pool, membership::NAMESPACE)
+            .with_context(|| format!("opening pool {pool}"))?,
+        shard: Arc::new(cluster.io(pool, SHARD_NAMESPACE)?),
+        pool: pool.to_string(),
+        this_gateway: this_gateway.unwrap_or_default().to_string(),
+    };
+    view.read().context("reading the gateway records")
 }
 
 /// Connects, waits (as a standby) until this gateway owns the shard, and
@@ -50,6 +226,7 @@ pub fn take(config: &RadosStore) -> anyhow::Result<OwnedShard> {
             .io(&config.pool, SHARD_NAMESPACE)
             .with_context(|| format!("opening pool {}", config.pool))?,
     );
+    let membership = Membership::start(&cluster, config)?;
     let mut reported = None;
     let ownership = loop {
         match Ownership::try_take(cluster.clone(), io.clone(), &config.gateway, config.lease) {
@@ -76,6 +253,15 @@ pub fn take(config: &RadosStore) -> anyhow::Result<OwnedShard> {
         ),
         None => println!("lacuna: owner of {SHARD_NAMESPACE} in pool {}", config.pool),
     }
+    membership.became_owner();
+    let view = Arc::new(PoolView {
+        members: cluster
+            .io(&config.pool, membership::NAMESPACE)
+            .with_context(|| format!("opening pool {}", config.pool))?,
+        shard: io.clone(),
+        pool: config.pool.clone(),
+        this_gateway: config.gateway.clone(),
+    });
     Ok(OwnedShard {
         store: lacuna_rados_store::shard_store(
             io,
@@ -83,6 +269,8 @@ pub fn take(config: &RadosStore) -> anyhow::Result<OwnedShard> {
         ),
         ownership: Arc::new(ownership),
         released: Arc::new(parking_lot::Mutex::new(false)),
+        membership,
+        view,
     })
 }
 
@@ -103,7 +291,15 @@ impl OwnedShard {
     pub fn release(self) -> anyhow::Result<()> {
         let mut released = self.released.lock();
         *released = true;
-        self.ownership.release().context("releasing the shard")
+        self.ownership.release().context("releasing the shard")?;
+        self.membership
+            .withdraw()
+            .context("removing this gateway's record")
+    }
+
+    /// What `GET /v1/gateways` answers from.
+    pub fn gateway_source(&self) -> Arc<dyn GatewaySource> {
+        self.view.clone()
     }
 }
 

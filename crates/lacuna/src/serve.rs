@@ -148,6 +148,7 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
         token,
         Iscsi { hosts, array_id },
         connections,
+        shard.as_ref().map(|s| s.gateway_source()),
     ));
     let closed = engine.close().context("closing the array");
     let released = match shard {
@@ -238,6 +239,7 @@ async fn serve_all(
     token: String,
     iscsi: Iscsi,
     connections: crate::descriptors::ConnectionBudget,
+    gateways: Option<Arc<dyn lacuna_api::gateways::GatewaySource>>,
 ) -> anyhow::Result<()> {
     let mut target_config = lacuna_iscsi::TargetConfig::for_array("lacuna");
     if let Some(name) = &config.iscsi_target_name {
@@ -375,6 +377,9 @@ async fn serve_all(
         .with_live_sessions(live_sessions)
         .with_vvols(vvols)
         .with_monitor(monitor);
+    if let Some(gateways) = gateways {
+        api_state = api_state.with_gateways(gateways);
+    }
     if let Some(server) = &vasa {
         api_state = api_state.with_vasa(server.clone());
     }

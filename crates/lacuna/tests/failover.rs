@@ -5,7 +5,9 @@
 //! lease ends, fencing the dead one at the cluster, and serves the same
 //! volume: every write flushed before the kill reads back, nothing else
 //! reads back as garbage. The dead gateway, restarted, stays a standby and
-//! serves nothing while the other owns the shard.
+//! serves nothing while the other owns the shard. Membership is visible
+//! all along (`lacuna gateway list`, through a gateway's API or read from the
+//! cluster): owner, standby, and a dead gateway listed as gone.
 
 mod support;
 
@@ -102,6 +104,11 @@ impl Gateway {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `lacuna gateway list --json` through this gateway's API.
+    fn gateways(&self) -> serde_json::Value {
+        serde_json::from_str(&self.cli_ok(&["--json", "gateway", "list"])).unwrap()
+    }
+
     fn uri(&self) -> String {
         format!("nbd://127.0.0.1:{}/v", self.nbd_port)
     }
@@ -175,6 +182,19 @@ fn a_killed_owner_is_taken_over_by_the_standby_with_nothing_flushed_lost() {
     assert_eq!(nbd(&b.uri(), &check).trim(), "ok");
     // The new owner takes writes.
     nbd(&b.uri(), &format!("h.pwrite(b'C' * {MIB}, 0)\nh.flush()"));
+    // The dead owner is listed as gone once two leases pass without a word
+    // from it; the new one as the shard's owner.
+    let listed = Instant::now();
+    loop {
+        let answer = b.gateways();
+        assert_eq!(answer["shards"][0]["owner"], "gw-b", "{answer}");
+        assert_eq!(state_of(&answer, "gw-b"), "owner", "{answer}");
+        if state_of(&answer, "gw-a") == "gone" {
+            break;
+        }
+        assert!(listed.elapsed() < Duration::from_secs(30), "{answer}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
     let space = b.cli_ok(&["--json", "array", "space"]);
     assert!(
         space.contains("\"volume_count\": 1") || space.contains("\"volume_count\":1"),
@@ -193,6 +213,14 @@ fn a_killed_owner_is_taken_over_by_the_standby_with_nothing_flushed_lost() {
         TcpStream::connect(("127.0.0.1", a2.nbd_port)).is_err(),
         "{}",
         a2.log()
+    );
+    let answer = b.gateways();
+    assert_eq!(state_of(&answer, "gw-a"), "standby", "{answer}");
+    assert_eq!(state_of(&answer, "gw-b"), "owner", "{answer}");
+    let table = b.cli_ok(&["gateway", "list"]);
+    assert!(
+        table.contains("shard-0: owned by gw-b"),
+        "the table names the owner: {table}"
     );
     assert_eq!(
         nbd(
@@ -213,4 +241,39 @@ fn a_killed_owner_is_taken_over_by_the_standby_with_nothing_flushed_lost() {
     assert!(!a2.log().contains("took shard-0 over"), "{}", a2.log());
     let c = format!("print(h.pread({MIB}, 0) == b'C' * {MIB})");
     assert_eq!(nbd(&a2.uri(), &c).trim(), "True");
+
+    // Read from the cluster itself: the cleanly stopped gateway withdrew
+    // its record.
+    let out = Command::new(BIN)
+        .args(["--json", "gateway", "list", "--pool", POOL, "--ceph-conf"])
+        .arg(&cluster.conf)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(state_of(&answer, "gw-a"), "owner", "{answer}");
+    assert_eq!(answer["shards"][0]["owner"], "gw-a", "{answer}");
+    let ids: Vec<&str> = answer["gateways"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["gateway"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["gw-a"], "{answer}");
+}
+
+/// The state `gateway list` gives `gateway`, or "absent".
+fn state_of(answer: &serde_json::Value, gateway: &str) -> String {
+    answer["gateways"]
+        .as_array()
+        .expect("a gateway list")
+        .iter()
+        .find(|g| g["gateway"] == gateway)
+        .map_or("absent".into(), |g| {
+            g["state"].as_str().unwrap().to_string()
+        })
 }

@@ -1,10 +1,12 @@
 //! Lacuna's stores on Ceph RADOS (docs/SCALE-OUT.md): the metadata database's
 //! file striped over objects ([`striped`]) and the segment log as objects
 //! ([`segments`]), both in one shard's namespace ([`shard_store`] joins them
-//! into what the engine opens), and who may write a shard ([`ownership`]).
+//! into what the engine opens), who may write a shard ([`ownership`]), and
+//! which gateways the pool has ([`membership`]).
 //! The engine knows nothing of them: it takes a `redb::StorageBackend` and a
 //! `SegmentStore`, and these are RADOS's.
 
+pub mod membership;
 pub mod ownership;
 pub mod segments;
 pub mod striped;

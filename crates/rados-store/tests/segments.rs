@@ -1,5 +1,6 @@
-//! The segment store's appends in flight, on a one-node cluster: a read of
-//! bytes still in flight returns them; what is in flight stays under its
+//! The segment store's appends in flight, on a one-node cluster: small
+//! appends go out gathered, a few ops for many; a read of bytes not yet
+//! sent or still in flight returns them; what is in flight stays under its
 //! bound; `sync` returns only once another client can read every byte; and
 //! once the cluster fences this client, the refused append fails `sync` and
 //! every later call, and none of its bytes reach the object.
@@ -42,6 +43,11 @@ fn appends_in_flight_read_back_stay_bounded_and_a_fenced_one_fails_sync() {
         assert!(back == bytes, "append {i} read back while in flight");
         at += bytes.len() as u64;
     }
+    assert!(
+        store_a.appends_sent() <= 500 / 20,
+        "small appends are gathered: {} ops for 500",
+        store_a.appends_sent()
+    );
 
     // Large appends: what is in flight never passes the bound.
     let large = SegmentId::new(2);

@@ -439,8 +439,33 @@ impl IoCtx {
         object: &str,
         pieces: &[(u64, &[u8])],
     ) -> Result<PendingWrite> {
-        let oid = c_string("write", object)?;
         assert!(pieces.iter().all(|(_, data)| data.len() <= MAX_IO_BYTES));
+        // SAFETY: librados copies the pieces' bytes as the op is built.
+        self.aio_operate(object, |op| unsafe {
+            for (offset, data) in pieces {
+                ffi::rados_write_op_write(op, data.as_ptr().cast(), data.len(), *offset);
+            }
+        })
+    }
+
+    /// Zeroes the `(offset, length)` ranges of `object` in one operation, as
+    /// [`IoCtx::zero`] does each, without waiting for its answer.
+    pub fn aio_zero(self: &Arc<Self>, object: &str, ranges: &[(u64, u64)]) -> Result<PendingWrite> {
+        // SAFETY: a live op; zero extents take no buffers.
+        self.aio_operate(object, |op| unsafe {
+            for (offset, length) in ranges {
+                ffi::rados_write_op_zero(op, *offset, *length);
+            }
+        })
+    }
+
+    /// Sends one write op, filled by `fill`, without waiting for its answer.
+    fn aio_operate(
+        self: &Arc<Self>,
+        object: &str,
+        fill: impl FnOnce(ffi::WriteOpT),
+    ) -> Result<PendingWrite> {
+        let oid = c_string("write", object)?;
         let mut completion: ffi::CompletionT = std::ptr::null_mut();
         // SAFETY: an out-pointer to a completion, released by `PendingWrite`'s drop.
         let rc = unsafe {
@@ -452,15 +477,12 @@ impl IoCtx {
             object: object.to_string(),
             _io: self.clone(),
         };
-        // SAFETY: the op is made, filled, sent and released here (librados
-        // copies the pieces' bytes as the op is built); the completion lives
-        // in `pending` until the op has answered.
+        // SAFETY: the op is made, filled, sent and released here; the
+        // completion lives in `pending` until the op has answered.
         let rc = unsafe {
             let op = ffi::rados_create_write_op();
             assert!(!op.is_null(), "librados made no write op");
-            for (offset, data) in pieces {
-                ffi::rados_write_op_write(op, data.as_ptr().cast(), data.len(), *offset);
-            }
+            fill(op);
             let rc = ffi::rados_aio_write_op_operate(
                 op,
                 self.handle,

@@ -185,6 +185,7 @@ const OPERATIONS: &[(&str, &str, Option<&str>)] = &[
     ("GET", "/v1/array/history", None),
     ("GET", "/v1/events", None),
     ("GET", "/v1/sessions", None),
+    ("GET", "/v1/gateways", None),
     ("POST", "/v1/events/{id}/acknowledge", None),
 ];
 

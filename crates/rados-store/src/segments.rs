@@ -13,7 +13,7 @@
 //! the tail is answered from it.
 //! Everything that must see them waits first: `sync` (the engine's rule,
 //! segment data durable before the metadata that names it), a read of a
-//! range still in flight, a truncate, punch or removal of its segment, the
+//! range still in flight, a truncate or removal of its segment, the
 //! listing, and [`RadosSegmentStore::drain`], which the metadata backend calls
 //! before it sends pages (so no metadata on the cluster names bytes that only
 //! this process holds). A failed append makes every later call fail: the
@@ -142,9 +142,7 @@ impl RadosSegmentStore {
             .aio_write_pieces(&Self::object(segment), &[(offset_bytes, run)])?;
         self.appends_sent
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut in_flight = self.in_flight.lock();
-        in_flight.bytes += len_bytes;
-        in_flight.writes.push_back(Append {
+        self.track(Append {
             zeroing: false,
             segment,
             start_bytes: offset_bytes,
@@ -152,6 +150,13 @@ impl RadosSegmentStore {
             pending: Arc::new(pending),
         });
         Ok(())
+    }
+
+    /// Lists a sent op as in flight.
+    fn track(&self, append: Append) {
+        let mut in_flight = self.in_flight.lock();
+        in_flight.bytes += append.end_bytes - append.start_bytes;
+        in_flight.writes.push_back(append);
     }
 
     /// Append ops sent so far.
@@ -237,7 +242,7 @@ impl RadosSegmentStore {
         self.make_room(0)?;
         let pending = self.io.aio_zero(&Self::object(segment), ranges)?;
         // Bounded by count; it holds no bytes.
-        self.in_flight.lock().writes.push_back(Append {
+        self.track(Append {
             zeroing: true,
             segment,
             start_bytes: 0,
@@ -369,7 +374,12 @@ impl SegmentStore for RadosSegmentStore {
 
     fn remove(&self, segment: SegmentId) -> io::Result<()> {
         self.forget_holes(segment);
-        self.send_tail(Some(segment))?;
+        // The tail's bytes of a segment going whole need never be sent.
+        let mut tail = self.tail.lock();
+        if tail.as_ref().is_some_and(|t| t.segment == segment) {
+            *tail = None;
+        }
+        drop(tail);
         self.wait_for_segment(segment)?;
         Ok(self.io.remove(&Self::object(segment))?)
     }

@@ -1,6 +1,6 @@
-//! Model-based tests: random sequences of writes (aligned and not), unmaps,
-//! write-zeroes, reads, flushes and restarts, checked byte for byte against a
-//! plain in-memory model, with the space accounting checked after each sequence.
+//! Model-based tests on the local store (the model itself is
+//! `common/model.rs`), and the engine's space, dedup, corruption and
+//! concurrency checks that go with them.
 
 mod common;
 
@@ -9,11 +9,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::model::{drain_reclaim, fill, op, run_on, Op};
 use common::temp_dir;
-use lacuna_engine::{Engine, EngineConfig, ExtentState, ReductionMode};
+use lacuna_engine::{Engine, EngineConfig, ReductionMode};
 use proptest::prelude::*;
 
-const VOLUME_BYTES: u64 = 256 * 1024;
 const CAPACITY_BYTES: u64 = 1 << 30;
 
 fn open(dir: &Path) -> Arc<Engine> {
@@ -28,66 +28,6 @@ fn open_with(dir: &Path, reduction: ReductionMode) -> Arc<Engine> {
     .expect("open engine")
 }
 
-#[derive(Debug, Clone)]
-enum Op {
-    /// offset, length, fill kind (0 = zeroes, 1 = repeated word, 2 = a small set of
-    /// blocks so dedup hits, 3 = unique bytes), seed
-    Write(u64, u64, u8, u8),
-    Unmap(u64, u64),
-    WriteZeroes(u64, u64, bool),
-    Read(u64, u64),
-    Flush,
-    Restart,
-    Reclaim,
-    /// Runs the segment cleaner over every segment holding stale bytes.
-    Clean,
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    let range = (0..VOLUME_BYTES, 1u64..64 * 1024).prop_map(|(o, l)| (o, l.min(VOLUME_BYTES - o)));
-    let aligned = (0..VOLUME_BYTES / 4096, 1u64..16)
-        .prop_map(|(g, n)| (g * 4096, (n * 4096).min(VOLUME_BYTES - g * 4096)));
-    prop_oneof![
-        4 => (aligned.clone(), 0u8..4, any::<u8>()).prop_map(|((o, l), k, s)| Op::Write(o, l, k, s)),
-        3 => (range.clone(), 0u8..4, any::<u8>()).prop_map(|((o, l), k, s)| Op::Write(o, l, k, s)),
-        2 => range.clone().prop_map(|(o, l)| Op::Unmap(o, l)),
-        1 => aligned.prop_map(|(o, l)| Op::Unmap(o, l)),
-        2 => (range.clone(), any::<bool>()).prop_map(|((o, l), u)| Op::WriteZeroes(o, l, u)),
-        3 => range.prop_map(|(o, l)| Op::Read(o, l)),
-        1 => Just(Op::Flush),
-        1 => Just(Op::Restart),
-        1 => Just(Op::Reclaim),
-        1 => Just(Op::Clean),
-    ]
-}
-
-fn fill(kind: u8, seed: u8, offset: u64, len: u64) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            let at = offset + i;
-            match kind {
-                0 => 0,
-                1 => [seed, 1, 2, 3, 4, 5, 6, 7][(at % 8) as usize],
-                2 => ((at % 4096) as u8).wrapping_mul(seed % 3 + 1),
-                _ => (at.wrapping_mul(2654435761) >> 8) as u8 ^ seed,
-            }
-        })
-        .collect()
-}
-
-/// Waits until the background reclaimer has no backlog (bounded).
-fn drain_reclaim(engine: &Engine) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while engine.space().reclaim_backlog_bytes > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "reclaim did not drain: {:?}",
-            engine.space()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 fn run(ops: Vec<Op>) {
     run_with(ops, ReductionMode::default())
 }
@@ -97,109 +37,7 @@ fn run(ops: Vec<Op>) {
 /// background reducer rewrites it while the ops go on.
 fn run_with(ops: Vec<Op>, reduction: ReductionMode) {
     let tmp = temp_dir("test", "model");
-    let dir = tmp.path();
-    let mut engine = open_with(dir, reduction);
-    engine.create_volume("v", VOLUME_BYTES).unwrap();
-    let mut model = vec![0u8; VOLUME_BYTES as usize];
-    for op in ops {
-        let vol = engine.open_volume("v").unwrap();
-        match op {
-            Op::Write(o, l, k, s) => {
-                let data = fill(k, s, o, l);
-                vol.write(o, &data).unwrap();
-                model[o as usize..(o + l) as usize].copy_from_slice(&data);
-            }
-            Op::Unmap(o, l) => {
-                vol.unmap(o, l).unwrap();
-                model[o as usize..(o + l) as usize].fill(0);
-            }
-            Op::WriteZeroes(o, l, u) => {
-                vol.write_zeroes(o, l, u).unwrap();
-                model[o as usize..(o + l) as usize].fill(0);
-            }
-            Op::Read(o, l) => {
-                let mut buf = vec![0xeeu8; l as usize];
-                vol.read(o, &mut buf).unwrap();
-                assert!(
-                    buf == model[o as usize..(o + l) as usize],
-                    "read {o}+{l} differs"
-                );
-            }
-            Op::Flush => vol.flush().unwrap(),
-            Op::Restart => {
-                drop(vol);
-                engine.close().unwrap();
-                drop(engine);
-                engine = open_with(dir, reduction);
-            }
-            Op::Reclaim => drain_reclaim(&engine),
-            Op::Clean => {
-                drop(vol);
-                engine.clean_now().unwrap();
-            }
-        }
-    }
-    let vol = engine.open_volume("v").unwrap();
-    let mut all = vec![0u8; VOLUME_BYTES as usize];
-    vol.read(0, &mut all).unwrap();
-    assert!(all == model, "final content differs");
-    check_extents(&vol, &model);
-    engine.check_consistency().unwrap();
-    // Shadowed mappings hold physical space until reclaimed: settle first.
-    drain_reclaim(&engine);
-    common::settle_reduction(&engine);
-    let mut reduced = vec![0u8; VOLUME_BYTES as usize];
-    vol.read(0, &mut reduced).unwrap();
-    assert!(reduced == model, "content differs once reduced");
-    engine.check_consistency().unwrap();
-    check_accounting(&engine, &model);
-    drop(vol);
-    engine.close().unwrap();
-    drop(engine);
-}
-
-/// Extents must cover the range, and every byte reported Hole or Zero must be zero.
-fn check_extents(vol: &lacuna_engine::Volume, model: &[u8]) {
-    let mut at = 0u64;
-    while at < VOLUME_BYTES {
-        let extents = vol.extents(at, VOLUME_BYTES - at).unwrap();
-        assert!(!extents.is_empty());
-        for e in extents {
-            if e.state != ExtentState::Data {
-                assert!(model[at as usize..(at + e.length_bytes) as usize]
-                    .iter()
-                    .all(|&b| b == 0));
-            }
-            at += e.length_bytes;
-        }
-    }
-    assert_eq!(at, VOLUME_BYTES);
-}
-
-/// written bytes = grains holding non-zero data; physical figures add up.
-fn check_accounting(engine: &Engine, model: &[u8]) {
-    let info = engine.volume_info("v").unwrap();
-    let data_grains = model
-        .chunks(4096)
-        .filter(|g| g.iter().any(|&b| b != 0))
-        .count() as u64;
-    // A grain of zeroes written as data is "data" only if stored as a block, which
-    // zero grains never are; a grain that is a non-zero pattern counts as data.
-    assert_eq!(info.written_bytes, data_grains * 4096, "{info:?}");
-    let space = engine.space();
-    assert_eq!(
-        space.physical_used_bytes,
-        space.live_physical_bytes + space.stale_bytes
-    );
-    assert_eq!(
-        space.free_bytes + space.physical_used_bytes,
-        space.capacity_bytes
-    );
-    let per_volume = info.unique_physical_bytes + info.shared_physical_bytes;
-    assert!(
-        per_volume.abs_diff(space.live_physical_bytes) <= 1,
-        "{info:?} vs {space:?}"
-    );
+    run_on(ops, &|| open_with(tmp.path(), reduction));
 }
 
 proptest! {

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod model;
+
 use tempfile::TempDir;
 
 /// A fresh, empty directory under the system temp dir, named

@@ -1,17 +1,81 @@
 //! Interop tests: a real `lacuna serve` driven by clients nobody here wrote —
 //! qemu-img, qemu-io, nbdinfo, nbdcopy, nbdsh and fio — each asserting on what the
-//! tool reports or reads back.
+//! tool reports or reads back. Each runs twice: on the local store (`::local`)
+//! and on the RADOS store (`::rados`, a one-node Ceph cluster of its own).
 
 mod support;
 
+use lacuna_rados::test_cluster::{TestCluster, POOL};
 use support::{tool, tool_ok, Daemon};
 
-fn daemon_with_volume(tag: &str, name: &str, size: &str) -> Daemon {
-    let dir = support::temp_dir(tag);
-    let daemon = Daemon::start(dir.path()).owning(dir);
-    daemon.cli_ok(&["volume", "create", name, "--size", size]);
-    daemon
+/// Where a test's daemon keeps its segments and metadata.
+#[derive(Clone, Copy)]
+enum Store {
+    Local,
+    Rados,
 }
+
+/// A daemon and, on RADOS, its cluster (stopped after the daemon: fields
+/// drop in order).
+struct Array {
+    daemon: Daemon,
+    _cluster: Option<TestCluster>,
+}
+
+impl std::ops::Deref for Array {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        &self.daemon
+    }
+}
+
+fn daemon_with_volume(store: Store, tag: &str, name: &str, size: &str) -> Array {
+    let dir = support::temp_dir(tag);
+    let (daemon, cluster) = match store {
+        Store::Local => (Daemon::start(dir.path()), None),
+        Store::Rados => {
+            let cluster = TestCluster::start();
+            let conf = cluster.conf.display().to_string();
+            let args = ["--store", "rados", "--ceph-conf", &conf, "--pool", POOL];
+            (
+                Daemon::start_with_args(dir.path(), "2G", &args),
+                Some(cluster),
+            )
+        }
+    };
+    let daemon = daemon.owning(dir);
+    daemon.cli_ok(&["volume", "create", name, "--size", size]);
+    Array {
+        daemon,
+        _cluster: cluster,
+    }
+}
+
+/// `#[test]`s `name::local` and `name::rados` running `name(store)`.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn local() {
+                super::$name(super::Store::Local)
+            }
+            #[test]
+            fn rados() {
+                super::$name(super::Store::Rados)
+            }
+        }
+    )*};
+}
+
+on_both_stores!(
+    nbdinfo_reports_export_and_exact_map,
+    qemu_io_write_read_zero_discard_and_aio,
+    qemu_img_convert_compare_and_nbdcopy_both_ways,
+    nbdsh_script_checks_structured_reads_and_block_status,
+    fio_verified_random_and_sequential_mixes,
+    cli_reports_volume_and_array_space,
+    snapshots_clones_and_copies_through_real_clients,
+);
 
 /// Runs qemu-io on a raw NBD export with one `-c` per command; fails on error.
 fn qemu_io(uri: &str, commands: &[&str]) -> String {
@@ -35,9 +99,8 @@ fn map_rows(uri: &str) -> Vec<(u64, u64, String)> {
         .collect()
 }
 
-#[test]
-fn nbdinfo_reports_export_and_exact_map() {
-    let daemon = daemon_with_volume("nbdinfo", "vol1", "64M");
+fn nbdinfo_reports_export_and_exact_map(store: Store) {
+    let daemon = daemon_with_volume(store, "nbdinfo", "vol1", "64M");
     let uri = daemon.uri("vol1");
     let info = tool_ok("nbdinfo", &["--json", &uri]);
     let json: serde_json::Value = serde_json::from_str(&info).unwrap();
@@ -83,9 +146,8 @@ fn nbdinfo_reports_export_and_exact_map() {
     assert!(list.contains("vol1"), "{list}");
 }
 
-#[test]
-fn qemu_io_write_read_zero_discard_and_aio() {
-    let daemon = daemon_with_volume("qemuio", "disk", "32M");
+fn qemu_io_write_read_zero_discard_and_aio(store: Store) {
+    let daemon = daemon_with_volume(store, "qemuio", "disk", "32M");
     let uri = daemon.uri("disk");
     qemu_io(
         &uri,
@@ -128,9 +190,8 @@ fn qemu_io_write_read_zero_discard_and_aio() {
     assert!(vread.contains("22 22 22 22"), "{vread}");
 }
 
-#[test]
-fn qemu_img_convert_compare_and_nbdcopy_both_ways() {
-    let daemon = daemon_with_volume("qemuimg", "img", "64M");
+fn qemu_img_convert_compare_and_nbdcopy_both_ways(store: Store) {
+    let daemon = daemon_with_volume(store, "qemuimg", "img", "64M");
     let dir = &daemon.dir;
     let src = dir.join("src.raw");
     // A source with data, zeroes and repeated blocks.
@@ -230,9 +291,8 @@ fn qemu_img_convert_compare_and_nbdcopy_both_ways() {
     );
 }
 
-#[test]
-fn nbdsh_script_checks_structured_reads_and_block_status() {
-    let daemon = daemon_with_volume("nbdsh", "sh", "16M");
+fn nbdsh_script_checks_structured_reads_and_block_status(store: Store) {
+    let daemon = daemon_with_volume(store, "nbdsh", "sh", "16M");
     let script = r#"
 import nbd
 assert h.get_structured_replies_negotiated()
@@ -266,9 +326,8 @@ print("ok")
     assert_eq!(out.trim(), "ok");
 }
 
-#[test]
-fn fio_verified_random_and_sequential_mixes() {
-    let daemon = daemon_with_volume("fio", "fio", "256M");
+fn fio_verified_random_and_sequential_mixes(store: Store) {
+    let daemon = daemon_with_volume(store, "fio", "fio", "256M");
     let uri = format!("--uri={}", daemon.uri("fio"));
     let common = [
         "--name=verify",
@@ -305,9 +364,8 @@ fn fio_verified_random_and_sequential_mixes() {
     }
 }
 
-#[test]
-fn cli_reports_volume_and_array_space() {
-    let daemon = daemon_with_volume("cli", "c1", "100M");
+fn cli_reports_volume_and_array_space(store: Store) {
+    let daemon = daemon_with_volume(store, "cli", "c1", "100M");
     let list = daemon.cli_ok(&["volume", "list"]);
     assert!(list.contains("c1"), "{list}");
     qemu_io(&daemon.uri("c1"), &["write -P 0x31 0 10M"]);
@@ -395,9 +453,8 @@ fn compare_raw(file: &std::path::Path, uri: &str) {
 /// A snapshot is a read-only NBD export holding exactly the data of its instant,
 /// while the volume moves on; a clone of it is writable and independent; a range
 /// copy lands the source's bytes; a restore brings the old content back.
-#[test]
-fn snapshots_clones_and_copies_through_real_clients() {
-    let daemon = daemon_with_volume("snapshots", "vol", "16M");
+fn snapshots_clones_and_copies_through_real_clients(store: Store) {
+    let daemon = daemon_with_volume(store, "snapshots", "vol", "16M");
     let uri = daemon.uri("vol");
     qemu_io(&uri, &["write -P 0x11 0 4M", "write -P 0x22 8M 1M"]);
     let expected = daemon.dir.join("expected.raw");

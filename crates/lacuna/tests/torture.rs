@@ -36,8 +36,14 @@
 //!   live + stale, live = volume-unique + snapshot + shared, logical data = the
 //!   sum of the volumes' written bytes).
 //!
-//! TORTURE_ITERATIONS (default 100) sets the number of crash points; TORTURE_SEED
-//! replays a run. `tools/torture.sh` runs it for long.
+//! The same torture runs on the RADOS store (`--store rados`, a one-node Ceph
+//! cluster): the killed gateway's shard is taken over once its lease runs out
+//! (which fences the dead one at the cluster), checked, and served again by
+//! the restarted gateway.
+//!
+//! TORTURE_ITERATIONS (default 100; on RADOS, TORTURE_RADOS_ITERATIONS,
+//! default 16: each crash point waits for a lease) sets the number of crash
+//! points; TORTURE_SEED replays a run. `tools/torture.sh` runs it for long.
 
 mod support;
 
@@ -45,8 +51,10 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use lacuna_rados::test_cluster::{TestCluster, POOL};
 use support::{build_iscsi_client, tool_ok, Daemon};
 use tempfile::TempDir;
 
@@ -701,6 +709,7 @@ fn coverage_kind(record: &Record) -> &'static str {
 /// The run's settings and where it keeps its files.
 struct Run {
     seed: u64,
+    store: Store,
     dir: PathBuf,
     iscsi_client: PathBuf,
     /// `dir`'s guard: removes the directory when the run ends, passed or
@@ -709,12 +718,31 @@ struct Run {
     dir_guard: RefCell<TempDir>,
 }
 
+/// Where the daemon under torture keeps its segments and metadata.
+enum Store {
+    /// Its data directory.
+    Local,
+    /// A pool of a one-node Ceph cluster, stopped when the run ends.
+    Rados(TestCluster),
+}
+
+/// The namespace `lacuna serve --store rados` keeps its shard in.
+const SHARD: &str = "shard-0";
+/// The torture gateway's ownership lease: the shortest `serve` takes, as
+/// every crash point waits for it to run out.
+const LEASE_S: &str = "2";
+
 impl Run {
     fn fail(&self, iteration: u64, what: String) -> ! {
         self.dir_guard.borrow_mut().disable_cleanup(true);
+        // The cluster goes with the run: on RADOS only the local part stays.
+        let (variable, test) = match self.store {
+            Store::Local => ("TORTURE_ITERATIONS", "mixed_nbd"),
+            Store::Rados(_) => ("TORTURE_RADOS_ITERATIONS", "the_workload_on_rados"),
+        };
         panic!(
             "crash torture FAILED at crash point {iteration}: {what}\n  replay: \
-             TORTURE_SEED={} TORTURE_ITERATIONS={iteration} cargo test -p lacuna --test torture -- --nocapture\n  \
+             TORTURE_SEED={} {variable}={iteration} cargo test -p lacuna --test torture {test} -- --nocapture\n  \
              (data directory and journals kept in {})",
             self.seed,
             self.dir.display()
@@ -1046,6 +1074,9 @@ fn check_space(run: &Run, daemon: &Daemon, iteration: u64) {
 /// Runs the engine's full metadata check on a copy of the crashed data
 /// directory (the daemon then recovers the original itself).
 fn fsck_copy(run: &Run, iteration: u64) {
+    if let Store::Rados(cluster) = &run.store {
+        return fsck_shard(run, cluster, iteration);
+    }
     let copy = run.dir.join("fsck");
     let _ = std::fs::remove_dir_all(&copy);
     copy_dir(&run.dir.join("data"), &copy);
@@ -1074,6 +1105,60 @@ fn fsck_copy(run: &Run, iteration: u64) {
     let _ = std::fs::remove_dir_all(&copy);
 }
 
+/// The engine's full metadata check on the crashed shard, by a gateway of
+/// its own: it takes the shard as any would (once the killed daemon's lease
+/// has run out, fencing that one), opens it with nothing in the background,
+/// checks it, and hands it back without closing the engine, so the restarted
+/// daemon recovers an unclosed shard as after the kill.
+fn fsck_shard(run: &Run, cluster: &TestCluster, iteration: u64) {
+    let client = cluster.client();
+    let io = Arc::new(client.io(POOL, SHARD).expect("the shard's namespace"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ownership = loop {
+        let lease = Duration::from_secs(60);
+        match lacuna_rados_store::ownership::Ownership::try_take(
+            client.clone(),
+            io.clone(),
+            "torture-fsck",
+            lease,
+        ) {
+            Ok(ownership) => break ownership,
+            Err(e) if e.is_busy() && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => run.fail(iteration, format!("the crashed shard cannot be taken: {e}")),
+        }
+    };
+    if ownership.fenced.is_none() {
+        run.fail(iteration, "the killed gateway was not fenced".into());
+    }
+    let local = run.dir.join("fsck");
+    let _ = std::fs::remove_dir_all(&local);
+    let engine = lacuna_engine::Engine::open(lacuna_engine::EngineConfig {
+        background: false,
+        external_store: Some(lacuna_rados_store::shard_store(io, "torture fsck")),
+        ..lacuna_engine::EngineConfig::new(&local, CAPACITY_BYTES)
+    })
+    .unwrap_or_else(|e| run.fail(iteration, format!("the crashed shard does not open: {e}")));
+    if let Err(e) = engine.check_consistency() {
+        run.fail(
+            iteration,
+            format!("metadata check of the crashed shard: {e}"),
+        );
+    }
+    let space = engine.space();
+    if space.volume_unique_bytes + space.snapshot_bytes + space.shared_bytes
+        != space.live_physical_bytes
+    {
+        run.fail(
+            iteration,
+            format!("engine space classes do not add up: {space:?}"),
+        );
+    }
+    std::mem::forget(engine);
+    ownership.release().expect("handing the checked shard back");
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
@@ -1090,6 +1175,19 @@ fn copy_dir(from: &Path, to: &Path) {
 /// The segment files (`.seg`) present, and how many freed files were kept
 /// for reuse (`.free`) at that moment.
 fn segment_files(run: &Run) -> (BTreeSet<String>, usize) {
+    if let Store::Rados(cluster) = &run.store {
+        let objects = cluster
+            .client()
+            .io(POOL, SHARD)
+            .unwrap()
+            .list(1 << 20)
+            .unwrap();
+        let segments = objects
+            .into_iter()
+            .filter(|o| o.starts_with("seg."))
+            .collect();
+        return (segments, 0);
+    }
     let names: Vec<String> = std::fs::read_dir(run.dir.join("data").join("segments"))
         .map(|dir| {
             dir.filter_map(|e| e.ok())
@@ -1126,7 +1224,7 @@ fn env_u64(name: &str) -> Option<u64> {
 /// Every other start has the background reducer compress all new data (and
 /// so run, and be killed, in the middle of it); the others reduce as the
 /// daemon does by default.
-fn start(dir: &Path) -> Daemon {
+fn start(run: &Run) -> Daemon {
     static STARTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let reduction = if n.is_multiple_of(2) {
@@ -1134,11 +1232,18 @@ fn start(dir: &Path) -> Daemon {
     } else {
         "adaptive"
     };
-    Daemon::start_with_args(dir, CAPACITY, &["--reduction", reduction])
+    let mut args = vec!["--reduction", reduction];
+    let conf;
+    if let Store::Rados(cluster) = &run.store {
+        conf = cluster.conf.display().to_string();
+        args.extend(["--store", "rados", "--ceph-conf", &conf, "--pool", POOL]);
+        args.extend(["--gateway-id", "torture", "--lease-s", LEASE_S]);
+    }
+    Daemon::start_with_args(&run.dir, CAPACITY, &args)
 }
 
-fn setup(dir: &Path) -> Model {
-    let daemon = start(dir);
+fn setup(run: &Run) -> Model {
+    let daemon = start(run);
     daemon.cli_ok(&["host", "create", "torture", "--iqn", INITIATOR]);
     let mut model = Model::default();
     for (lun, base) in BASES.iter().enumerate() {
@@ -1164,9 +1269,30 @@ fn setup(dir: &Path) -> Model {
     model
 }
 
+/// The two runs, one after the other: each loads both cores.
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
-    let iterations = env_u64("TORTURE_ITERATIONS").unwrap_or(100);
+    let _alone = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    torture(Store::Local, env_u64("TORTURE_ITERATIONS").unwrap_or(100));
+}
+
+#[test]
+fn the_workload_on_rados_survives_sigkill_of_the_gateway() {
+    let _alone = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let iterations = env_u64("TORTURE_RADOS_ITERATIONS").unwrap_or(16);
+    torture(Store::Rados(TestCluster::start()), iterations);
+}
+
+fn torture(store: Store, iterations: u64) {
+    // A run long enough to mean something (fewer crash points on RADOS, each
+    // a lease long) must cover every kind of operation and free space.
+    let thorough = iterations
+        >= match store {
+            Store::Local => 50,
+            Store::Rados(_) => 16,
+        };
     let seed = env_u64("TORTURE_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -1178,20 +1304,21 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
     let tmp = support::temp_dir("torture");
     let run = Run {
         seed,
+        store,
         iscsi_client: build_iscsi_client(tmp.path(), "torture_iscsi.c", "torture-iscsi"),
         dir: tmp.path().to_path_buf(),
         dir_guard: RefCell::new(tmp),
     };
     let dir = run.dir.as_path();
     let mut rng = Rng(seed);
-    let mut model = setup(dir);
+    let mut model = setup(&run);
     let mut seen_segments: BTreeSet<String> = BTreeSet::new();
     let mut freed_segments = 0usize;
     let mut crashes_with_kept_files = 0usize;
     let mut total_ops = 0usize;
     let mut coverage: BTreeMap<&str, u64> = BTreeMap::new();
     for iteration in 1..=iterations {
-        let mut daemon = start(dir);
+        let mut daemon = start(&run);
         let journal = dir.join(format!("journal-{iteration}"));
         let mut workers = spawn_workers(&run, &daemon, &model, iteration, &journal);
         wait_for_workload(&run, iteration, &journal);
@@ -1215,7 +1342,7 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
         freed_segments += seen_segments.difference(&segments).count();
         seen_segments = segments;
         fsck_copy(&run, iteration);
-        let daemon = start(dir);
+        let daemon = start(&run);
         verify(&run, &daemon, &mut model, allowed, iteration);
         drop(daemon);
         let _ = std::fs::remove_file(&journal);
@@ -1233,9 +1360,10 @@ fn mixed_nbd_iscsi_and_control_workload_survives_sigkill() {
     );
     eprintln!("completed operations by kind: {coverage:?}");
     assert!(total_ops > iterations as usize, "the workload hardly ran");
-    // A run long enough to mean something must have exercised every kind of
-    // operation on both protocols, and reclaim or cleaning must have freed space.
-    if iterations >= 50 {
+    assert!(!seen_segments.is_empty(), "no segment was ever seen");
+    // Every kind of operation on both protocols, and reclaim or cleaning
+    // must have freed space.
+    if thorough {
         for kind in COVERAGE_KINDS {
             assert!(
                 coverage.contains_key(kind),

@@ -1074,9 +1074,6 @@ fn check_space(run: &Run, daemon: &Daemon, iteration: u64) {
 /// Runs the engine's full metadata check on a copy of the crashed data
 /// directory (the daemon then recovers the original itself).
 fn fsck_copy(run: &Run, iteration: u64) {
-    if let Store::Rados(cluster) = &run.store {
-        return fsck_shard(run, cluster, iteration);
-    }
     let copy = run.dir.join("fsck");
     let _ = std::fs::remove_dir_all(&copy);
     copy_dir(&run.dir.join("data"), &copy);
@@ -1085,10 +1082,19 @@ fn fsck_copy(run: &Run, iteration: u64) {
             .unwrap_or_else(|e| {
                 run.fail(iteration, format!("the crashed image does not open: {e}"))
             });
+    check_crashed(run, iteration, &engine, "image");
+    engine.close().expect("close the checked copy");
+    drop(engine);
+    let _ = std::fs::remove_dir_all(&copy);
+}
+
+/// The metadata check and the engine's space classes of a crashed `what`
+/// (image or shard), opened.
+fn check_crashed(run: &Run, iteration: u64, engine: &lacuna_engine::Engine, what: &str) {
     if let Err(e) = engine.check_consistency() {
         run.fail(
             iteration,
-            format!("metadata check of the crashed image: {e}"),
+            format!("metadata check of the crashed {what}: {e}"),
         );
     }
     let space = engine.space();
@@ -1100,9 +1106,6 @@ fn fsck_copy(run: &Run, iteration: u64) {
             format!("engine space classes do not add up: {space:?}"),
         );
     }
-    engine.close().expect("close the checked copy");
-    drop(engine);
-    let _ = std::fs::remove_dir_all(&copy);
 }
 
 /// The engine's full metadata check on the crashed shard, by a gateway of
@@ -1140,21 +1143,7 @@ fn fsck_shard(run: &Run, cluster: &TestCluster, iteration: u64) {
         ..lacuna_engine::EngineConfig::new(&local, CAPACITY_BYTES)
     })
     .unwrap_or_else(|e| run.fail(iteration, format!("the crashed shard does not open: {e}")));
-    if let Err(e) = engine.check_consistency() {
-        run.fail(
-            iteration,
-            format!("metadata check of the crashed shard: {e}"),
-        );
-    }
-    let space = engine.space();
-    if space.volume_unique_bytes + space.snapshot_bytes + space.shared_bytes
-        != space.live_physical_bytes
-    {
-        run.fail(
-            iteration,
-            format!("engine space classes do not add up: {space:?}"),
-        );
-    }
+    check_crashed(run, iteration, &engine, "shard");
     std::mem::forget(engine);
     ownership.release().expect("handing the checked shard back");
 }
@@ -1341,7 +1330,10 @@ fn torture(store: Store, iterations: u64) {
         crashes_with_kept_files += usize::from(kept > 0);
         freed_segments += seen_segments.difference(&segments).count();
         seen_segments = segments;
-        fsck_copy(&run, iteration);
+        match &run.store {
+            Store::Local => fsck_copy(&run, iteration),
+            Store::Rados(cluster) => fsck_shard(&run, cluster, iteration),
+        }
         let daemon = start(&run);
         verify(&run, &daemon, &mut model, allowed, iteration);
         drop(daemon);

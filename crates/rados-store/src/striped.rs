@@ -16,6 +16,13 @@
 //! an object's end reads as zeroes (a stripe never written is all zeroes, as
 //! `set_len` requires of new space).
 //!
+//! Pages being sent stay readable from memory until every op has answered:
+//! redb's readers see the pages of commits not yet durable (the engine's
+//! open transaction commits without a sync), so a reader may want a page at
+//! the moment a sync sends it, and the objects may still hold the old bytes.
+//! A read that overlaps the end of a send (its bytes read from the objects
+//! before the send answered, its overlay looked up after) reads again.
+//!
 //! Length: grown before the data that needs it is sent, shrunk after, so the
 //! stored length always covers every byte a committed header can name.
 
@@ -45,6 +52,8 @@ pub struct StripedBackend {
     /// Called before any page is sent: the segment store's appends must be
     /// on the cluster before metadata that may name them is.
     before_send: Option<BeforeSend>,
+    /// Held through a flush: one set of pages in flight at a time.
+    flushing: Mutex<()>,
 }
 
 /// What [`StripedBackend`] runs before it sends pages.
@@ -59,6 +68,11 @@ struct State {
     /// Buffered writes: start offset → bytes, never overlapping.
     dirty: BTreeMap<u64, Vec<u8>>,
     dirty_bytes: usize,
+    /// Writes being sent (older than `dirty`); kept after a failed send, so
+    /// the next one carries them again.
+    sending: Arc<BTreeMap<u64, Vec<u8>>>,
+    /// Sends answered so far: a read retries when one answered meanwhile.
+    sends_answered: u64,
 }
 
 impl std::fmt::Debug for StripedBackend {
@@ -106,6 +120,7 @@ impl StripedBackend {
             }),
             fail_after_stripes: Arc::new(AtomicUsize::new(usize::MAX)),
             before_send: None,
+            flushing: Mutex::new(()),
         })
     }
 
@@ -129,9 +144,9 @@ impl StripedBackend {
 
     /// Sends `dirty` (offset → bytes), one op per stripe, every stripe at
     /// once; waits for all.
-    fn send(&self, dirty: BTreeMap<u64, Vec<u8>>) -> io::Result<()> {
+    fn send(&self, dirty: &BTreeMap<u64, Vec<u8>>) -> io::Result<()> {
         let mut by_stripe: BTreeMap<u64, Vec<(u64, &[u8])>> = BTreeMap::new();
-        for (offset, bytes) in &dirty {
+        for (offset, bytes) in dirty {
             let mut at = *offset;
             let mut rest: &[u8] = bytes;
             while !rest.is_empty() {
@@ -185,14 +200,23 @@ impl StripedBackend {
     /// Sends everything buffered and stores the length: grown first, shrunk
     /// last (and the stripes past it cut).
     fn flush(&self) -> io::Result<()> {
+        let _flushing = self.flushing.lock();
         if let Some(before_send) = &self.before_send {
             before_send()?;
         }
-        let (dirty, len_bytes, stored) = {
+        let (sending, len_bytes, stored) = {
             let mut state = self.state.lock();
             state.dirty_bytes = 0;
+            let dirty = std::mem::take(&mut state.dirty);
+            if !dirty.is_empty() {
+                let mut sending = (*state.sending).clone();
+                for (offset, bytes) in &dirty {
+                    buffer(&mut sending, *offset, bytes);
+                }
+                state.sending = Arc::new(sending);
+            }
             (
-                std::mem::take(&mut state.dirty),
+                state.sending.clone(),
                 state.len_bytes,
                 state.stored_len_bytes,
             )
@@ -200,7 +224,12 @@ impl StripedBackend {
         if len_bytes > stored {
             self.store_length(len_bytes)?;
         }
-        self.send(dirty)?;
+        self.send(&sending)?;
+        {
+            let mut state = self.state.lock();
+            state.sending = Arc::new(BTreeMap::new());
+            state.sends_answered += 1;
+        }
         if len_bytes < stored {
             self.store_length(len_bytes)?;
             cut_past(&self.io, &self.prefix, len_bytes)?;
@@ -259,6 +288,25 @@ fn cut_past(io: &IoCtx, prefix: &str, len_bytes: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Most times a read starts over because a send answered while it read.
+const MAX_READ_TRIES: usize = 64;
+
+/// Copies the bytes of `pieces` that fall in `[offset, offset + out.len())`
+/// into `out`.
+fn overlay(pieces: &BTreeMap<u64, Vec<u8>>, offset: u64, out: &mut [u8]) {
+    let end = offset + out.len() as u64;
+    for (start, bytes) in pieces.range(..end) {
+        let piece_end = start + bytes.len() as u64;
+        if piece_end <= offset {
+            continue;
+        }
+        let from = offset.max(*start);
+        let to = end.min(piece_end);
+        out[(from - offset) as usize..(to - offset) as usize]
+            .copy_from_slice(&bytes[(from - start) as usize..(to - start) as usize]);
+    }
+}
+
 /// Puts `data` at `offset` into `dirty`, replacing what it overlaps.
 fn buffer(dirty: &mut BTreeMap<u64, Vec<u8>>, offset: u64, data: &[u8]) -> isize {
     let end = offset + data.len() as u64;
@@ -302,21 +350,24 @@ impl redb::StorageBackend for StripedBackend {
         if end > self.state.lock().len_bytes {
             return Err(out_of_range("read"));
         }
-        self.read_stored(offset, out)?;
-        // Buffered writes over what was read. redb never reads pages it is
-        // writing (copy on write), so a write racing this read is elsewhere.
-        let state = self.state.lock();
-        for (start, bytes) in state.dirty.range(..end) {
-            let piece_end = start + bytes.len() as u64;
-            if piece_end <= offset {
+        for _ in 0..MAX_READ_TRIES {
+            let answered_before = self.state.lock().sends_answered;
+            self.read_stored(offset, out)?;
+            // Writes being sent, then buffered ones, over what was read.
+            // redb never reads pages it is writing (copy on write), so a
+            // write racing this read is elsewhere.
+            let state = self.state.lock();
+            if state.sends_answered != answered_before {
                 continue;
             }
-            let from = offset.max(*start);
-            let to = end.min(piece_end);
-            out[(from - offset) as usize..(to - offset) as usize]
-                .copy_from_slice(&bytes[(from - start) as usize..(to - start) as usize]);
+            overlay(&state.sending, offset, out);
+            overlay(&state.dirty, offset, out);
+            return Ok(());
         }
-        Ok(())
+        Err(io::Error::other(format!(
+            "a read of {} bytes at {offset} overlapped {MAX_READ_TRIES} sends",
+            out.len()
+        )))
     }
 
     /// Growing is only noted (new space reads as zeroes: no stripe holds

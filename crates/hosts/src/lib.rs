@@ -233,7 +233,13 @@ pub struct HostRegistry {
     hosts: Mutex<BTreeMap<String, Host>>,
     generation: AtomicU64,
     pub open_access: bool,
+    /// Where every change goes before this file (the cluster, on RADOS): a
+    /// change it refuses is refused, and the registry stays as it was.
+    mirror: Option<Mirror>,
 }
+
+/// Takes the registry file's new bytes; an error refuses the change.
+pub type Mirror = Box<dyn Fn(&[u8]) -> std::io::Result<()> + Send + Sync>;
 
 impl HostRegistry {
     /// Loads `<data_dir>/hosts.json` (an absent file is an empty registry).
@@ -269,7 +275,14 @@ impl HostRegistry {
             hosts: Mutex::new(hosts),
             generation: AtomicU64::new(1),
             open_access,
+            mirror: None,
         })
+    }
+
+    /// Sends every later change to `mirror` before the file.
+    pub fn with_mirror(mut self, mirror: Mirror) -> HostRegistry {
+        self.mirror = Some(mirror);
+        self
     }
 
     pub fn generation(&self) -> u64 {
@@ -533,6 +546,9 @@ impl HostRegistry {
             hosts: hosts.clone(),
         })
         .expect("host registry serialises");
+        if let Some(mirror) = &self.mirror {
+            mirror(&json).map_err(|e| io("sending the change of", e))?;
+        }
         let tmp = self.path.with_extension("json.tmp");
         let mut file = open_private(&tmp).map_err(|e| io("creating", e))?;
         file.write_all(&json).map_err(|e| io("writing", e))?;

@@ -6,12 +6,13 @@
 //! clients fail over to the new owner; so does one that cannot renew within
 //! its lease.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use lacuna_api::gateways::{GatewayInfo, GatewaySource, GatewaysAnswer, Portal, ShardInfo};
+use lacuna_rados_store::array_files::ArrayFiles;
 use lacuna_rados_store::membership::{self, GatewayRecord, Role};
 use lacuna_rados_store::ownership::{last_owner, lost_ownership, Ownership};
 
@@ -42,6 +43,29 @@ pub struct OwnedShard {
     membership: Arc<Membership>,
     /// What `GET /v1/gateways` reads.
     view: Arc<PoolView>,
+    /// The shard's namespace, for the array's files and vVol store.
+    io: Arc<lacuna_rados::IoCtx>,
+}
+
+/// The array's files that move with the shard (`lacuna_rados_store::array_files`).
+const ARRAY_FILE_NAMES: [&str; 3] = [
+    lacuna_api::TOKEN_FILE_NAME,
+    crate::scsi_backend::ARRAY_ID_FILE,
+    lacuna_hosts::HOSTS_FILE_NAME,
+];
+/// Prefix of the vVol store's objects in the shard's namespace.
+const VVOL_STORE_PREFIX: &str = "vvols";
+
+/// Makes the array's files in `data_dir` the cluster's (or, for those the
+/// cluster lacks, sends this gateway's there).
+pub fn reconcile_array_files(files: &ArrayFiles, data_dir: &Path) -> anyhow::Result<()> {
+    for name in ARRAY_FILE_NAMES {
+        let way = files
+            .reconcile(data_dir, name)
+            .with_context(|| format!("taking the array's {name} from the cluster"))?;
+        tracing::info!(file = name, ?way, "array file reconciled with the cluster");
+    }
+    Ok(())
 }
 
 /// This gateway's membership record, rewritten every third of the lease by
@@ -264,13 +288,14 @@ pub fn take(config: &RadosStore) -> anyhow::Result<OwnedShard> {
     });
     Ok(OwnedShard {
         store: lacuna_rados_store::shard_store(
-            io,
+            io.clone(),
             &format!("pool {} namespace {SHARD_NAMESPACE}", config.pool),
         ),
         ownership: Arc::new(ownership),
         released: Arc::new(parking_lot::Mutex::new(false)),
         membership,
         view,
+        io,
     })
 }
 
@@ -295,6 +320,16 @@ impl OwnedShard {
         self.membership
             .withdraw()
             .context("removing this gateway's record")
+    }
+
+    /// The array's files on the cluster.
+    pub fn array_files(&self) -> ArrayFiles {
+        ArrayFiles::new(self.io.clone())
+    }
+
+    /// The vVol store's redb file, as objects of the shard.
+    pub fn vvol_store(&self) -> std::io::Result<lacuna_rados_store::StripedBackend> {
+        lacuna_rados_store::StripedBackend::open(self.io.clone(), VVOL_STORE_PREFIX)
     }
 
     /// What `GET /v1/gateways` answers from.

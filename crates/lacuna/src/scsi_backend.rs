@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use crate::hosts::{HostRegistry, LunSpec};
 
 /// File holding the array's random identity (hex), from which unit ids derive.
-const ARRAY_ID_FILE: &str = "array-id";
+pub const ARRAY_ID_FILE: &str = "array-id";
 
 /// Loads the array id, creating it on first start.
 pub fn array_id(data_dir: &Path) -> anyhow::Result<[u8; 16]> {

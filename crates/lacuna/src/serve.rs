@@ -109,13 +109,27 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
             .context("starting the background scrub")?;
         tracing::info!(rate_bytes_per_s = rate, "background scrub on");
     }
+    // On RADOS the array's files are the cluster's; the local ones copies.
+    let array_files = shard.as_ref().map(|s| s.array_files());
+    if let Some(files) = &array_files {
+        crate::rados_shard::reconcile_array_files(files, &config.data_dir)?;
+    }
     let token =
         lacuna_api::load_or_create_token(&config.data_dir).context("creating the API token")?;
-    let hosts = Arc::new(
-        HostRegistry::open(&config.data_dir, config.iscsi_open_access)
-            .context("loading the host registry")?,
-    );
+    let mut registry = HostRegistry::open(&config.data_dir, config.iscsi_open_access)
+        .context("loading the host registry")?;
+    if let Some(files) = &array_files {
+        let files = files.clone();
+        registry = registry.with_mirror(Box::new(move |bytes| {
+            files.write(lacuna_hosts::HOSTS_FILE_NAME, bytes)
+        }));
+    }
+    let hosts = Arc::new(registry);
     let array_id = scsi_backend::array_id(&config.data_dir).context("loading the array id")?;
+    if let Some(files) = &array_files {
+        // What this start created (an array's first gateway) goes there too.
+        crate::rados_shard::reconcile_array_files(files, &config.data_dir)?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(64)
@@ -148,7 +162,7 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
         token,
         Iscsi { hosts, array_id },
         connections,
-        shard.as_ref().map(|s| s.gateway_source()),
+        shard.as_ref(),
     ));
     let closed = engine.close().context("closing the array");
     let released = match shard {
@@ -239,7 +253,7 @@ async fn serve_all(
     token: String,
     iscsi: Iscsi,
     connections: crate::descriptors::ConnectionBudget,
-    gateways: Option<Arc<dyn lacuna_api::gateways::GatewaySource>>,
+    shard: Option<&crate::rados_shard::OwnedShard>,
 ) -> anyhow::Result<()> {
     let mut target_config = lacuna_iscsi::TargetConfig::for_array("lacuna");
     if let Some(name) = &config.iscsi_target_name {
@@ -289,8 +303,17 @@ async fn serve_all(
         hosts: iscsi.hosts.clone(),
         unit_id: crate::protocol_endpoint::unit_id(iscsi.array_id),
     });
-    let vvols = lacuna_vvol::VvolService::open(engine.clone(), &config.data_dir, vvol_hosts)
-        .context("opening the vVol store")?;
+    let vvols = match shard {
+        Some(shard) => lacuna_vvol::VvolService::open_on(
+            engine.clone(),
+            shard
+                .vvol_store()
+                .context("opening the vVol store's objects")?,
+            vvol_hosts,
+        ),
+        None => lacuna_vvol::VvolService::open(engine.clone(), &config.data_dir, vvol_hosts),
+    }
+    .context("opening the vVol store")?;
     let unbind_deleted = vvols.clone();
     let host_control = Arc::new(RegistryHosts {
         registry: iscsi.hosts.clone(),
@@ -377,8 +400,8 @@ async fn serve_all(
         .with_live_sessions(live_sessions)
         .with_vvols(vvols)
         .with_monitor(monitor);
-    if let Some(gateways) = gateways {
-        api_state = api_state.with_gateways(gateways);
+    if let Some(shard) = shard {
+        api_state = api_state.with_gateways(shard.gateway_source());
     }
     if let Some(server) = &vasa {
         api_state = api_state.with_vasa(server.clone());

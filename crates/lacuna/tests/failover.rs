@@ -26,6 +26,7 @@ struct Gateway {
     dir: PathBuf,
     nbd_port: u16,
     api_port: u16,
+    iscsi_port: u16,
 }
 
 impl Drop for Gateway {
@@ -38,7 +39,7 @@ impl Drop for Gateway {
 impl Gateway {
     fn start(dir: &Path, conf: &Path, id: &str) -> Gateway {
         std::fs::create_dir_all(dir).unwrap();
-        let (nbd_port, api_port) = (free_port(), free_port());
+        let (nbd_port, api_port, iscsi_port) = (free_port(), free_port(), free_port());
         let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
         let child = Command::new(BIN)
             .arg("serve")
@@ -51,7 +52,7 @@ impl Gateway {
             .args(["--nbd-open-access"])
             .args(["--nbd-listen", &format!("127.0.0.1:{nbd_port}")])
             .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
-            .args(["--iscsi-listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--iscsi-listen", &format!("127.0.0.1:{iscsi_port}")])
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .stdin(Stdio::null())
@@ -62,6 +63,7 @@ impl Gateway {
             dir: dir.to_path_buf(),
             nbd_port,
             api_port,
+            iscsi_port,
         }
     }
 
@@ -89,10 +91,15 @@ impl Gateway {
     }
 
     fn cli_ok(&self, args: &[&str]) -> String {
+        self.cli_ok_as(&self.dir.join("data"), args)
+    }
+
+    /// The CLI against this gateway's API with the token of `data_dir`.
+    fn cli_ok_as(&self, data_dir: &Path, args: &[&str]) -> String {
         let out = Command::new(BIN)
             .args(["--api", &format!("http://127.0.0.1:{}", self.api_port)])
             .arg("--data-dir")
-            .arg(self.dir.join("data"))
+            .arg(data_dir)
             .args(args)
             .output()
             .unwrap();
@@ -107,6 +114,23 @@ impl Gateway {
     /// `lacuna gateway list --json` through this gateway's API.
     fn gateways(&self) -> serde_json::Value {
         serde_json::from_str(&self.cli_ok(&["--json", "gateway", "list"])).unwrap()
+    }
+
+    /// `iscsi-inq` of LUN 0 as `initiator`: the VPD page `page` (decimal) or,
+    /// when it is refused, the tool's error.
+    fn iscsi_inquiry(&self, initiator: &str, page: &str) -> Result<String, String> {
+        let url = format!(
+            "iscsi://127.0.0.1:{}/iqn.2024-01.org.lacuna:lacuna/0",
+            self.iscsi_port
+        );
+        let out = Command::new("iscsi-inq")
+            .args(["-i", initiator, "-e", "1", "-c", page, &url])
+            .output()
+            .expect("iscsi-inq (libiscsi-bin)");
+        match out.status.success() {
+            true => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+            false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+        }
     }
 
     fn uri(&self) -> String {
@@ -276,4 +300,87 @@ fn state_of(answer: &serde_json::Value, gateway: &str) -> String {
         .map_or("absent".into(), |g| {
             g["state"].as_str().unwrap().to_string()
         })
+}
+
+/// What makes the array the same array to its clients moves with the shard:
+/// the LUN identities (from the array id), the host registry (who may log
+/// in, and which LUNs they see), the API token and the vVols. After the
+/// owner is SIGKILLed, the standby presents LUN 0 with the same device
+/// identification page to the same initiator, refuses an initiator no host
+/// names, answers the old owner's token, and lists the vVol and the host
+/// created through the old owner; a host created through the new owner is
+/// there for the next one.
+#[test]
+fn the_array_identity_hosts_token_and_vvols_move_with_the_shard() {
+    const INITIATOR: &str = "iqn.2024-01.org.example:moving-host";
+    const STRANGER: &str = "iqn.2024-01.org.example:stranger";
+    let cluster = TestCluster::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = Gateway::start(&tmp.path().join("gw-a"), &cluster.conf, "gw-a");
+    a.wait_serving(Duration::from_secs(60));
+    a.cli_ok(&["volume", "create", "v", "--size", "64M"]);
+    a.cli_ok(&["host", "create", "esx-1", "--iqn", INITIATOR]);
+    a.cli_ok(&["host", "connect", "esx-1", "v", "--lun", "0"]);
+    let vvol = a.cli_ok(&[
+        "--json", "vvol", "create", "--type", "data", "--size", "16M",
+    ]);
+    let vvol: serde_json::Value = serde_json::from_str(&vvol).unwrap();
+    let vvol_id = vvol["id"].as_str().expect("a vVol id").to_string();
+    let identity = a
+        .iscsi_inquiry(INITIATOR, "131")
+        .unwrap_or_else(|e| panic!("the host's initiator sees LUN 0: {e}"));
+    assert!(identity.contains("NAA"), "a NAA designator: {identity}");
+    let serial = a.iscsi_inquiry(INITIATOR, "128").unwrap();
+
+    let mut b = Gateway::start(&tmp.path().join("gw-b"), &cluster.conf, "gw-b");
+    let standby = Instant::now();
+    while !b.log().contains("standby") {
+        assert!(standby.elapsed() < Duration::from_secs(60), "{}", b.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    b.wait_serving(Duration::from_secs(60));
+    assert!(
+        b.log().contains("took shard-0 over from gw-a"),
+        "{}",
+        b.log()
+    );
+
+    // The same LUN, to the same host; nothing to a stranger.
+    assert_eq!(b.iscsi_inquiry(INITIATOR, "131").unwrap(), identity);
+    assert_eq!(b.iscsi_inquiry(INITIATOR, "128").unwrap(), serial);
+    assert!(
+        b.iscsi_inquiry(STRANGER, "131").is_err(),
+        "an initiator no host names sees no LUN"
+    );
+    // The old owner's token works on the new one.
+    let hosts = b.cli_ok_as(&a.dir.join("data"), &["--json", "host", "list"]);
+    assert!(
+        hosts.contains("esx-1") && hosts.contains(INITIATOR),
+        "{hosts}"
+    );
+    let vvols = b.cli_ok(&["--json", "vvol", "list"]);
+    assert!(vvols.contains(&vvol_id), "the vVol moved: {vvols}");
+
+    // A change through the new owner is the array's: a third gateway, the
+    // next owner, has it.
+    b.cli_ok(&["host", "create", "esx-2", "--iqn", STRANGER]);
+    let mut c = Gateway::start(&tmp.path().join("gw-c"), &cluster.conf, "gw-c");
+    let standby = Instant::now();
+    while !c.log().contains("standby") {
+        assert!(standby.elapsed() < Duration::from_secs(60), "{}", c.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) with a child's pid and a signal number.
+    assert_eq!(unsafe { libc::kill(b.child.id() as i32, libc::SIGTERM) }, 0);
+    assert!(b.child.wait().unwrap().success(), "{}", b.log());
+    c.wait_serving(Duration::from_secs(60));
+    let hosts = c.cli_ok(&["--json", "host", "list"]);
+    assert!(
+        hosts.contains("esx-1") && hosts.contains("esx-2"),
+        "{hosts}"
+    );
+    assert!(c.cli_ok(&["--json", "vvol", "list"]).contains(&vvol_id));
+    assert_eq!(c.iscsi_inquiry(INITIATOR, "131").unwrap(), identity);
 }

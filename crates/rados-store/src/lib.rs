@@ -2,10 +2,12 @@
 //! file striped over objects ([`striped`]) and the segment log as objects
 //! ([`segments`]), both in one shard's namespace ([`shard_store`] joins them
 //! into what the engine opens), who may write a shard ([`ownership`]), and
-//! which gateways the pool has ([`membership`]).
+//! which gateways the pool has ([`membership`]), and the array's own small
+//! files that must move with the shard ([`array_files`]).
 //! The engine knows nothing of them: it takes a `redb::StorageBackend` and a
 //! `SegmentStore`, and these are RADOS's.
 
+pub mod array_files;
 pub mod membership;
 pub mod ownership;
 pub mod segments;

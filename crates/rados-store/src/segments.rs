@@ -41,9 +41,15 @@ const MAX_IN_FLIGHT_WRITES: usize = 512;
 const HOLES_PER_ZEROING: usize = 256;
 /// Freed ranges held for later zeroing, over all segments.
 const MAX_HELD_HOLES: usize = 16 * HOLES_PER_ZEROING;
-/// Most bytes the tail buffer gathers; an append of half of it or more is
-/// sent by itself.
-pub const TAIL_BYTES: usize = 128 << 10;
+/// Most bytes the tail buffer gathers, large appends too: an OSD's cost is
+/// mostly per op (a 1 MiB host write's compressed run alone in an op cost
+/// it several times its share of one 4 MiB op, and the cores it took were
+/// the gateway's), and the bytes wait for nothing but a sync or a read.
+pub const TAIL_BYTES: usize = 4 << 20;
+/// An append this large starts a tail sized for [`TAIL_BYTES`] at once (a
+/// stream of large writes fills it without reallocating); a smaller one
+/// starts a tail of this size, grown as it fills.
+const LARGE_APPEND_BYTES: usize = 64 << 10;
 
 pub struct RadosSegmentStore {
     io: Arc<IoCtx>,
@@ -285,7 +291,7 @@ impl SegmentStore for RadosSegmentStore {
 
     /// Gathered in the tail when it follows on from it; otherwise the tail
     /// is sent, and this run becomes the tail, or is sent by itself when
-    /// large. A run is one op with one extent: its pieces land together or
+    /// larger than a tail. A tail is one op with one extent: its pieces land together or
     /// not at all (an OSD applies each extent of an op on its own, so a run
     /// of grain headers and payloads sent as pieces cost it several times
     /// one extent).
@@ -312,8 +318,16 @@ impl SegmentStore for RadosSegmentStore {
             }
         }
         self.send_tail_locked(&mut tail)?;
-        let run = pieces.concat();
-        if run.len() >= TAIL_BYTES / 2 {
+        let capacity_bytes = if len_bytes >= LARGE_APPEND_BYTES {
+            TAIL_BYTES.max(len_bytes)
+        } else {
+            LARGE_APPEND_BYTES
+        };
+        let mut run = Vec::with_capacity(capacity_bytes);
+        for piece in pieces {
+            run.extend_from_slice(piece);
+        }
+        if run.len() >= TAIL_BYTES {
             return self.send_append(segment, offset_bytes, &run);
         }
         self.reap()?;

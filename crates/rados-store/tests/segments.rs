@@ -1,5 +1,5 @@
 //! The segment store's appends in flight, on a one-node cluster: small
-//! appends go out gathered, a few ops for many; a read of bytes not yet
+//! and large appends go out gathered, a few ops for many; a read of bytes not yet
 //! sent or still in flight returns them; what is in flight stays under its
 //! bound; `sync` returns only once another client can read every byte; and
 //! once the cluster fences this client, the refused append fails `sync` and
@@ -49,7 +49,9 @@ fn appends_in_flight_read_back_stay_bounded_and_a_fenced_one_fails_sync() {
         store_a.appends_sent()
     );
 
-    // Large appends: what is in flight never passes the bound.
+    // Large appends: gathered too, and what is in flight never passes the
+    // bound.
+    let sent_before = store_a.appends_sent();
     let large = SegmentId::new(2);
     let mut peak_bytes = 0;
     for i in 0..96u64 {
@@ -60,6 +62,11 @@ fn appends_in_flight_read_back_stay_bounded_and_a_fenced_one_fails_sync() {
     }
     assert!(peak_bytes <= MAX_IN_FLIGHT_BYTES, "{peak_bytes} in flight");
     assert!(peak_bytes > 0, "appends are sent without waiting");
+    let large_ops = store_a.appends_sent() - sent_before;
+    assert!(
+        large_ops <= 96 / 4 + 1,
+        "1 MiB appends go out gathered into a few large ops: {large_ops} for 96"
+    );
 
     // Once synced, another client reads every byte.
     store_a.sync(small).unwrap();

@@ -245,7 +245,23 @@ impl VvolService {
         data_dir: &Path,
         hosts: Arc<dyn HostDirectory>,
     ) -> Result<Arc<VvolService>> {
-        let store = Store::open(data_dir)?;
+        VvolService::open_store(engine, Store::open(data_dir)?, hosts)
+    }
+
+    /// As [`VvolService::open`], with the store on `backend`.
+    pub fn open_on(
+        engine: Arc<Engine>,
+        backend: impl redb::StorageBackend,
+        hosts: Arc<dyn HostDirectory>,
+    ) -> Result<Arc<VvolService>> {
+        VvolService::open_store(engine, Store::open_on(backend)?, hosts)
+    }
+
+    fn open_store(
+        engine: Arc<Engine>,
+        store: Store,
+        hosts: Arc<dyn HostDirectory>,
+    ) -> Result<Arc<VvolService>> {
         let loaded = store.load()?;
         let service = VvolService {
             engine,

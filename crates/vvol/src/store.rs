@@ -1,5 +1,6 @@
 //! Where vVols, their bindings and the event counter are kept: a redb file of
-//! its own (`<data_dir>/vvols.redb`), beside the engine's metadata. Every
+//! its own (`<data_dir>/vvols.redb`, or objects beside the shard's on RADOS),
+//! beside the engine's metadata. Every
 //! change is one durable transaction; the whole catalog is loaded into memory
 //! at open (it grows with the count of vVols, never with their sizes).
 //!
@@ -60,11 +61,20 @@ pub struct Store {
 }
 
 impl Store {
+    pub fn open(data_dir: &Path) -> Result<Store, VvolFault> {
+        Store::with_tables(Database::create(data_dir.join(STORE_FILE_NAME))?)
+    }
+
+    /// The store on another medium than a file (on RADOS: objects of the
+    /// array's shard, so that the vVols move with it to another gateway).
+    pub fn open_on(backend: impl redb::StorageBackend) -> Result<Store, VvolFault> {
+        Store::with_tables(Database::builder().create_with_backend(backend)?)
+    }
+
     // The engine's rule (commit through its `Kv`) is about the engine's
     // database; this is another one, with no shared read views to mark.
     #[allow(clippy::disallowed_methods)]
-    pub fn open(data_dir: &Path) -> Result<Store, VvolFault> {
-        let db = Database::create(data_dir.join(STORE_FILE_NAME))?;
+    fn with_tables(db: Database) -> Result<Store, VvolFault> {
         let txn = db.begin_write()?;
         txn.open_table(VVOLS)?;
         txn.open_table(BINDINGS)?;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use lacuna_api::gateways::{GatewayInfo, GatewaySource, GatewaysAnswer, Portal, ShardInfo};
-use lacuna_rados_store::array_files::ArrayFiles;
+use lacuna_rados_store::array_files::{ArrayFiles, Reconciled};
 use lacuna_rados_store::membership::{self, GatewayRecord, Role};
 use lacuna_rados_store::ownership::{last_owner, lost_ownership, Ownership};
 
@@ -57,13 +57,38 @@ const ARRAY_FILE_NAMES: [&str; 3] = [
 const VVOL_STORE_PREFIX: &str = "vvols";
 
 /// Makes the array's files in `data_dir` the cluster's (or, for those the
-/// cluster lacks, sends this gateway's there).
-pub fn reconcile_array_files(files: &ArrayFiles, data_dir: &Path) -> anyhow::Result<()> {
+/// cluster lacks, sends this gateway's there); returns those neither had.
+pub fn reconcile_array_files(
+    files: &ArrayFiles,
+    data_dir: &Path,
+) -> anyhow::Result<Vec<&'static str>> {
+    let mut absent = Vec::new();
     for name in ARRAY_FILE_NAMES {
         let way = files
             .reconcile(data_dir, name)
             .with_context(|| format!("taking the array's {name} from the cluster"))?;
         tracing::info!(file = name, ?way, "array file reconciled with the cluster");
+        if way == Reconciled::Neither {
+            absent.push(name);
+        }
+    }
+    Ok(absent)
+}
+
+/// Sends the files of `names` that this start created in `data_dir`.
+pub fn publish_created_files(
+    files: &ArrayFiles,
+    data_dir: &Path,
+    names: &[&str],
+) -> anyhow::Result<()> {
+    for name in names {
+        match std::fs::read(data_dir.join(name)) {
+            Ok(bytes) => files
+                .write(name, &bytes)
+                .with_context(|| format!("sending the array's {name} to the cluster"))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("reading {name}")),
+        }
     }
     Ok(())
 }

@@ -111,9 +111,10 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
     }
     // On RADOS the array's files are the cluster's; the local ones copies.
     let array_files = shard.as_ref().map(|s| s.array_files());
-    if let Some(files) = &array_files {
-        crate::rados_shard::reconcile_array_files(files, &config.data_dir)?;
-    }
+    let absent_files = match &array_files {
+        Some(files) => crate::rados_shard::reconcile_array_files(files, &config.data_dir)?,
+        None => Vec::new(),
+    };
     let token =
         lacuna_api::load_or_create_token(&config.data_dir).context("creating the API token")?;
     let mut registry = HostRegistry::open(&config.data_dir, config.iscsi_open_access)
@@ -128,7 +129,7 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
     let array_id = scsi_backend::array_id(&config.data_dir).context("loading the array id")?;
     if let Some(files) = &array_files {
         // What this start created (an array's first gateway) goes there too.
-        crate::rados_shard::reconcile_array_files(files, &config.data_dir)?;
+        crate::rados_shard::publish_created_files(files, &config.data_dir, &absent_files)?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -340,12 +340,12 @@ impl Engine {
                 let store = FileSegmentStore::open(&config.data_dir.join("segments"))
                     .map_err(|e| EngineError::io("opening the segment directory", e))?;
                 let metadata_path = config.data_dir.join("metadata.redb");
-                let metadata =
+                let (metadata, syncs) =
                     crate::meta::file::open(&metadata_path, config.metadata_cache_bytes)?;
                 crate::segment::log::make_private_file(&metadata_path).map_err(|e| {
                     EngineError::io(format!("protecting {}", metadata_path.display()), e)
                 })?;
-                (Arc::new(store), metadata)
+                (Arc::new(store), (metadata, syncs))
             }
             Some(external) => {
                 let backend = (external.metadata)()
@@ -355,7 +355,13 @@ impl Engine {
                 (external.segments.clone(), metadata)
             }
         };
-        let db = crate::meta::store::Kv::new(metadata, store.clone(), config.mapping_cache_entries);
+        let (metadata, syncs) = metadata;
+        let db = crate::meta::store::Kv::new(
+            metadata,
+            syncs,
+            store.clone(),
+            config.mapping_cache_entries,
+        );
         crate::open::ensure_tables(&db)?;
         let containers = crate::space::container::load(&db, config.clock.now())?;
         let recovered = open::recover(&db, store.as_ref(), config.capacity_bytes, &containers)?;

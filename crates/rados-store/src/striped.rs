@@ -31,6 +31,7 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use lacuna_engine::meta::pieces::{buffer, overlay};
 use lacuna_rados::IoCtx;
 use parking_lot::Mutex;
 
@@ -291,55 +292,6 @@ fn cut_past(io: &IoCtx, prefix: &str, len_bytes: u64) -> io::Result<()> {
 /// Most times a read starts over because a send answered while it read.
 const MAX_READ_TRIES: usize = 64;
 
-/// Copies the bytes of `pieces` that fall in `[offset, offset + out.len())`
-/// into `out`.
-fn overlay(pieces: &BTreeMap<u64, Vec<u8>>, offset: u64, out: &mut [u8]) {
-    let end = offset + out.len() as u64;
-    for (start, bytes) in pieces.range(..end) {
-        let piece_end = start + bytes.len() as u64;
-        if piece_end <= offset {
-            continue;
-        }
-        let from = offset.max(*start);
-        let to = end.min(piece_end);
-        out[(from - offset) as usize..(to - offset) as usize]
-            .copy_from_slice(&bytes[(from - start) as usize..(to - start) as usize]);
-    }
-}
-
-/// Puts `data` at `offset` into `dirty`, replacing what it overlaps.
-fn buffer(dirty: &mut BTreeMap<u64, Vec<u8>>, offset: u64, data: &[u8]) -> isize {
-    let end = offset + data.len() as u64;
-    let mut merged_start = offset;
-    let mut merged = data.to_vec();
-    let mut delta = data.len() as isize;
-    // Pieces overlapping or touching [offset, end): merged into one.
-    let overlapping: Vec<u64> = dirty
-        .range(..=end)
-        .rev()
-        .take_while(|(start, bytes)| *start + bytes.len() as u64 >= offset)
-        .map(|(start, _)| *start)
-        .collect();
-    for start in overlapping {
-        let old = dirty.remove(&start).expect("listed");
-        delta -= old.len() as isize;
-        let old_end = start + old.len() as u64;
-        if start < merged_start {
-            let mut front = old[..(merged_start - start) as usize].to_vec();
-            front.extend_from_slice(&merged);
-            merged = front;
-            merged_start = start;
-        }
-        let merged_end = merged_start + merged.len() as u64;
-        if old_end > merged_end {
-            merged.extend_from_slice(&old[(merged_end - start) as usize..]);
-        }
-    }
-    delta += (merged.len() - data.len()) as isize;
-    dirty.insert(merged_start, merged);
-    delta
-}
-
 impl redb::StorageBackend for StripedBackend {
     fn len(&self) -> io::Result<u64> {
         Ok(self.state.lock().len_bytes)
@@ -422,28 +374,5 @@ impl redb::StorageBackend for StripedBackend {
             self.flush()?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::buffer;
-    use std::collections::BTreeMap;
-
-    #[test]
-    fn buffered_writes_merge_and_the_newest_bytes_win() {
-        let mut dirty = BTreeMap::new();
-        buffer(&mut dirty, 10, b"aaaa");
-        buffer(&mut dirty, 20, b"bbbb");
-        assert_eq!(dirty.len(), 2);
-        buffer(&mut dirty, 12, b"XXXXXXXXXX"); // overlaps both: 12..22
-        assert_eq!(dirty.len(), 1);
-        assert_eq!(dirty[&10], b"aaXXXXXXXXXXbb");
-        buffer(&mut dirty, 24, b"c"); // touches the end: merged
-        assert_eq!(dirty[&10], b"aaXXXXXXXXXXbbc");
-        buffer(&mut dirty, 0, b"z");
-        assert_eq!(dirty.len(), 2);
-        let total: usize = dirty.values().map(Vec::len).sum();
-        assert_eq!(total, 16);
     }
 }

@@ -10,35 +10,25 @@ use std::panic::{catch_unwind, AssertUnwindSafe, PanicHookInfo};
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::meta::sync_pipeline::SyncPipeline;
 use crate::{EngineError, Result};
 
 /// Opens (or creates) the metadata database at `path`, with a page cache of at
-/// most `cache_bytes` (see `EngineConfig::metadata_cache_bytes`).
-pub(crate) fn open(path: &Path, cache_bytes: u64) -> Result<redb::Database> {
-    let cache_bytes = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
-    let opened = quietly(|| {
-        catch_unwind(AssertUnwindSafe(|| {
-            redb::Builder::new()
-                .set_cache_size(cache_bytes)
-                .create(path)
-        }))
-    });
-    match opened {
-        Ok(Ok(db)) => Ok(db),
-        Ok(Err(e)) if is_damage(&e) => Err(damaged(path, &e.to_string())),
-        Ok(Err(e)) => Err(EngineError::Metadata(format!(
-            "opening {}: {e}",
-            path.display()
-        ))),
-        Err(panic) => {
-            let why = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown".into());
-            Err(damaged(path, &why))
-        }
-    }
+/// most `cache_bytes` (see `EngineConfig::metadata_cache_bytes`), on the sync
+/// pipeline that lets durable commits finish outside the writer mutex.
+pub(crate) fn open(path: &Path, cache_bytes: u64) -> Result<(redb::Database, Arc<SyncPipeline>)> {
+    let opening =
+        |e: std::io::Error| EngineError::Metadata(format!("opening {}: {e}", path.display()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(opening)?;
+    let backend = redb::backends::FileBackend::new(file)
+        .map_err(|e| EngineError::Metadata(format!("opening {}: {e}", path.display())))?;
+    open_pipelined(Box::new(backend), cache_bytes, path)
 }
 
 /// Opens (or creates) the metadata database on `backend` (storage other than
@@ -46,43 +36,41 @@ pub(crate) fn open(path: &Path, cache_bytes: u64) -> Result<redb::Database> {
 pub(crate) fn open_backend(
     backend: Box<dyn redb::StorageBackend>,
     cache_bytes: u64,
-) -> Result<redb::Database> {
-    let cache_bytes = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
+) -> Result<(redb::Database, Arc<SyncPipeline>)> {
     let name = format!("{backend:?}");
+    open_pipelined(backend, cache_bytes, Path::new(&name))
+}
+
+fn open_pipelined(
+    backend: Box<dyn redb::StorageBackend>,
+    cache_bytes: u64,
+    name: &Path,
+) -> Result<(redb::Database, Arc<SyncPipeline>)> {
+    let cache_bytes = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
+    let pipeline = SyncPipeline::new(backend)
+        .map_err(|e| EngineError::Metadata(format!("opening {}: {e}", name.display())))?;
     let opened = quietly(|| {
         catch_unwind(AssertUnwindSafe(|| {
             redb::Builder::new()
                 .set_cache_size(cache_bytes)
-                .create_with_backend(BoxedBackend(backend))
+                .create_with_backend(pipeline.backend())
         }))
     });
     match opened {
-        Ok(Ok(db)) => Ok(db),
-        Ok(Err(e)) if is_damage(&e) => Err(damaged(Path::new(&name), &e.to_string())),
-        Ok(Err(e)) => Err(EngineError::Metadata(format!("opening {name}: {e}"))),
-        Err(_) => Err(damaged(Path::new(&name), "redb stopped on it")),
-    }
-}
-
-/// A boxed backend as the concrete one redb's builder takes.
-#[derive(Debug)]
-struct BoxedBackend(Box<dyn redb::StorageBackend>);
-
-impl redb::StorageBackend for BoxedBackend {
-    fn len(&self) -> std::io::Result<u64> {
-        self.0.len()
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-        self.0.read(offset, out)
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.0.set_len(len)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.0.sync_data()
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.0.write(offset, data)
+        Ok(Ok(db)) => Ok((db, pipeline)),
+        Ok(Err(e)) if is_damage(&e) => Err(damaged(name, &e.to_string())),
+        Ok(Err(e)) => Err(EngineError::Metadata(format!(
+            "opening {}: {e}",
+            name.display()
+        ))),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown".into());
+            Err(damaged(name, &why))
+        }
     }
 }
 

@@ -29,6 +29,7 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, WriteTransaction};
 
 use crate::meta::mapping_cache::{ChangedMappings, MapCache};
 use crate::meta::schema::{self, kv_error};
+use crate::meta::sync_pipeline::SyncPipeline;
 use crate::segment::log::SegmentStore;
 use crate::Result;
 
@@ -46,6 +47,8 @@ pub(crate) struct Kv {
     store: Arc<dyn SegmentStore>,
     /// Point mappings of the latest commit, for reads (see [`crate::meta::mapping_cache`]).
     maps_cache: MapCache,
+    /// Under `db`: durable commits' syncs, deferred and finished by the caller.
+    syncs: Arc<SyncPipeline>,
 }
 
 /// A read transaction with its mapping table open, shared by reads.
@@ -72,14 +75,41 @@ impl ReadView {
 
 impl Kv {
     /// `cached_mappings`: most point mappings kept for reads (0: none).
-    pub fn new(db: redb::Database, store: Arc<dyn SegmentStore>, cached_mappings: usize) -> Self {
+    /// `syncs`: the pipeline `db` was opened on.
+    pub fn new(
+        db: redb::Database,
+        syncs: Arc<SyncPipeline>,
+        store: Arc<dyn SegmentStore>,
+        cached_mappings: usize,
+    ) -> Self {
         Kv {
             shared: Mutex::new(None),
             generation: AtomicU64::new(0),
             db,
             store,
             maps_cache: MapCache::new(cached_mappings),
+            syncs,
         }
+    }
+
+    /// Commits a durable `txn` without waiting for its sync: visible at
+    /// once, durable after [`Kv::finish_syncs`], which the caller must call
+    /// (after the segment bytes the commit names are synced) before it
+    /// reports anything durable, and before its next durable commit.
+    pub fn commit_deferring_sync(
+        &self,
+        txn: WriteTransaction,
+        changed: ChangedMappings,
+    ) -> Result<()> {
+        let _deferred = self.syncs.defer_syncs();
+        self.commit(txn, changed)
+    }
+
+    /// Makes the commits whose syncs were deferred durable, in order.
+    pub fn finish_syncs(&self) -> Result<()> {
+        self.syncs
+            .finish()
+            .map_err(|e| crate::EngineError::io("syncing the metadata", e))
     }
 
     /// The point mappings of the latest commit that reads have found.
@@ -164,10 +194,10 @@ mod tests {
 
     fn kv() -> (tempfile::TempDir, Kv) {
         let dir = crate::testing::test_data::data_dir("kv");
-        let db = redb::Database::create(dir.path().join("meta.redb")).unwrap();
+        let (db, syncs) = crate::meta::file::open(&dir.path().join("meta.redb"), 1 << 20).unwrap();
         let store =
             crate::segment::log::FileSegmentStore::open(&dir.path().join("segments")).unwrap();
-        let kv = Kv::new(db, Arc::new(store), 0);
+        let kv = Kv::new(db, syncs, Arc::new(store), 0);
         let txn = kv.begin_write().unwrap();
         txn.open_table(schema::MAPPINGS).unwrap();
         kv.commit(txn, ChangedMappings::Everything).unwrap();

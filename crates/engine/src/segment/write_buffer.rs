@@ -386,8 +386,8 @@ mod tests {
         let dir = crate::testing::test_data::data_dir("tail-kv");
         let store =
             std::sync::Arc::new(FileSegmentStore::open(&dir.path().join("segments")).unwrap());
-        let db = redb::Database::create(dir.path().join("meta.redb")).unwrap();
-        let kv = crate::meta::store::Kv::new(db, store.clone(), 0);
+        let (db, syncs) = crate::meta::file::open(&dir.path().join("meta.redb"), 1 << 20).unwrap();
+        let kv = crate::meta::store::Kv::new(db, syncs, store.clone(), 0);
         store
             .write_at(SegmentId::new(7), 0, &record(7, 3000))
             .unwrap();

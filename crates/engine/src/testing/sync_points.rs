@@ -36,6 +36,9 @@ pub(crate) enum Point {
     WriteBack,
     /// A write batch's commit, under the writer mutex, before its transaction.
     BatchCommit,
+    /// A durable commit, visible and the writer mutex released, before the
+    /// segment bytes it names and the commit itself are synced.
+    DurableBeforeSync,
 }
 
 /// Runs the hook set for `point` on this thread, if any (once).

@@ -204,11 +204,8 @@ impl Engine {
             }
         }
         let mut ws = self.committer.writer.lock();
+        // Synced after the writer mutex goes, before the metadata's sync.
         let dirty = std::mem::take(&mut ws.dirty_segments);
-        for segment in dirty {
-            self.sync_segment(segment)?;
-        }
-        self.sync_segment_names()?;
         let upto = self.committer.commit_count.load(Ordering::SeqCst);
         if ws.open_segment_dead() {
             let sealed = ws.open_segment;
@@ -232,12 +229,26 @@ impl Engine {
             ws.capacity_bytes.saturating_sub(ws.used_bytes()),
             Ordering::Relaxed,
         );
+        // Writers go on from here: the commit is visible, and what they write
+        // is held in memory until it is durable (see `meta::sync_pipeline`).
+        drop(ws);
+        crate::testing::sync_points::at(crate::testing::sync_points::Point::DurableBeforeSync);
+        // The segment bytes the commit names, then the commit itself. Should
+        // a segment sync fail, the commit's sync is never finished: the array
+        // is fenced and a restart recovers the commit before it.
+        for segment in dirty {
+            self.sync_segment(segment)?;
+        }
+        self.sync_segment_names()?;
+        if let Err(error) = self.db.finish_syncs() {
+            self.committer.fence(&error);
+            return Err(error);
+        }
         self.stats.durable_commits.fetch_add(1, Ordering::Relaxed);
         self.committer.durable_count.store(upto, Ordering::SeqCst);
         *self.committer.last_durable.lock() = std::time::Instant::now();
         // Writers and flushes need not wait for the files: what is freed is
         // durable now. Hand over hand, so cuts happen in commit order.
-        drop(ws);
         self.db.maps_cache().apply_deferred();
         let _files = self.committer.files_lock.lock();
         drop(flush);
@@ -298,7 +309,7 @@ impl Engine {
         }
         crate::write::transaction::persist_writer_state(&txn, ws)?;
         self.db
-            .commit(txn, crate::meta::mapping_cache::ChangedMappings::NONE)
+            .commit_deferring_sync(txn, crate::meta::mapping_cache::ChangedMappings::NONE)
     }
 
     /// The page ranges to punch for freed records (segments removed whole are
@@ -366,5 +377,59 @@ impl Engine {
                 Err(error)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use crate::testing::sync_points::{self, Point};
+    use crate::testing::test_data::{data_dir, quiet_engine};
+    use crate::GRAIN_BYTES;
+
+    const GRAIN: usize = GRAIN_BYTES as usize;
+
+    /// A host write goes on while a durable commit syncs (the writer mutex
+    /// was held across the syncs, so writes waited for the disk), reads back
+    /// at once, and is durable after the next flush.
+    #[test]
+    fn a_write_goes_on_while_a_durable_commit_syncs() {
+        let dir = data_dir("durable-window");
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        engine.create_volume("v", 64 << 20).unwrap();
+        engine
+            .open_volume("v")
+            .unwrap()
+            .write(0, &[1u8; GRAIN])
+            .unwrap();
+        let window_engine = engine.clone();
+        sync_points::set(Point::DurableBeforeSync, move || {
+            let (done_tx, done_rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let volume = window_engine.open_volume("v").unwrap();
+                volume.write(GRAIN as u64, &[2u8; GRAIN]).unwrap();
+                let mut back = vec![0u8; GRAIN];
+                volume.read(GRAIN as u64, &mut back).unwrap();
+                done_tx.send(back).unwrap();
+            });
+            let back = done_rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("a write during the commit's sync finished");
+            assert_eq!(back, vec![2u8; GRAIN]);
+        });
+
+        engine.flush().unwrap();
+        engine.flush().unwrap();
+        engine.close().unwrap();
+        drop(engine);
+
+        let engine = quiet_engine(dir.path(), 1 << 30);
+        let volume = engine.open_volume("v").unwrap();
+        let mut back = vec![0u8; 2 * GRAIN];
+        volume.read(0, &mut back).unwrap();
+        assert_eq!(back[..GRAIN], [1u8; GRAIN]);
+        assert_eq!(back[GRAIN..], [2u8; GRAIN]);
     }
 }

@@ -87,6 +87,7 @@ pub(crate) mod opcode {
 pub(crate) mod service_action {
     pub const READ_CAPACITY_16: u8 = 0x10;
     pub const GET_LBA_STATUS: u8 = 0x12;
+    pub const REPORT_TARGET_PORT_GROUPS: u8 = 0x0a;
     pub const REPORT_SUPPORTED_OPERATION_CODES: u8 = 0x0c;
     pub const REPORT_SUPPORTED_TASK_MANAGEMENT_FUNCTIONS: u8 = 0x0d;
     pub const EXTENDED_COPY_LID1: u8 = 0x00;
@@ -1119,6 +1120,27 @@ pub(crate) static COMMANDS: &[CommandSpec] = &[
             op::REPORT_LUNS,
             0,
             0xff,
+            0,
+            0,
+            0,
+            0xff,
+            0xff,
+            0xff,
+            0xff,
+            0,
+            CTL,
+        ],
+        Unrestricted,
+        false,
+    )),
+    spc2_allowed(spec(
+        op::MAINTENANCE_IN,
+        Some(sa::REPORT_TARGET_PORT_GROUPS),
+        "REPORT TARGET PORT GROUPS",
+        &[
+            op::MAINTENANCE_IN,
+            0xe0 | sa::REPORT_TARGET_PORT_GROUPS,
+            0,
             0,
             0,
             0,

@@ -144,6 +144,8 @@ pub struct ScsiCore {
     aborts: Mutex<(u64, std::collections::VecDeque<Abort>)>,
     /// READ buffers the transport has sent and given back.
     pub(crate) data_in: DataInBuffers,
+    /// ALUA: the target port groups and this port's (see [`crate::port_groups`]).
+    port_groups: Arc<dyn crate::port_groups::PortGroups>,
 }
 
 impl ScsiCore {
@@ -159,7 +161,21 @@ impl ScsiCore {
             units: Mutex::new(HashMap::new()),
             aborts: Mutex::new((0, std::collections::VecDeque::new())),
             data_in: DataInBuffers::default(),
+            port_groups: Arc::new(crate::port_groups::OnePortGroup),
         }
+    }
+
+    /// Reports `port_groups` (gateways of a pool) instead of the one group of a single array.
+    pub fn with_port_groups(
+        mut self,
+        port_groups: Arc<dyn crate::port_groups::PortGroups>,
+    ) -> Self {
+        self.port_groups = port_groups;
+        self
+    }
+
+    pub(crate) fn port_groups(&self) -> &dyn crate::port_groups::PortGroups {
+        self.port_groups.as_ref()
     }
 
     /// The current abort generation: pass it to [`ScsiCore::aborted_since`] later.
@@ -413,6 +429,9 @@ fn run(request: &Request<'_>, command: &CommandSpec) -> CommandResult {
         (op::REPORT_LUNS, _) => report::report_luns(request.cdb, request.nexus_state, request.lun),
         (op::MAINTENANCE_IN, Some(sa::REPORT_SUPPORTED_OPERATION_CODES)) => {
             report::report_supported_operation_codes(request)
+        }
+        (op::MAINTENANCE_IN, Some(sa::REPORT_TARGET_PORT_GROUPS)) => {
+            crate::port_groups::report_target_port_groups(request)
         }
         (op::MAINTENANCE_IN, Some(sa::REPORT_SUPPORTED_TASK_MANAGEMENT_FUNCTIONS)) => {
             report::report_supported_task_management_functions(request)

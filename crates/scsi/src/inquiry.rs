@@ -81,6 +81,7 @@ pub(crate) fn inquiry(request: &Request<'_>) -> Result<Vec<u8>, crate::dispatch:
             request.core.identity(),
             unit,
             request.nexus.relative_target_port,
+            request.core.port_groups().own_group(),
         ),
         PAGE_EXTENDED_INQUIRY => extended_inquiry(request.membership),
         PAGE_THIRD_PARTY_COPY => third_party_copy(),
@@ -138,7 +139,7 @@ fn standard_data(identity: &Identity, removable: bool, membership: Membership) -
     data[2] = 0x06; // SPC-4
     data[3] = 0x12; // HISUP, RESPONSE DATA FORMAT 2
     data[4] = (data.len() - 5) as u8;
-    data[5] = 0x08; // 3PC: EXTENDED COPY
+    data[5] = 0x08 | 0x10; // 3PC: EXTENDED COPY; TPGS 01b: implicit ALUA
     data[6] = 0x10; // MULTIP
     data[7] = 0x02; // CMDQUE
     data[8..16].copy_from_slice(&ascii_field(&identity.vendor, 8));
@@ -173,6 +174,7 @@ fn device_identification(
     identity: &Identity,
     unit: &dyn LogicalUnit,
     relative_target_port: u16,
+    target_port_group: u16,
 ) -> Vec<u8> {
     const BINARY: u8 = 0x01;
     const ASCII: u8 = 0x02;
@@ -198,6 +200,10 @@ fn device_identification(
         0x80 | 0x10 | 0x04,
         &port,
     ));
+    // Target port group (type 5), associated with the target port (ALUA).
+    let mut group = vec![0u8, 0];
+    group.extend_from_slice(&target_port_group.to_be_bytes());
+    body.extend(designator(BINARY, 0x10 | 0x05, &group));
     body
 }
 
@@ -310,7 +316,7 @@ mod tests {
     fn naa_designator_has_naa_6_and_page_83_lists_it_first() {
         let backend = MemoryBackend::new();
         let unit = backend.create_unit(MemoryUnitConfig::thin("vol", 1 << 20));
-        let body = device_identification(&Identity::default(), unit.as_ref(), 1);
+        let body = device_identification(&Identity::default(), unit.as_ref(), 1, 1);
         assert_eq!(&body[0..4], &[0x01, 0x03, 0x00, 16]);
         assert_eq!(body[4] >> 4, 6);
         assert_eq!(&body[4..20], &naa_designator(unit.as_ref()));

@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod lun;
 pub mod memory;
+pub mod port_groups;
 pub mod sense;
 pub mod target;
 

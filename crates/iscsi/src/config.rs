@@ -33,6 +33,9 @@ pub struct TargetConfig {
     /// is answered, before it sleeps until the initiator sends again
     /// (`lacuna_sockpoll`). Zero never polls; at most [`crate::IDLE_POLL_MAX`].
     pub idle_poll: Duration,
+    /// This portal's relative target port id (VPD 83h), which is also its ALUA target port
+    /// group: 1 on a single array, the gateway's own on each gateway of a pool.
+    pub relative_target_port: u16,
 }
 
 #[derive(Clone, Debug)]
@@ -140,6 +143,7 @@ impl TargetConfig {
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             idle_poll: DEFAULT_IDLE_POLL,
+            relative_target_port: 1,
         }
     }
 }

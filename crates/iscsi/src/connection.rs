@@ -317,15 +317,18 @@ async fn admit_session(
         });
     }
     let limits = &target.config.limits;
-    let session = Arc::new(Session::new(
-        target.registry.allocate_tsih(),
-        key,
-        outcome.session_type,
-        outcome.params,
-        request.cmd_sn,
-        limits.command_window,
-        limits.session_pool_commands_max,
-    ));
+    let session = Arc::new(
+        Session::new(
+            target.registry.allocate_tsih(),
+            key,
+            outcome.session_type,
+            outcome.params,
+            request.cmd_sn,
+            limits.command_window,
+            limits.session_pool_commands_max,
+        )
+        .with_relative_target_port(target.config.relative_target_port),
+    );
     if outcome.session_type == SessionType::Discovery {
         return Ok(session);
     }

@@ -204,6 +204,13 @@ pub struct Session {
 }
 
 impl Session {
+    /// The session's commands come through relative target port `port` (1 unless set).
+    pub fn with_relative_target_port(mut self, port: u16) -> Session {
+        assert!(port != 0, "relative target port 0 is reserved");
+        self.nexus.relative_target_port = port;
+        self
+    }
+
     pub fn new(
         tsih: u16,
         key: SessionKey,

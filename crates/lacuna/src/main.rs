@@ -216,6 +216,12 @@ pub struct ServeArgs {
     /// dead gateway keeps its shard before another takes it over.
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(2..=300))]
     lease_s: u64,
+    /// This gateway's ALUA target port group (--store rados), 1 to 64 and
+    /// different on each gateway of the pool: multipath initiators see the
+    /// owner's group active/optimized and the others' standby (or offline
+    /// once gone). Without it the gateway is the one group of a single array.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    port_group: Option<u16>,
     /// Log filter (e.g. info, debug, lacuna_nbd=debug).
     #[arg(long, env = "LACUNA_LOG", default_value = "info")]
     log: String,
@@ -325,6 +331,7 @@ fn main() -> ExitCode {
                                 pool: args.pool.expect("required by clap"),
                                 gateway: args.gateway_id.unwrap_or_else(default_gateway_id),
                                 lease: std::time::Duration::from_secs(args.lease_s),
+                                port_group: args.port_group,
                                 portals: portals(
                                     &args.api_listen,
                                     &args.nbd_listen,

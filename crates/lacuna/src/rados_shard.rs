@@ -31,6 +31,8 @@ pub struct RadosStore {
     /// Where this gateway serves (`api`, `nbd`, `iscsi` → `host:port`), for
     /// its membership record.
     pub portals: Vec<(String, String)>,
+    /// This gateway's ALUA target port group (`--port-group`).
+    pub port_group: Option<u16>,
 }
 
 /// The shard, owned.
@@ -100,6 +102,8 @@ struct Membership {
     record: parking_lot::Mutex<GatewayRecord>,
     /// Set (under its lock) on a clean stop, before the record is withdrawn.
     stopped: parking_lot::Mutex<bool>,
+    /// The pool's ALUA groups, read again at every beat (with `--port-group`).
+    port_groups: Option<Arc<GatewayPortGroups>>,
 }
 
 impl Membership {
@@ -121,11 +125,13 @@ impl Membership {
             started_unix_ms: now,
             seen_unix_ms: now,
             lease_ms: config.lease.as_millis() as u64,
+            port_group: config.port_group,
         };
         let membership = Arc::new(Membership {
             io,
             record: parking_lot::Mutex::new(record),
             stopped: parking_lot::Mutex::new(false),
+            port_groups: config.port_group.map(GatewayPortGroups::new),
         });
         membership
             .announce()
@@ -163,6 +169,12 @@ impl Membership {
             if *stopped {
                 return;
             }
+            if let Some(groups) = &self.port_groups {
+                match membership::members(&self.io) {
+                    Ok(records) => groups.update(&records, membership::now_unix_ms()),
+                    Err(e) => tracing::debug!("reading the pool's gateways: {e}"),
+                }
+            }
             match self.announce() {
                 Ok(()) => failing = false,
                 // Fenced gateways are refused too; they stop soon after.
@@ -181,6 +193,62 @@ impl Membership {
         *stopped = true;
         let gateway = self.record.lock().gateway.clone();
         membership::withdraw(&self.io, &gateway)
+    }
+}
+
+/// The target port groups of the pool's gateways, as this gateway (serving
+/// iSCSI only as the shard's owner) reports them: its own active/optimized,
+/// other live ones standby, gone ones offline. Gateways without a group are
+/// not reported.
+#[derive(Debug)]
+pub struct GatewayPortGroups {
+    own: u16,
+    others: parking_lot::RwLock<Vec<lacuna_scsi::port_groups::PortGroup>>,
+}
+
+impl GatewayPortGroups {
+    fn new(own: u16) -> Arc<GatewayPortGroups> {
+        Arc::new(GatewayPortGroups {
+            own,
+            others: parking_lot::RwLock::new(Vec::new()),
+        })
+    }
+
+    fn update(&self, records: &[GatewayRecord], now_unix_ms: u64) {
+        use lacuna_scsi::port_groups::{AccessState, PortGroup, MAX_PORT_GROUPS};
+        let mut others: Vec<PortGroup> = records
+            .iter()
+            .filter_map(|record| {
+                let id = record.port_group.filter(|&id| id != self.own)?;
+                let state = if record.is_alive(now_unix_ms) {
+                    AccessState::Standby
+                } else {
+                    AccessState::Offline
+                };
+                Some(PortGroup { id, state })
+            })
+            .collect();
+        // Two records naming one group (a gateway restarted under a new id):
+        // the live one wins.
+        others.sort_by_key(|group| (group.id, group.state != AccessState::Standby));
+        others.dedup_by_key(|group| group.id);
+        others.truncate(MAX_PORT_GROUPS - 1);
+        *self.others.write() = others;
+    }
+}
+
+impl lacuna_scsi::port_groups::PortGroups for GatewayPortGroups {
+    fn own_group(&self) -> u16 {
+        self.own
+    }
+
+    fn groups(&self) -> Vec<lacuna_scsi::port_groups::PortGroup> {
+        let mut groups = self.others.read().clone();
+        groups.push(lacuna_scsi::port_groups::PortGroup {
+            id: self.own,
+            state: lacuna_scsi::port_groups::AccessState::ActiveOptimized,
+        });
+        groups
     }
 }
 
@@ -360,6 +428,17 @@ impl OwnedShard {
     /// What `GET /v1/gateways` answers from.
     pub fn gateway_source(&self) -> Arc<dyn GatewaySource> {
         self.view.clone()
+    }
+
+    /// The pool's ALUA target port groups for this gateway's iSCSI target,
+    /// read now and again at every beat (with `--port-group`; else none).
+    pub fn port_groups(&self) -> Option<Arc<GatewayPortGroups>> {
+        let groups = self.membership.port_groups.clone()?;
+        match membership::members(&self.membership.io) {
+            Ok(records) => groups.update(&records, membership::now_unix_ms()),
+            Err(e) => tracing::warn!("reading the pool's gateways: {e}"),
+        }
+        Some(groups)
     }
 }
 

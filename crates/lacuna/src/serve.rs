@@ -264,6 +264,11 @@ async fn serve_all(
     target_config.allow_unknown_initiators = config.iscsi_open_access;
     target_config.limits.max_connections = connections.iscsi;
     target_config.idle_poll = std::time::Duration::from_micros(u64::from(config.iscsi_poll_us));
+    let port_groups = shard.and_then(|shard| shard.port_groups());
+    if let Some(groups) = &port_groups {
+        use lacuna_scsi::port_groups::PortGroups;
+        target_config.relative_target_port = groups.own_group();
+    }
     let mut portals = Vec::new();
     for addr in &config.iscsi_listen {
         portals.push(
@@ -337,7 +342,11 @@ async fn serve_all(
         iscsi.array_id,
         monitor.clone(),
     ));
-    let scsi = Arc::new(lacuna_scsi::ScsiCore::new(backend));
+    let mut scsi = lacuna_scsi::ScsiCore::new(backend);
+    if let Some(groups) = port_groups {
+        scsi = scsi.with_port_groups(groups);
+    }
+    let scsi = Arc::new(scsi);
     let live_sessions = Arc::new(LiveSessions {
         scsi: scsi.clone(),
         hosts: iscsi.hosts.clone(),

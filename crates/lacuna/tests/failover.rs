@@ -21,6 +21,10 @@ use support::{free_port, BIN};
 
 const MIB: usize = 1 << 20;
 
+/// A target port group as REPORT TARGET PORT GROUPS gave it: id, asymmetric
+/// access state, relative target ports.
+type PortGroup = (u16, u8, Vec<u16>);
+
 struct Gateway {
     child: Child,
     dir: PathBuf,
@@ -38,6 +42,11 @@ impl Drop for Gateway {
 
 impl Gateway {
     fn start(dir: &Path, conf: &Path, id: &str) -> Gateway {
+        Gateway::start_in_group(dir, conf, id, None)
+    }
+
+    /// [`Gateway::start`] with an ALUA target port group (`--port-group`).
+    fn start_in_group(dir: &Path, conf: &Path, id: &str, group: Option<u16>) -> Gateway {
         std::fs::create_dir_all(dir).unwrap();
         let (nbd_port, api_port, iscsi_port) = (free_port(), free_port(), free_port());
         let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
@@ -50,6 +59,7 @@ impl Gateway {
             .arg(conf)
             .args(["--lease-s", "3", "--capacity", "2G", "--no-vasa"])
             .args(["--nbd-open-access"])
+            .args(group.map(|g| format!("--port-group={g}")))
             .args(["--nbd-listen", &format!("127.0.0.1:{nbd_port}")])
             .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
             .args(["--iscsi-listen", &format!("127.0.0.1:{iscsi_port}")])
@@ -131,6 +141,64 @@ impl Gateway {
             true => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
             false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
         }
+    }
+
+    /// REPORT TARGET PORT GROUPS and VPD 83h of LUN 0 as `initiator`, over
+    /// a raw iSCSI session (`support/raw_iscsi.py`): each group as (id,
+    /// asymmetric access state, its relative target ports), and the page's bytes.
+    fn port_groups(&self, initiator: &str) -> (Vec<PortGroup>, Vec<u8>) {
+        let support = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support");
+        let script = format!(
+            r#"
+import json, sys
+sys.path.insert(0, "{support}")
+from raw_iscsi import Session
+lun = bytes(8)
+with Session({port}, "iqn.2024-01.org.lacuna:lacuna", "{initiator}") as s:
+    s.clear_unit_attentions(lun)
+    rtpg = s.command(lun, bytes.fromhex("a30a00000000000010000000"), b"", 4096)
+    vpd = s.command(lun, bytes.fromhex("1201830100" + "00"), b"", 256)
+print(json.dumps({{"rtpg": rtpg.data.hex(), "rtpg_status": rtpg.status, "vpd": vpd.data.hex()}}))
+"#,
+            port = self.iscsi_port
+        );
+        let out = Command::new("python3")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let answer: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(answer["rtpg_status"], 0, "{answer}");
+        let hex = |key: &str| -> Vec<u8> {
+            let text = answer[key].as_str().unwrap();
+            (0..text.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+                .collect()
+        };
+        let data = hex("rtpg");
+        let length = u32::from_be_bytes(data[0..4].try_into().unwrap()) as usize;
+        assert_eq!(length, data.len() - 4);
+        let mut groups = Vec::new();
+        let mut at = 4;
+        while at < data.len() {
+            let count = usize::from(data[at + 7]);
+            let ports = (0..count)
+                .map(|i| u16::from_be_bytes([data[at + 10 + 4 * i], data[at + 11 + 4 * i]]))
+                .collect();
+            groups.push((
+                u16::from_be_bytes([data[at + 2], data[at + 3]]),
+                data[at] & 0x0f,
+                ports,
+            ));
+            at += 8 + 4 * count;
+        }
+        (groups, hex("vpd"))
     }
 
     fn uri(&self) -> String {
@@ -383,4 +451,70 @@ fn the_array_identity_hosts_token_and_vvols_move_with_the_shard() {
     );
     assert!(c.cli_ok(&["--json", "vvol", "list"]).contains(&vvol_id));
     assert_eq!(c.iscsi_inquiry(INITIATOR, "131").unwrap(), identity);
+}
+
+/// sg3_utils' `sg_vpd` decoding of VPD page 83h bytes (`--inhex`).
+fn sg_vpd_83(dir: &Path, page: &[u8]) -> String {
+    let file = dir.join("vpd83.hex");
+    let text: Vec<String> = page.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&file, text.join(" ") + "\n").unwrap();
+    let out = Command::new("sg_vpd")
+        .arg(format!("--inhex={}", file.display()))
+        .arg("--page=0x83")
+        .output()
+        .expect("sg_vpd (sg3-utils)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_lowercase()
+}
+
+/// ALUA on two gateways (`--port-group 1` and `2`): the owner reports its
+/// group active/optimized and the standby's standby; VPD 83h names the port
+/// and group of the gateway asked (decoded by sg3_utils). After the owner is
+/// killed the new owner reports its own group active/optimized and the dead
+/// one offline; the dead one, restarted, is reported standby again.
+#[test]
+fn the_owners_port_group_is_active_optimized_and_moves_with_the_shard() {
+    const INITIATOR: &str = "iqn.2024-01.org.example:multipath-host";
+    const ACTIVE_OPTIMIZED: u8 = 0x0;
+    const STANDBY: u8 = 0x2;
+    const OFFLINE: u8 = 0xe;
+    let cluster = TestCluster::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = &cluster.conf;
+    let mut a = Gateway::start_in_group(&tmp.path().join("gw-a"), conf, "gw-a", Some(1));
+    a.wait_serving(Duration::from_secs(60));
+    a.cli_ok(&["volume", "create", "v", "--size", "64M"]);
+    a.cli_ok(&["host", "create", "esx-1", "--iqn", INITIATOR]);
+    a.cli_ok(&["host", "connect", "esx-1", "v", "--lun", "0"]);
+    let mut b = Gateway::start_in_group(&tmp.path().join("gw-b"), conf, "gw-b", Some(2));
+    let wait_for = |gateway: &Gateway, wanted: &[PortGroup]| {
+        let started = Instant::now();
+        loop {
+            let (groups, page) = gateway.port_groups(INITIATOR);
+            if groups == wanted {
+                return page;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "{groups:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let page = wait_for(&a, &[(1, ACTIVE_OPTIMIZED, vec![1]), (2, STANDBY, vec![2])]);
+    let decoded = sg_vpd_83(tmp.path(), &page);
+    assert!(decoded.contains("relative target port: 0x1"), "{decoded}");
+    assert!(decoded.contains("target port group: 0x1"), "{decoded}");
+
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    b.wait_serving(Duration::from_secs(60));
+    let page = wait_for(&b, &[(1, OFFLINE, vec![1]), (2, ACTIVE_OPTIMIZED, vec![2])]);
+    let decoded = sg_vpd_83(tmp.path(), &page);
+    assert!(decoded.contains("relative target port: 0x2"), "{decoded}");
+    assert!(decoded.contains("target port group: 0x2"), "{decoded}");
+
+    let _a = Gateway::start_in_group(&tmp.path().join("gw-a"), conf, "gw-a", Some(1));
+    wait_for(&b, &[(1, STANDBY, vec![1]), (2, ACTIVE_OPTIMIZED, vec![2])]);
 }

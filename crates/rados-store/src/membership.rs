@@ -50,6 +50,9 @@ pub struct GatewayRecord {
     /// When the gateway last rewrote the record.
     pub seen_unix_ms: u64,
     pub lease_ms: u64,
+    /// Its ALUA target port group, if it was given one.
+    #[serde(default)]
+    pub port_group: Option<u16>,
 }
 
 impl GatewayRecord {
@@ -133,6 +136,7 @@ mod tests {
             started_unix_ms: 1_000,
             seen_unix_ms: 10_000,
             lease_ms: 3_000,
+            port_group: Some(2),
         };
         assert!(record.is_alive(10_000));
         assert!(record.is_alive(15_999));

@@ -24,9 +24,9 @@ import urllib.request
 
 import nbd
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 BASE, TOKEN, SHOTS, NBD_URI, CHAP_SECRET = sys.argv[1:6]
@@ -107,7 +107,7 @@ def sign_in(driver):
     driver.find_element(By.ID, "token").send_keys("not-the-token")
     button = driver.find_element(By.CSS_SELECTOR, "button[type=submit]")
     button.click()
-    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(button))
+    WebDriverWait(driver, 30).until(gone_from_the_page(button))
     deadline = time.time() + 5
     refusals = console_errors(driver)
     while not refusals and time.time() < deadline:
@@ -120,7 +120,7 @@ def sign_in(driver):
     driver.find_element(By.ID, "token").send_keys(TOKEN)
     button = driver.find_element(By.CSS_SELECTOR, "button[type=submit]")
     button.click()
-    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(button))
+    WebDriverWait(driver, 30).until(gone_from_the_page(button))
     check(driver.current_url.rstrip("/") == BASE, f"signed in, at {driver.current_url}")
     cookie = driver.get_cookie("lacuna_session")
     check(cookie is not None, "a session cookie")
@@ -247,6 +247,24 @@ def plots_move_after_io(driver, handle):
           "v1's own plot shows its writes")
 
 
+def gone_from_the_page(element):
+    """A wait condition: `element` is no longer in the document. Chromium (from
+    156) may answer a look at a node of a replaced document with "Node with
+    given id does not belong to the document" rather than a stale reference;
+    both mean the page was replaced."""
+    def predicate(_driver):
+        try:
+            element.is_enabled()
+            return False
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error):
+                return True
+            raise
+    return predicate
+
+
 def submit(driver, action, fields=None, refused_with=None):
     """Fills and submits the form posting to `action`; `refused_with` is the
     status the action is expected to be refused with (its only console
@@ -263,7 +281,7 @@ def submit(driver, action, fields=None, refused_with=None):
             element.send_keys(value)
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     # The answer replaces the page: wait for that, then for its console.
-    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(form))
+    WebDriverWait(driver, 30).until(gone_from_the_page(form))
     WebDriverWait(driver, 30).until(
         lambda d: d.execute_script("return document.readyState") == "complete")
     errors = console_errors(driver)
@@ -355,7 +373,7 @@ def main():
         fault_events_can_be_acknowledged(driver)
         sign_out = driver.find_element(By.CSS_SELECTOR, 'form[action="/logout"] button')
         sign_out.click()
-        WebDriverWait(driver, 30).until(expected_conditions.staleness_of(sign_out))
+        WebDriverWait(driver, 30).until(gone_from_the_page(sign_out))
         check("/login" in driver.current_url, f"signed out, at {driver.current_url}")
         status, _, _ = raw("GET", "/", headers={"Cookie": "lacuna_session=" + session})
         check(status == 303, "a signed-out session opens nothing")

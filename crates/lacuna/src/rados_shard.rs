@@ -169,12 +169,7 @@ impl Membership {
             if *stopped {
                 return;
             }
-            if let Some(groups) = &self.port_groups {
-                match membership::members(&self.io) {
-                    Ok(records) => groups.update(&records, membership::now_unix_ms()),
-                    Err(e) => tracing::debug!("reading the pool's gateways: {e}"),
-                }
-            }
+            self.refresh_port_groups();
             match self.announce() {
                 Ok(()) => failing = false,
                 // Fenced gateways are refused too; they stop soon after.
@@ -185,6 +180,17 @@ impl Membership {
                 Err(_) => {}
             }
         }
+    }
+
+    /// Reads the pool's gateways into this one's ALUA groups (with
+    /// `--port-group`); a failed read keeps the groups last read.
+    fn refresh_port_groups(&self) -> Option<Arc<GatewayPortGroups>> {
+        let groups = self.port_groups.clone()?;
+        match membership::members(&self.io) {
+            Ok(records) => groups.update(&records, membership::now_unix_ms()),
+            Err(e) => tracing::debug!("reading the pool's gateways: {e}"),
+        }
+        Some(groups)
     }
 
     /// Stops the rewrites and removes the record (a clean stop).
@@ -215,7 +221,7 @@ impl GatewayPortGroups {
     }
 
     fn update(&self, records: &[GatewayRecord], now_unix_ms: u64) {
-        use lacuna_scsi::port_groups::{AccessState, PortGroup, MAX_PORT_GROUPS};
+        use lacuna_scsi::port_groups::{AccessState, PortGroup};
         let mut others: Vec<PortGroup> = records
             .iter()
             .filter_map(|record| {
@@ -232,7 +238,6 @@ impl GatewayPortGroups {
         // the live one wins.
         others.sort_by_key(|group| (group.id, group.state != AccessState::Standby));
         others.dedup_by_key(|group| group.id);
-        others.truncate(MAX_PORT_GROUPS - 1);
         *self.others.write() = others;
     }
 }
@@ -433,12 +438,7 @@ impl OwnedShard {
     /// The pool's ALUA target port groups for this gateway's iSCSI target,
     /// read now and again at every beat (with `--port-group`; else none).
     pub fn port_groups(&self) -> Option<Arc<GatewayPortGroups>> {
-        let groups = self.membership.port_groups.clone()?;
-        match membership::members(&self.membership.io) {
-            Ok(records) => groups.update(&records, membership::now_unix_ms()),
-            Err(e) => tracing::warn!("reading the pool's gateways: {e}"),
-        }
-        Some(groups)
+        self.membership.refresh_port_groups()
     }
 }
 

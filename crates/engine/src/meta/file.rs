@@ -17,17 +17,17 @@ use crate::{EngineError, Result};
 /// most `cache_bytes` (see `EngineConfig::metadata_cache_bytes`), on the sync
 /// pipeline that lets durable commits finish outside the writer mutex.
 pub(crate) fn open(path: &Path, cache_bytes: u64) -> Result<(redb::Database, Arc<SyncPipeline>)> {
-    let opening =
-        |e: std::io::Error| EngineError::Metadata(format!("opening {}: {e}", path.display()));
+    let opening = |e: &dyn std::fmt::Display| {
+        EngineError::Metadata(format!("opening {}: {e}", path.display()))
+    };
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)
-        .map_err(opening)?;
-    let backend = redb::backends::FileBackend::new(file)
-        .map_err(|e| EngineError::Metadata(format!("opening {}: {e}", path.display())))?;
+        .map_err(|e| opening(&e))?;
+    let backend = redb::backends::FileBackend::new(file).map_err(|e| opening(&e))?;
     open_pipelined(Box::new(backend), cache_bytes, path)
 }
 

@@ -118,6 +118,15 @@ impl State {
         self.assert_invariants();
     }
 
+    /// Holds `data` at `offset` in memory, over what is held there already.
+    fn hold(&mut self, offset: u64, data: &[u8]) {
+        let delta = pieces::buffer(&mut self.current, offset, data);
+        self.held_bytes = self
+            .held_bytes
+            .checked_add_signed(delta)
+            .expect("held bytes");
+    }
+
     fn is_held(&self, epoch: u64) -> bool {
         self.held_through.is_some_and(|through| epoch <= through)
     }
@@ -280,11 +289,7 @@ impl SyncPipeline {
         if state.sealed.is_empty() {
             return self.inner.write(offset, data);
         }
-        let delta = pieces::buffer(&mut state.current, offset, data);
-        state.held_bytes = state
-            .held_bytes
-            .checked_add_signed(delta)
-            .expect("held bytes");
+        state.hold(offset, data);
         drop(state);
         self.wait_for_room();
         Ok(())
@@ -324,11 +329,7 @@ impl SyncPipeline {
         while zero_from < zero_to {
             let piece_bytes = (zero_to - zero_from).min(ZERO_PIECE_BYTES as u64);
             let zeroes = vec![0u8; piece_bytes as usize];
-            let delta = pieces::buffer(&mut state.current, zero_from, &zeroes);
-            state.held_bytes = state
-                .held_bytes
-                .checked_add_signed(delta)
-                .expect("held bytes");
+            state.hold(zero_from, &zeroes);
             zero_from += piece_bytes;
         }
         if len_bytes > state.stored_len_bytes {

@@ -35,6 +35,10 @@ pub struct Event {
     pub host: Option<String>,
     pub what: String,
     pub unix_s: u64,
+    /// The store change it belongs to: polled once that change is durable.
+    #[serde(skip)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub(crate) change: u64,
 }
 
 #[derive(Debug)]
@@ -56,7 +60,16 @@ impl EventLog {
         self.next_id
     }
 
-    pub fn push(&mut self, kind: EventKind, object: String, host: Option<String>, what: String) {
+    /// Logs an event of store change `change` (changes come in order).
+    pub fn push(
+        &mut self,
+        change: u64,
+        kind: EventKind,
+        object: String,
+        host: Option<String>,
+        what: String,
+    ) {
+        debug_assert!(self.events.back().is_none_or(|e| e.change <= change));
         if self.events.len() == MAX_EVENTS {
             self.events.pop_front();
         }
@@ -67,13 +80,15 @@ impl EventLog {
             host,
             what,
             unix_s: crate::now_unix_s(),
+            change,
         });
         self.next_id += 1;
     }
 
-    /// The events after `last_seen` (0: from the oldest kept), at most
+    /// The events after `last_seen` (0: from the oldest kept) of changes up
+    /// to `durable` (a prefix, since changes come in order), at most
     /// [`MAX_EVENTS_PER_POLL`].
-    pub fn since(&self, last_seen: u64) -> Result<Vec<Event>, VvolFault> {
+    pub fn since(&self, last_seen: u64, durable: u64) -> Result<Vec<Event>, VvolFault> {
         let oldest = self.events.front().map_or(self.next_id, |e| e.id);
         // Events before the oldest kept (evicted, or from before a restart)
         // cannot be answered; nor can ids not given yet.
@@ -88,6 +103,7 @@ impl EventLog {
             .events
             .iter()
             .filter(|e| e.id > last_seen)
+            .take_while(|e| e.change <= durable)
             .take(MAX_EVENTS_PER_POLL)
             .cloned()
             .collect())
@@ -101,7 +117,13 @@ mod tests {
     fn log_with(count: usize, next_id: u64) -> EventLog {
         let mut log = EventLog::new(next_id);
         for i in 0..count {
-            log.push(EventKind::Config, format!("v{i}"), None, "created".into());
+            log.push(
+                i as u64 + 1,
+                EventKind::Config,
+                format!("v{i}"),
+                None,
+                "created".into(),
+            );
         }
         log
     }
@@ -109,26 +131,44 @@ mod tests {
     #[test]
     fn a_poll_answers_what_came_after_and_refuses_what_is_gone() {
         let log = log_with(10, 1);
-        assert_eq!(log.since(0).unwrap().len(), 10);
+        assert_eq!(log.since(0, u64::MAX).unwrap().len(), 10);
         assert_eq!(
-            log.since(7)
+            log.since(7, u64::MAX)
                 .unwrap()
                 .iter()
                 .map(|e| e.id)
                 .collect::<Vec<_>>(),
             [8, 9, 10]
         );
-        assert!(log.since(10).unwrap().is_empty());
-        assert!(matches!(log.since(11), Err(VvolFault::LostEvent(_))));
+        assert!(log.since(10, u64::MAX).unwrap().is_empty());
+        assert!(matches!(
+            log.since(11, u64::MAX),
+            Err(VvolFault::LostEvent(_))
+        ));
         let full = log_with(MAX_EVENTS + 5, 1);
-        assert!(matches!(full.since(3), Err(VvolFault::LostEvent(_))));
-        assert_eq!(full.since(5).unwrap()[0].id, 6);
+        assert!(matches!(
+            full.since(3, u64::MAX),
+            Err(VvolFault::LostEvent(_))
+        ));
+        assert_eq!(full.since(5, u64::MAX).unwrap()[0].id, 6);
+    }
+
+    #[test]
+    fn a_poll_answers_only_events_of_durable_changes() {
+        let log = log_with(4, 1);
+        assert_eq!(log.since(0, 0).unwrap().len(), 0);
+        let ids: Vec<u64> = log.since(0, 2).unwrap().iter().map(|e| e.id).collect();
+        assert_eq!(ids, [1, 2]);
+        assert_eq!(log.since(2, 4).unwrap().len(), 2);
     }
 
     #[test]
     fn ids_from_before_a_restart_are_lost_not_repeated() {
         let log = log_with(2, 100);
-        assert_eq!(log.since(99).unwrap().len(), 2);
-        assert!(matches!(log.since(50), Err(VvolFault::LostEvent(_))));
+        assert_eq!(log.since(99, u64::MAX).unwrap().len(), 2);
+        assert!(matches!(
+            log.since(50, u64::MAX),
+            Err(VvolFault::LostEvent(_))
+        ));
     }
 }

@@ -20,6 +20,7 @@ pub mod admission;
 mod bindings;
 mod bitmap;
 mod catalog;
+mod durability;
 pub mod events;
 pub mod fault;
 pub mod model;
@@ -227,6 +228,8 @@ pub struct VvolService {
     hosts: Arc<dyn HostDirectory>,
     /// Increases on every bind and unbind: the SCSI layer re-reads LUN maps.
     generation: AtomicU64,
+    /// Store commits made durable in groups, outside the writer mutex.
+    syncs: durability::GroupCommit,
     pub stats: VvolStats,
 }
 
@@ -275,6 +278,7 @@ impl VvolService {
             tasks: Mutex::new(tasks::TaskLog::default()),
             hosts,
             generation: AtomicU64::new(1),
+            syncs: durability::GroupCommit::default(),
             stats: VvolStats::default(),
         };
         service.reconcile(loaded)?;
@@ -334,8 +338,10 @@ impl VvolService {
         self.store.commit(&changes)
     }
 
-    /// Counts an operation's outcome.
+    /// Counts an operation's outcome, once its change is durable (called
+    /// with the writer mutex released).
     fn counted<T>(&self, result: Result<T>) -> Result<T> {
+        let result = self.durable(result);
         self.stats.operations.fetch_add(1, Ordering::Relaxed);
         if let Err(fault) = &result {
             self.stats.faults.fetch_add(1, Ordering::Relaxed);
@@ -357,6 +363,7 @@ impl VvolService {
         object: impl Fn(&T) -> String,
     ) -> Tasked<T> {
         let started = now_unix_s();
+        let result = self.durable(result);
         let outcome = result.as_ref().map(&object);
         let task =
             self.tasks
@@ -432,7 +439,9 @@ impl VvolService {
             .ok_or_else(|| VvolFault::NotFound(format!("vVol {id}")))
     }
 
-    /// Applies a change: durable first, then in memory, with its events.
+    /// Applies a change: committed to the store, then in memory, with its
+    /// events (polled once it is durable). The operation answers after
+    /// [`Self::durable`].
     fn apply(
         &self,
         writer: &mut Writer,
@@ -440,13 +449,22 @@ impl VvolService {
         events: Vec<PendingEvent>,
         edit: impl FnOnce(&mut Catalog),
     ) -> Result<()> {
+        self.syncs.check()?;
         changes.next_event_id = Some(writer.events.next_id() + events.len() as u64);
-        self.store.commit(&changes)?;
+        self.store.commit_without_sync(&changes)?;
+        let change = self.syncs.committed();
         edit(&mut self.catalog.write());
         for (kind, object, host, what) in events {
-            writer.events.push(kind, object, host, what);
+            writer.events.push(change, kind, object, host, what);
         }
         Ok(())
+    }
+
+    /// `result`, once the change this call applied (if any) is durable; a
+    /// failed sync turns it into the sync's fault.
+    fn durable<T>(&self, result: Result<T>) -> Result<T> {
+        self.syncs.wait_for_own(|| self.store.sync())?;
+        result
     }
 
     pub fn create(&self, new: NewVvol) -> Result<VvolInfo> {
@@ -891,7 +909,8 @@ impl VvolService {
 
     /// The events after `last_seen` (VASA `getEvents`).
     pub fn events_since(&self, last_seen: u64) -> Result<Vec<Event>> {
-        self.writer.lock().events.since(last_seen)
+        let durable = self.syncs.durable_through();
+        self.writer.lock().events.since(last_seen, durable)
     }
 }
 

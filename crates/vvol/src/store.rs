@@ -1,7 +1,8 @@
 //! Where vVols, their bindings and the event counter are kept: a redb file of
 //! its own (`<data_dir>/vvols.redb`, or objects beside the shard's on RADOS),
 //! beside the engine's metadata. Every
-//! change is one durable transaction; the whole catalog is loaded into memory
+//! change is one transaction, made durable before it is answered (in groups:
+//! [`crate::durability`]); the whole catalog is loaded into memory
 //! at open (it grows with the count of vVols, never with their sizes).
 //!
 //! Two stores, no shared transaction: the engine is the truth for data, this
@@ -113,13 +114,34 @@ impl Store {
     }
 
     /// Applies `changes` in one durable transaction.
-    #[allow(clippy::disallowed_methods)] // see `open`
     pub fn commit(&self, changes: &Changes) -> Result<(), VvolFault> {
+        self.write(changes, Durability::Immediate)
+    }
+
+    /// Applies `changes` in one transaction that is durable only after the
+    /// next [`Store::sync`] (redb keeps a commit without durability from the
+    /// disk until a durable one follows it).
+    pub fn commit_without_sync(&self, changes: &Changes) -> Result<(), VvolFault> {
+        self.write(changes, Durability::None)
+    }
+
+    /// Makes every commit before it durable (one empty durable commit).
+    #[allow(clippy::disallowed_methods)] // see `open`
+    pub fn sync(&self) -> Result<(), VvolFault> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(|e| VvolFault::StorageFault(format!("vVol store: {e}")))?;
+        txn.commit()?;
+        Ok(())
+    }
+
+    #[allow(clippy::disallowed_methods)] // see `open`
+    fn write(&self, changes: &Changes, durability: Durability) -> Result<(), VvolFault> {
         if changes.is_empty() {
             return Ok(());
         }
         let mut txn = self.db.begin_write()?;
-        txn.set_durability(Durability::Immediate)
+        txn.set_durability(durability)
             .map_err(|e| VvolFault::StorageFault(format!("vVol store: {e}")))?;
         {
             let mut vvols = txn.open_table(VVOLS)?;

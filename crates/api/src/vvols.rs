@@ -10,7 +10,8 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
 use axum::Json;
 use lacuna_vvol::{
     AllocatedBitmap, Binding, CloneSpec, ContainerSpace, Event, HostEndpoint, ItemResult, Metadata,
@@ -272,10 +273,9 @@ async fn query_vvols(
 async fn vvol_info(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<IdsRequest>,
-) -> Result<Json<Vec<ItemResult<VvolInfo>>>, ApiError> {
-    Ok(Json(
-        vvols_blocking(&state, move |v| v.info(&body.ids)).await?,
-    ))
+) -> Result<impl IntoResponse, ApiError> {
+    let body = vvols_blocking(&state, move |v| v.info_json(&body.ids)).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body))
 }
 
 /// Set or remove metadata pairs (updateVirtualVolumeMetaData)

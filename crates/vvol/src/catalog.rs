@@ -1,11 +1,19 @@
 //! The vVols in memory, indexed so that a query costs what it matches: by
 //! container, by type and by each metadata pair; the bindings both ways
 //! (host → vVols, vVol → hosts). One writer at a time changes it, after the
-//! store has made the change durable.
+//! store has committed the change.
+//!
+//! Each vVol's answer to an info request is kept serialised, made again when
+//! its record or its bindings change: the datastore browser asks for the
+//! metadata of every VM's Config vVol at once (1,024 of them), and serialising
+//! that many records on every browse was most of its cost.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use serde_json::value::RawValue;
+
 use crate::model::{VvolId, VvolRec, VvolType};
+use crate::VvolInfo;
 
 /// What a query asks: every constraint must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -26,6 +34,8 @@ pub struct Catalog {
     snapshots_of: HashMap<VvolId, BTreeSet<VvolId>>,
     bound: BTreeMap<String, BTreeSet<VvolId>>,
     hosts_of: HashMap<VvolId, BTreeSet<String>>,
+    /// Each vVol's [`VvolInfo`] as JSON, kept equal to [`Catalog::info`].
+    info_json: HashMap<VvolId, Box<RawValue>>,
 }
 
 impl Catalog {
@@ -41,19 +51,45 @@ impl Catalog {
         self.vvols.values()
     }
 
+    /// A vVol as answered: its record, size and the hosts it is bound to.
+    pub fn info(&self, rec: &VvolRec) -> VvolInfo {
+        VvolInfo {
+            rec: rec.clone(),
+            size_bytes: rec.size_bytes(),
+            bound_hosts: self.hosts_of(&rec.id),
+        }
+    }
+
+    /// [`Catalog::info`] of a vVol, serialised.
+    pub fn info_json(&self, id: &VvolId) -> Option<&RawValue> {
+        self.info_json.get(id).map(Box::as_ref)
+    }
+
+    fn refresh_info_json(&mut self, id: &VvolId) {
+        let Some(rec) = self.vvols.get(id) else {
+            self.info_json.remove(id);
+            return;
+        };
+        let json = serde_json::value::to_raw_value(&self.info(rec)).expect("a vVol serialises");
+        self.info_json.insert(id.clone(), json);
+    }
+
     /// Adds or replaces a record, keeping the indexes.
     pub fn put(&mut self, rec: VvolRec) {
         if let Some(old) = self.vvols.remove(&rec.id) {
             self.unindex(&old);
         }
         self.index(&rec);
-        self.vvols.insert(rec.id.clone(), rec);
+        let id = rec.id.clone();
+        self.vvols.insert(id.clone(), rec);
+        self.refresh_info_json(&id);
     }
 
     /// Removes a record and its bindings.
     pub fn remove(&mut self, id: &VvolId) -> Option<VvolRec> {
         let rec = self.vvols.remove(id)?;
         self.unindex(&rec);
+        self.info_json.remove(id);
         for host in self.hosts_of.remove(id).unwrap_or_default() {
             self.forget_binding(&host, id);
         }
@@ -160,6 +196,7 @@ impl Catalog {
             .entry(id.clone())
             .or_default()
             .insert(host.to_string());
+        self.refresh_info_json(id);
     }
 
     pub fn unbind(&mut self, host: &str, id: &VvolId) {
@@ -170,6 +207,7 @@ impl Catalog {
                 self.hosts_of.remove(id);
             }
         }
+        self.refresh_info_json(id);
     }
 
     fn forget_binding(&mut self, host: &str, id: &VvolId) {

@@ -424,11 +424,7 @@ impl VvolService {
     }
 
     fn info_of(&self, catalog: &Catalog, rec: &VvolRec) -> VvolInfo {
-        VvolInfo {
-            rec: rec.clone(),
-            size_bytes: rec.size_bytes(),
-            bound_hosts: catalog.hosts_of(&rec.id),
-        }
+        catalog.info(rec)
     }
 
     fn record(&self, id: &VvolId) -> Result<VvolRec> {
@@ -548,6 +544,25 @@ impl VvolService {
                 ItemResult::of(text.as_str(), found)
             })
             .collect())
+    }
+
+    /// [`Self::info`] as its JSON answer (a list of [`ItemResult`]s), from
+    /// each vVol's answer kept serialised: what the REST API sends.
+    pub fn info_json(&self, ids: &[String]) -> Result<String> {
+        self.counted(admission::check_batch(ids.len()))?;
+        let catalog = self.catalog.read();
+        let items: Vec<ItemResult<&serde_json::value::RawValue>> = ids
+            .iter()
+            .map(|text| {
+                let found = VvolId::parse(text).and_then(|id| {
+                    catalog
+                        .info_json(&id)
+                        .ok_or_else(|| VvolFault::NotFound(format!("vVol {id}")))
+                });
+                ItemResult::of(text.as_str(), found)
+            })
+            .collect();
+        Ok(serde_json::to_string(&items).expect("answers serialise"))
     }
 
     /// The ids of the vVols matching `query` (VASA `queryVirtualVolume`).

@@ -52,15 +52,20 @@ impl VvolId {
     }
 
     pub fn parse(text: &str) -> Result<VvolId, VvolFault> {
+        // 8-4-4-4-12 hex digits: dashes at these places, hex digits elsewhere.
+        const DASHES: [usize; 4] = [8, 13, 18, 23];
+        const UUID_LEN: usize = 36;
         let lower = text.to_ascii_lowercase();
-        let uuid = lower.strip_prefix(ID_PREFIX).unwrap_or("");
-        let groups: Vec<&str> = uuid.split('-').collect();
-        let lengths_ok = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12]);
-        if lengths_ok
-            && groups
-                .iter()
-                .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()))
-        {
+        let uuid = lower.strip_prefix(ID_PREFIX).unwrap_or("").as_bytes();
+        let well_formed = uuid.len() == UUID_LEN
+            && uuid.iter().enumerate().all(|(at, b)| {
+                if DASHES.contains(&at) {
+                    *b == b'-'
+                } else {
+                    b.is_ascii_hexdigit()
+                }
+            });
+        if well_formed {
             Ok(VvolId(lower))
         } else {
             Err(VvolFault::InvalidArgument(format!(
@@ -302,6 +307,10 @@ mod tests {
             "rfc4122.xyz",
             "naa.600",
             "rfc4122.0000000-0000-0000-0000-000000000000",
+            "rfc4122.00000000-00000-000-0000-000000000000",
+            "rfc4122.00000000-0000-0000-0000-00000000000g",
+            "rfc4122.00000000-0000-0000-0000-0000000000000",
+            "rfc4122.00000000-0000-0000-0000+000000000000",
         ] {
             assert!(VvolId::parse(bad).is_err(), "{bad}");
         }

@@ -669,3 +669,64 @@ fn operations_vasa_runs_as_tasks_are_recorded_with_their_outcome() {
         "only the operations VASA runs as tasks"
     );
 }
+
+/// What the REST API sends for an info request must be the typed answer,
+/// serialised, after every kind of change to a vVol.
+fn assert_info_json_is_the_typed_answer(service: &VvolService, ids: &[String]) {
+    let typed = serde_json::to_value(service.info(ids).unwrap()).unwrap();
+    let kept: serde_json::Value = serde_json::from_str(&service.info_json(ids).unwrap()).unwrap();
+    assert_eq!(kept, typed);
+}
+
+#[test]
+fn info_answers_kept_serialised_follow_every_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_engine, service) = open(&dir);
+    let a = service
+        .create(new_vvol(VvolType::Config, "vm1", 4))
+        .unwrap();
+    let b = service.create(new_vvol(VvolType::Data, "vm1", 8)).unwrap();
+    let mut ids = ids(&[&a, &b]);
+    ids.push("rfc4122.not-a-uuid".into());
+    ids.push(VvolId::random().to_string());
+    assert_info_json_is_the_typed_answer(&service, &ids);
+    let json = service.info_json(&ids[..1]).unwrap();
+    assert!(json.contains("\"VMW_VmID\":\"vm1\""), "{json}");
+
+    service
+        .update_metadata(&a.rec.id, &meta(&[("VMW_VVolName", "vm1.vmx")]))
+        .unwrap();
+    service.resize(&b.rec.id, 16).unwrap();
+    service.bind("esx1", &ids[..2]).unwrap();
+    service.bind("esx2", &ids[..1]).unwrap();
+    assert_info_json_is_the_typed_answer(&service, &ids);
+    let bound: serde_json::Value =
+        serde_json::from_str(&service.info_json(&ids[..1]).unwrap()).unwrap();
+    assert_eq!(
+        bound[0]["result"]["bound_hosts"],
+        serde_json::json!(["esx1", "esx2"])
+    );
+
+    service.unbind("esx1", &ids[..2]).unwrap();
+    let prepared = service
+        .prepare_snapshot(&b.rec.id, SnapshotKind::ReadOnly)
+        .unwrap();
+    let request = SnapshotRequest {
+        snapshot_id: prepared.snapshot_id.to_string(),
+        metadata: meta(&[("VMW_VVolName", "snap")]),
+    };
+    service.commit_snapshots(&[request], 10_000).unwrap();
+    ids.push(prepared.snapshot_id.to_string());
+    assert_info_json_is_the_typed_answer(&service, &ids);
+
+    service.unbind("esx2", &ids[..1]).unwrap();
+    service.delete(&a.rec.id).unwrap();
+    assert_info_json_is_the_typed_answer(&service, &ids);
+    let gone: serde_json::Value =
+        serde_json::from_str(&service.info_json(&ids[..1]).unwrap()).unwrap();
+    assert_eq!(gone[0]["fault"]["kind"], "NotFound");
+    assert!(matches!(
+        service.info_json(&vec![ids[1].clone(); MAX_BATCH + 1]),
+        Err(VvolFault::OutOfResource(_))
+    ));
+}

@@ -44,6 +44,8 @@ pub struct GatewayInfo {
     pub address: String,
     /// The shards it owns
     pub shards: Vec<String>,
+    /// The shard it serves or stands by for
+    pub shard: String,
     /// Where it serves: `api`, `nbd`, `iscsi` → `host:port`
     pub portals: Vec<Portal>,
     pub pid: u32,

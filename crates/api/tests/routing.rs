@@ -868,6 +868,7 @@ impl lacuna_api::gateways::GatewaySource for TwoGateways {
             state: state.into(),
             address: format!("127.0.0.1:0/{}", id.len()),
             shards,
+            shard: "shard-0".into(),
             portals: vec![Portal {
                 service: "nbd".into(),
                 address: "127.0.0.1:10809".into(),

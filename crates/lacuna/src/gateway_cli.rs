@@ -51,11 +51,7 @@ fn gateways_table(answer: &GatewaysAnswer) -> String {
             vec![
                 g.gateway.clone(),
                 g.state.clone(),
-                if g.shards.is_empty() {
-                    "-".into()
-                } else {
-                    g.shards.join(",")
-                },
+                g.shard.clone(),
                 g.portals
                     .iter()
                     .map(|p| format!("{} {}", p.service, p.address))
@@ -71,7 +67,7 @@ fn gateways_table(answer: &GatewaysAnswer) -> String {
         &[
             ("GATEWAY", Align::Left),
             ("STATE", Align::Left),
-            ("SHARDS", Align::Left),
+            ("SHARD", Align::Left),
             ("PORTALS", Align::Left),
             ("SEEN", Align::Right),
             ("ADDRESS", Align::Left),

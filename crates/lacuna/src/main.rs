@@ -212,6 +212,12 @@ pub struct ServeArgs {
     /// default: the host name and process id.
     #[arg(long, value_parser = parse_gateway_id)]
     gateway_id: Option<String>,
+    /// The shard this gateway serves or stands by for (--store rados): one
+    /// array (its containers, volumes, vVols, hosts and identity) in a RADOS
+    /// namespace of the pool. Run one `serve` per shard; gateways of
+    /// different shards serve side by side (docs/SCALE-OUT.md).
+    #[arg(long, default_value = lacuna_rados_store::membership::DEFAULT_SHARD, value_parser = parse_shard)]
+    shard: String,
     /// Seconds of the shard's ownership lease (--store rados): how long a
     /// dead gateway keeps its shard before another takes it over.
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(2..=300))]
@@ -260,6 +266,18 @@ fn parse_gateway_id(text: &str) -> Result<String, String> {
         Err(format!(
             "a gateway id is 1 to {} letters, digits, '-', '_' or '.'",
             lacuna_rados_store::membership::MAX_GATEWAY_ID_BYTES
+        ))
+    }
+}
+
+fn parse_shard(text: &str) -> Result<String, String> {
+    if lacuna_rados_store::membership::valid_shard_name(text) {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "a shard is 1 to {} lowercase letters, digits or '-', starting with a letter (not '{}')",
+            lacuna_rados_store::membership::MAX_SHARD_NAME_BYTES,
+            lacuna_rados_store::membership::NAMESPACE
         ))
     }
 }
@@ -330,6 +348,7 @@ fn main() -> ExitCode {
                                 ceph_conf: args.ceph_conf.expect("required by clap"),
                                 pool: args.pool.expect("required by clap"),
                                 gateway: args.gateway_id.unwrap_or_else(default_gateway_id),
+                                shard: args.shard,
                                 lease: std::time::Duration::from_secs(args.lease_s),
                                 port_group: args.port_group,
                                 portals: portals(

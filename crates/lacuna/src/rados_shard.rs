@@ -16,8 +16,6 @@ use lacuna_rados_store::array_files::{ArrayFiles, Reconciled};
 use lacuna_rados_store::membership::{self, GatewayRecord, Role};
 use lacuna_rados_store::ownership::{last_owner, lost_ownership, Ownership};
 
-/// The namespace of the array's one shard (docs/SCALE-OUT.md).
-pub const SHARD_NAMESPACE: &str = "shard-0";
 /// Exit status of a gateway that lost its shard.
 pub const LOST_SHARD_EXIT: i32 = 75;
 
@@ -27,6 +25,9 @@ pub struct RadosStore {
     pub ceph_conf: PathBuf,
     pub pool: String,
     pub gateway: String,
+    /// The shard this gateway serves or stands by for (`--shard`): a RADOS
+    /// namespace of the pool holding one array.
+    pub shard: String,
     pub lease: Duration,
     /// Where this gateway serves (`api`, `nbd`, `iscsi` → `host:port`), for
     /// its membership record.
@@ -39,6 +40,7 @@ pub struct RadosStore {
 pub struct OwnedShard {
     pub store: lacuna_engine::ExternalStore,
     ownership: Arc<Ownership>,
+    shard: String,
     /// Set (under its lock) when the shard is released: the lease thread
     /// renews only while it is not, so no renewal follows the release.
     released: Arc<parking_lot::Mutex<bool>>,
@@ -120,6 +122,7 @@ impl Membership {
             address: cluster.address().context("reading this client's address")?,
             role: Role::Standby,
             shards: Vec::new(),
+            shard: config.shard.clone(),
             portals: config.portals.clone(),
             pid: std::process::id(),
             started_unix_ms: now,
@@ -131,7 +134,9 @@ impl Membership {
             io,
             record: parking_lot::Mutex::new(record),
             stopped: parking_lot::Mutex::new(false),
-            port_groups: config.port_group.map(GatewayPortGroups::new),
+            port_groups: config
+                .port_group
+                .map(|group| GatewayPortGroups::new(group, &config.shard)),
         });
         membership
             .announce()
@@ -154,7 +159,7 @@ impl Membership {
         {
             let mut record = self.record.lock();
             record.role = Role::Owner;
-            record.shards = vec![SHARD_NAMESPACE.to_string()];
+            record.shards = vec![record.shard.clone()];
         }
         if let Err(e) = self.announce() {
             tracing::warn!("writing this gateway's record: {e}");
@@ -202,20 +207,22 @@ impl Membership {
     }
 }
 
-/// The target port groups of the pool's gateways, as this gateway (serving
+/// The target port groups of the shard's gateways, as this gateway (serving
 /// iSCSI only as the shard's owner) reports them: its own active/optimized,
-/// other live ones standby, gone ones offline. Gateways without a group are
-/// not reported.
+/// other live ones standby, gone ones offline. Gateways without a group, and
+/// those of other shards (other arrays), are not reported.
 #[derive(Debug)]
 pub struct GatewayPortGroups {
     own: u16,
+    shard: String,
     others: parking_lot::RwLock<Vec<lacuna_scsi::port_groups::PortGroup>>,
 }
 
 impl GatewayPortGroups {
-    fn new(own: u16) -> Arc<GatewayPortGroups> {
+    fn new(own: u16, shard: &str) -> Arc<GatewayPortGroups> {
         Arc::new(GatewayPortGroups {
             own,
+            shard: shard.to_string(),
             others: parking_lot::RwLock::new(Vec::new()),
         })
     }
@@ -224,6 +231,7 @@ impl GatewayPortGroups {
         use lacuna_scsi::port_groups::{AccessState, PortGroup};
         let mut others: Vec<PortGroup> = records
             .iter()
+            .filter(|record| record.shard == self.shard)
             .filter_map(|record| {
                 let id = record.port_group.filter(|&id| id != self.own)?;
                 let state = if record.is_alive(now_unix_ms) {
@@ -257,10 +265,12 @@ impl lacuna_scsi::port_groups::PortGroups for GatewayPortGroups {
     }
 }
 
-/// The pool's gateways and the shard's owner, read from the cluster.
+/// The pool's gateways and each shard's owner, read from the cluster.
 pub struct PoolView {
+    cluster: Arc<lacuna_rados::Cluster>,
     members: lacuna_rados::IoCtx,
-    shard: Arc<lacuna_rados::IoCtx>,
+    /// A shard listed even when no gateway names it (this gateway's).
+    shard: String,
     pool: String,
     this_gateway: String,
 }
@@ -268,7 +278,22 @@ pub struct PoolView {
 impl PoolView {
     fn read(&self) -> lacuna_rados::Result<GatewaysAnswer> {
         let now = membership::now_unix_ms();
-        let gateways = membership::members(&self.members)?
+        let records = membership::members(&self.members)?;
+        // Every shard a gateway serves or waits for, and this one's.
+        let mut shard_names: Vec<String> = records.iter().map(|r| r.shard.clone()).collect();
+        shard_names.push(self.shard.clone());
+        shard_names.sort();
+        shard_names.dedup();
+        let mut shards = Vec::with_capacity(shard_names.len());
+        for shard in shard_names {
+            let owner = last_owner(&self.cluster.io(&self.pool, &shard)?)?;
+            shards.push(ShardInfo {
+                shard,
+                owner: owner.as_ref().map(|o| o.gateway.clone()),
+                owner_address: owner.map(|o| o.address),
+            });
+        }
+        let gateways = records
             .into_iter()
             .map(|record| GatewayInfo {
                 state: match (record.is_alive(now), record.role) {
@@ -289,21 +314,17 @@ impl PoolView {
                 gateway: record.gateway,
                 address: record.address,
                 shards: record.shards,
+                shard: record.shard,
                 pid: record.pid,
                 started_unix_ms: record.started_unix_ms,
                 lease_ms: record.lease_ms,
             })
             .collect();
-        let owner = last_owner(&self.shard)?;
         Ok(GatewaysAnswer {
             pool: self.pool.clone(),
             this_gateway: self.this_gateway.clone(),
             gateways,
-            shards: vec![ShardInfo {
-                shard: SHARD_NAMESPACE.to_string(),
-                owner: owner.as_ref().map(|o| o.gateway.clone()),
-                owner_address: owner.map(|o| o.address),
-            }],
+            shards,
         })
     }
 }
@@ -327,7 +348,8 @@ pub fn read_gateways(
         members: cluster
             .io(pool, membership::NAMESPACE)
             .with_context(|| format!("opening pool {pool}"))?,
-        shard: Arc::new(cluster.io(pool, SHARD_NAMESPACE)?),
+        cluster,
+        shard: membership::DEFAULT_SHARD.to_string(),
         pool: pool.to_string(),
         this_gateway: this_gateway.unwrap_or_default().to_string(),
     };
@@ -343,9 +365,10 @@ pub fn take(config: &RadosStore) -> anyhow::Result<OwnedShard> {
             config.ceph_conf.display()
         )
     })?;
+    let shard = config.shard.as_str();
     let io = Arc::new(
         cluster
-            .io(&config.pool, SHARD_NAMESPACE)
+            .io(&config.pool, shard)
             .with_context(|| format!("opening pool {}", config.pool))?,
     );
     let membership = Membership::start(&cluster, config)?;
@@ -357,7 +380,7 @@ pub fn take(config: &RadosStore) -> anyhow::Result<OwnedShard> {
                 let owner = last_owner(&io).ok().flatten().map(|o| o.gateway);
                 if reported != owner {
                     println!(
-                        "lacuna: standby: {SHARD_NAMESPACE} of pool {} is owned by {}; waiting for its lease",
+                        "lacuna: standby: {shard} of pool {} is owned by {}; waiting for its lease",
                         config.pool,
                         owner.as_deref().unwrap_or("another gateway")
                     );
@@ -370,26 +393,28 @@ pub fn take(config: &RadosStore) -> anyhow::Result<OwnedShard> {
     };
     match &ownership.fenced {
         Some(previous) => println!(
-            "lacuna: took {SHARD_NAMESPACE} over from {} ({}), fenced at the cluster",
+            "lacuna: took {shard} over from {} ({}), fenced at the cluster",
             previous.gateway, previous.address
         ),
-        None => println!("lacuna: owner of {SHARD_NAMESPACE} in pool {}", config.pool),
+        None => println!("lacuna: owner of {shard} in pool {}", config.pool),
     }
     membership.became_owner();
     let view = Arc::new(PoolView {
         members: cluster
             .io(&config.pool, membership::NAMESPACE)
             .with_context(|| format!("opening pool {}", config.pool))?,
-        shard: io.clone(),
+        cluster: cluster.clone(),
+        shard: shard.to_string(),
         pool: config.pool.clone(),
         this_gateway: config.gateway.clone(),
     });
     Ok(OwnedShard {
         store: lacuna_rados_store::shard_store(
             io.clone(),
-            &format!("pool {} namespace {SHARD_NAMESPACE}", config.pool),
+            &format!("pool {} namespace {shard}", config.pool),
         ),
         ownership: Arc::new(ownership),
+        shard: shard.to_string(),
         released: Arc::new(parking_lot::Mutex::new(false)),
         membership,
         view,
@@ -403,9 +428,10 @@ impl OwnedShard {
     pub fn keep(&self) {
         let ownership = self.ownership.clone();
         let released = self.released.clone();
+        let shard = self.shard.clone();
         std::thread::Builder::new()
             .name("lacuna-lease".into())
-            .spawn(move || renew_until_released(&ownership, &released))
+            .spawn(move || renew_until_released(&ownership, &shard, &released))
             .expect("spawning the lease thread");
     }
 
@@ -442,7 +468,7 @@ impl OwnedShard {
     }
 }
 
-fn renew_until_released(ownership: &Ownership, released: &parking_lot::Mutex<bool>) {
+fn renew_until_released(ownership: &Ownership, shard: &str, released: &parking_lot::Mutex<bool>) {
     let lease = ownership.lease();
     let mut renewed = Instant::now();
     loop {
@@ -454,15 +480,15 @@ fn renew_until_released(ownership: &Ownership, released: &parking_lot::Mutex<boo
         match ownership.renew() {
             Ok(()) => renewed = Instant::now(),
             Err(e) if lost_ownership(&e) => {
-                tracing::error!("lost {SHARD_NAMESPACE} to another gateway ({e}); stopping");
-                eprintln!("lacuna: lost {SHARD_NAMESPACE} to another gateway ({e}); stopping");
+                tracing::error!("lost {shard} to another gateway ({e}); stopping");
+                eprintln!("lacuna: lost {shard} to another gateway ({e}); stopping");
                 std::process::exit(LOST_SHARD_EXIT);
             }
             Err(e) if renewed.elapsed() + lease / 3 >= lease => {
-                eprintln!("lacuna: could not renew the lease of {SHARD_NAMESPACE} in time ({e}); stopping");
+                eprintln!("lacuna: could not renew the lease of {shard} in time ({e}); stopping");
                 std::process::exit(LOST_SHARD_EXIT);
             }
-            Err(e) => tracing::warn!("renewing the lease of {SHARD_NAMESPACE}: {e}; retrying"),
+            Err(e) => tracing::warn!("renewing the lease of {shard}: {e}; retrying"),
         }
     }
 }

@@ -299,6 +299,22 @@ fn invalid_arguments_get_clap_messages() {
         &["serve", "--nbd-poll-us", "5000"],
         "5000 is not in 0..=1000",
     );
+    for shard in ["Shard", "gateways", "a/b", ""] {
+        assert_usage_error(
+            &[
+                "serve",
+                "--store",
+                "rados",
+                "--ceph-conf",
+                "c",
+                "--pool",
+                "p",
+                "--shard",
+                shard,
+            ],
+            "a shard is 1 to 64 lowercase letters",
+        );
+    }
 }
 
 impl LiveApi {

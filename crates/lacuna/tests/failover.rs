@@ -21,6 +21,12 @@ use support::{free_port, BIN};
 
 const MIB: usize = 1 << 20;
 
+/// The tests run one at a time: each starts a cluster and up to three
+/// gateways with 3 s leases, and four of them at once on two cores can starve
+/// a gateway's lease renewal (it then stops, as it must) — a load the tests
+/// are not about.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A target port group as REPORT TARGET PORT GROUPS gave it: id, asymmetric
 /// access state, relative target ports.
 type PortGroup = (u16, u8, Vec<u16>);
@@ -47,6 +53,17 @@ impl Gateway {
 
     /// [`Gateway::start`] with an ALUA target port group (`--port-group`).
     fn start_in_group(dir: &Path, conf: &Path, id: &str, group: Option<u16>) -> Gateway {
+        Gateway::start_for(dir, conf, id, group, None)
+    }
+
+    /// [`Gateway::start_in_group`] for a shard other than the first (`--shard`).
+    fn start_for(
+        dir: &Path,
+        conf: &Path,
+        id: &str,
+        group: Option<u16>,
+        shard: Option<&str>,
+    ) -> Gateway {
         std::fs::create_dir_all(dir).unwrap();
         let (nbd_port, api_port, iscsi_port) = (free_port(), free_port(), free_port());
         let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
@@ -60,6 +77,7 @@ impl Gateway {
             .args(["--lease-s", "3", "--capacity", "2G", "--no-vasa"])
             .args(["--nbd-open-access"])
             .args(group.map(|g| format!("--port-group={g}")))
+            .args(shard.map(|s| format!("--shard={s}")))
             .args(["--nbd-listen", &format!("127.0.0.1:{nbd_port}")])
             .args(["--api-listen", &format!("127.0.0.1:{api_port}")])
             .args(["--iscsi-listen", &format!("127.0.0.1:{iscsi_port}")])
@@ -226,6 +244,7 @@ fn nbd(uri: &str, script: &str) -> String {
 
 #[test]
 fn a_killed_owner_is_taken_over_by_the_standby_with_nothing_flushed_lost() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = TestCluster::start();
     let tmp = tempfile::tempdir().unwrap();
     let mut a = Gateway::start(&tmp.path().join("gw-a"), &cluster.conf, "gw-a");
@@ -240,15 +259,7 @@ fn a_killed_owner_is_taken_over_by_the_standby_with_nothing_flushed_lost() {
         ),
     );
     let mut b = Gateway::start(&tmp.path().join("gw-b"), &cluster.conf, "gw-b");
-    let standby = Instant::now();
-    while !b.log().contains("standby") {
-        assert!(
-            standby.elapsed() < Duration::from_secs(60),
-            "no standby: {}",
-            b.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_standby(&b);
     assert!(
         TcpStream::connect(("127.0.0.1", b.nbd_port)).is_err(),
         "a standby serves nothing"
@@ -295,11 +306,7 @@ fn a_killed_owner_is_taken_over_by_the_standby_with_nothing_flushed_lost() {
 
     // The killed gateway, restarted, is a standby: it serves nothing.
     let mut a2 = Gateway::start(&tmp.path().join("gw-a"), &cluster.conf, "gw-a");
-    let waited = Instant::now();
-    while !a2.log().contains("standby") {
-        assert!(waited.elapsed() < Duration::from_secs(60), "{}", a2.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_standby(&a2);
     std::thread::sleep(Duration::from_secs(4));
     assert!(
         TcpStream::connect(("127.0.0.1", a2.nbd_port)).is_err(),
@@ -380,6 +387,7 @@ fn state_of(answer: &serde_json::Value, gateway: &str) -> String {
 /// there for the next one.
 #[test]
 fn the_array_identity_hosts_token_and_vvols_move_with_the_shard() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     const INITIATOR: &str = "iqn.2024-01.org.example:moving-host";
     const STRANGER: &str = "iqn.2024-01.org.example:stranger";
     let cluster = TestCluster::start();
@@ -401,11 +409,7 @@ fn the_array_identity_hosts_token_and_vvols_move_with_the_shard() {
     let serial = a.iscsi_inquiry(INITIATOR, "128").unwrap();
 
     let mut b = Gateway::start(&tmp.path().join("gw-b"), &cluster.conf, "gw-b");
-    let standby = Instant::now();
-    while !b.log().contains("standby") {
-        assert!(standby.elapsed() < Duration::from_secs(60), "{}", b.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_standby(&b);
     a.child.kill().unwrap();
     a.child.wait().unwrap();
     b.wait_serving(Duration::from_secs(60));
@@ -435,11 +439,7 @@ fn the_array_identity_hosts_token_and_vvols_move_with_the_shard() {
     // next owner, has it.
     b.cli_ok(&["host", "create", "esx-2", "--iqn", STRANGER]);
     let mut c = Gateway::start(&tmp.path().join("gw-c"), &cluster.conf, "gw-c");
-    let standby = Instant::now();
-    while !c.log().contains("standby") {
-        assert!(standby.elapsed() < Duration::from_secs(60), "{}", c.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_standby(&c);
     // SAFETY: kill(2) with a child's pid and a signal number.
     assert_eq!(unsafe { libc::kill(b.child.id() as i32, libc::SIGTERM) }, 0);
     assert!(b.child.wait().unwrap().success(), "{}", b.log());
@@ -478,6 +478,7 @@ fn sg_vpd_83(dir: &Path, page: &[u8]) -> String {
 /// one offline; the dead one, restarted, is reported standby again.
 #[test]
 fn the_owners_port_group_is_active_optimized_and_moves_with_the_shard() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     const INITIATOR: &str = "iqn.2024-01.org.example:multipath-host";
     const ACTIVE_OPTIMIZED: u8 = 0x0;
     const STANDBY: u8 = 0x2;
@@ -517,4 +518,127 @@ fn the_owners_port_group_is_active_optimized_and_moves_with_the_shard() {
 
     let _a = Gateway::start_in_group(&tmp.path().join("gw-a"), conf, "gw-a", Some(1));
     wait_for(&b, &[(1, STANDBY, vec![1]), (2, ACTIVE_OPTIMIZED, vec![2])]);
+}
+
+/// Waits until `gateway`'s log says it stands by.
+fn wait_standby(gateway: &Gateway) {
+    let started = Instant::now();
+    while !gateway.log().contains("standby") {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{}",
+            gateway.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Two shards in one pool are two arrays served side by side by their own
+/// gateways: each its own volumes and data, its own ALUA groups (a gateway
+/// of the other shard is no path to this one's LUNs), listed with its own
+/// owner. SIGKILL of one shard's owner is taken over by that shard's standby
+/// while the other shard's host keeps writing and flushing, untouched.
+#[test]
+fn two_shards_serve_side_by_side_and_one_fails_over_without_the_other_noticing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const INITIATOR: &str = "iqn.2024-01.org.example:two-shards";
+    const ACTIVE_OPTIMIZED: u8 = 0x0;
+    const STANDBY: u8 = 0x2;
+    let cluster = TestCluster::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = &cluster.conf;
+    let start = |name: &str, group: u16, shard: &str| {
+        Gateway::start_for(&tmp.path().join(name), conf, name, Some(group), Some(shard))
+    };
+    let mut a = start("gw-a", 1, "alpha");
+    let mut b = start("gw-b", 2, "beta");
+    a.wait_serving(Duration::from_secs(60));
+    b.wait_serving(Duration::from_secs(60));
+    assert!(a.log().contains("owner of alpha"), "{}", a.log());
+    assert!(b.log().contains("owner of beta"), "{}", b.log());
+    for (gateway, fill) in [(&a, "A"), (&b, "B")] {
+        gateway.cli_ok(&["volume", "create", "v", "--size", "64M"]);
+        gateway.cli_ok(&["host", "create", "esx-1", "--iqn", INITIATOR]);
+        gateway.cli_ok(&["host", "connect", "esx-1", "v", "--lun", "0"]);
+        nbd(
+            &gateway.uri(),
+            &format!("h.pwrite(b'{fill}' * {MIB}, 0)\nh.flush()"),
+        );
+    }
+    let first = format!("print(h.pread({MIB}, 0)[:1].decode())");
+    assert_eq!(nbd(&a.uri(), &first).trim(), "A", "alpha's own data");
+    assert_eq!(nbd(&b.uri(), &first).trim(), "B", "beta's own data");
+    let c = start("gw-c", 3, "alpha");
+    wait_standby(&c);
+
+    // Each owner reports its own shard's groups only: alpha's standby (3),
+    // never beta's owner (2).
+    let started = Instant::now();
+    loop {
+        let (groups, _) = a.port_groups(INITIATOR);
+        if groups == [(1, ACTIVE_OPTIMIZED, vec![1]), (3, STANDBY, vec![3])] {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{groups:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(b.port_groups(INITIATOR).0, [(2, ACTIVE_OPTIMIZED, vec![2])]);
+    let answer = b.gateways();
+    let owners: Vec<(String, String)> = answer["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["shard"].to_string(), s["owner"].to_string()))
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            ("\"alpha\"".to_string(), "\"gw-a\"".to_string()),
+            ("\"beta\"".to_string(), "\"gw-b\"".to_string())
+        ],
+        "{answer}"
+    );
+    assert_eq!(state_of(&answer, "gw-c"), "standby", "{answer}");
+    let standby = answer["gateways"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["gateway"] == "gw-c")
+        .unwrap();
+    assert_eq!(standby["shard"], "alpha", "{answer}");
+
+    // Beta's host writes and flushes all along alpha's failover.
+    let writer = {
+        let uri = b.uri();
+        std::thread::spawn(move || {
+            nbd(
+                &uri,
+                &format!(
+                    "import time\nend = time.time() + 12\nn = 0\n\
+                     while time.time() < end:\n    \
+                     h.pwrite(bytes([n % 251]) * 65536, {MIB} + (n % 64) * 65536)\n    \
+                     h.flush()\n    n += 1\n\
+                     print(n)"
+                ),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let mut c = c;
+    c.wait_serving(Duration::from_secs(60));
+    assert!(c.log().contains("took alpha over from gw-a"), "{}", c.log());
+    assert_eq!(nbd(&c.uri(), &first).trim(), "A", "alpha moved whole");
+    let flushes: u64 = writer.join().unwrap().trim().parse().unwrap();
+    assert!(flushes > 0, "beta's writes went on");
+    assert_eq!(nbd(&b.uri(), &first).trim(), "B", "beta untouched");
+    assert!(
+        b.child.try_wait().unwrap().is_none(),
+        "beta's owner still serves"
+    );
+    let answer = b.gateways();
+    assert_eq!(answer["shards"][0]["owner"], "gw-c", "{answer}");
+    assert_eq!(answer["shards"][1]["owner"], "gw-b", "{answer}");
+    assert_eq!(state_of(&answer, "gw-b"), "owner", "{answer}");
 }

@@ -43,6 +43,9 @@ pub struct GatewayRecord {
     pub role: Role,
     /// The shards it owns (empty for a standby).
     pub shards: Vec<String>,
+    /// The shard it serves or stands by for (one per gateway process).
+    #[serde(default = "first_shard")]
+    pub shard: String,
     /// Where it serves: `api`, `nbd`, `iscsi` → `host:port`.
     pub portals: Vec<(String, String)>,
     pub pid: u32,
@@ -60,6 +63,28 @@ impl GatewayRecord {
     pub fn is_alive(&self, now_unix_ms: u64) -> bool {
         now_unix_ms.saturating_sub(self.seen_unix_ms) < 2 * self.lease_ms.max(1)
     }
+}
+
+/// The shard of records written before gateways named theirs.
+fn first_shard() -> String {
+    DEFAULT_SHARD.to_string()
+}
+
+/// The shard a gateway serves unless told another (`--shard`).
+pub const DEFAULT_SHARD: &str = "shard-0";
+/// Longest shard name.
+pub const MAX_SHARD_NAME_BYTES: usize = 64;
+
+/// Whether `shard` may name a shard (a RADOS namespace of the pool): 1 to
+/// [`MAX_SHARD_NAME_BYTES`] lowercase letters, digits or `-`, starting with a
+/// letter, and not the gateway records' [`NAMESPACE`].
+pub fn valid_shard_name(shard: &str) -> bool {
+    shard.len() <= MAX_SHARD_NAME_BYTES
+        && shard.starts_with(|c: char| c.is_ascii_lowercase())
+        && shard
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && shard != NAMESPACE
 }
 
 pub fn now_unix_ms() -> u64 {
@@ -131,6 +156,7 @@ mod tests {
             address: "127.0.0.1:0/1".into(),
             role: Role::Owner,
             shards: vec!["shard-0".into()],
+            shard: "shard-0".into(),
             portals: vec![("nbd".into(), "127.0.0.1:10809".into())],
             pid: 1,
             started_unix_ms: 1_000,
@@ -151,5 +177,19 @@ mod tests {
         assert!(!valid_gateway_id(""));
         assert!(!valid_gateway_id("a/b"));
         assert!(!valid_gateway_id(&"a".repeat(MAX_GATEWAY_ID_BYTES + 1)));
+    }
+
+    #[test]
+    fn shard_names_are_namespaces_of_their_own_and_old_records_name_the_first() {
+        assert!(valid_shard_name("shard-0"));
+        assert!(valid_shard_name("gold-tier-2"));
+        for bad in ["", "0shard", "Shard", "a_b", "a.b", "gateways", "-a"] {
+            assert!(!valid_shard_name(bad), "{bad}");
+        }
+        assert!(!valid_shard_name(&"a".repeat(MAX_SHARD_NAME_BYTES + 1)));
+        let old = r#"{"gateway":"gw-a","address":"x","role":"standby","shards":[],"portals":[],
+            "pid":1,"started_unix_ms":1,"seen_unix_ms":1,"lease_ms":3000}"#;
+        let record: GatewayRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(record.shard, DEFAULT_SHARD);
     }
 }

@@ -70,6 +70,34 @@ pub struct BoundVvol {
     pub read_only: bool,
 }
 
+/// Swap vVols marked as being emptied, from [`Emptying::mark`] (which
+/// releases the writer mutex) until dropped, on every way out.
+struct Emptying<'a> {
+    service: &'a VvolService,
+    ids: Vec<VvolId>,
+}
+
+impl<'a> Emptying<'a> {
+    fn mark<'i>(
+        service: &'a VvolService,
+        mut writer: parking_lot::MutexGuard<'_, crate::Writer>,
+        ids: impl Iterator<Item = &'i VvolId>,
+    ) -> Emptying<'a> {
+        let ids: Vec<VvolId> = ids.cloned().collect();
+        writer.emptying.extend(ids.iter().cloned());
+        Emptying { service, ids }
+    }
+}
+
+impl Drop for Emptying<'_> {
+    fn drop(&mut self) {
+        let mut writer = self.service.writer.lock();
+        for id in &self.ids {
+            writer.emptying.remove(id);
+        }
+    }
+}
+
 impl VvolService {
     /// Binds each vVol to `host` (VASA `bindVirtualVolume`).
     pub fn bind(&self, host: &str, ids: &[String]) -> Result<Vec<ItemResult<Binding>>> {
@@ -92,6 +120,7 @@ impl VvolService {
                     let rec = catalog
                         .get(&id)
                         .ok_or_else(|| VvolFault::NotFound(format!("vVol {id}")))?;
+                    writer.check_not_emptying(&id)?;
                     let fresh = !catalog.is_bound_to(host, &id)
                         && !changes.bind.iter().any(|(_, b)| b == &id);
                     if fresh {
@@ -168,7 +197,7 @@ impl VvolService {
                     // A snapshot of a swap vVol is a point in time: kept as it is.
                     let swap = rec.vvol_type == VvolType::Swap && rec.snapshot.is_none();
                     if swap && catalog.hosts_of(&id).len() == 1 {
-                        emptied.push((rec.engine_name(), rec.size_bytes()));
+                        emptied.push((id.clone(), rec.engine_name(), rec.size_bytes()));
                     }
                     changes.unbind.push((host.to_string(), id.clone()));
                     events.push((
@@ -183,8 +212,12 @@ impl VvolService {
             }
         }
         // Unreachable first, then emptied: no host writes into the discard.
+        // The discard (an engine commit) runs after the mutex is released, so
+        // other hosts' binds and unbinds do not wait for it; until it is done
+        // the swap vVol cannot be bound, reverted or deleted.
         self.apply_bindings(&mut writer, changes, events)?;
-        for (name, size_bytes) in &emptied {
+        let _emptying = Emptying::mark(self, writer, emptied.iter().map(|(id, _, _)| id));
+        for (_, name, size_bytes) in &emptied {
             self.engine.open_volume(name)?.unmap(0, *size_bytes)?;
         }
         // Not flushed: a durable commit per power-off tripled its time (bench

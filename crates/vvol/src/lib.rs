@@ -216,6 +216,21 @@ type PendingEvent = (EventKind, String, Option<String>, String);
 struct Writer {
     events: EventLog,
     prepared: snapshots::Prepared,
+    /// Swap vVols unbound from their last host whose contents are being
+    /// discarded, outside the mutex: not bound, reverted or deleted meanwhile.
+    emptying: std::collections::HashSet<VvolId>,
+}
+
+impl Writer {
+    /// Refuses a change to a swap vVol while its contents are discarded.
+    fn check_not_emptying(&self, id: &VvolId) -> Result<()> {
+        if self.emptying.contains(id) {
+            return Err(VvolFault::Busy(format!(
+                "vVol {id} is being emptied after its unbind; retry"
+            )));
+        }
+        Ok(())
+    }
 }
 
 pub struct VvolService {
@@ -273,6 +288,7 @@ impl VvolService {
             writer: Mutex::new(Writer {
                 events: EventLog::new(loaded.next_event_id),
                 prepared: snapshots::Prepared::default(),
+                emptying: Default::default(),
             }),
             admission: admission::Admission::default(),
             tasks: Mutex::new(tasks::TaskLog::default()),
@@ -670,6 +686,7 @@ impl VvolService {
 
     fn delete_inner(&self, id: &VvolId) -> Result<()> {
         let mut writer = self.writer.lock();
+        writer.check_not_emptying(id)?;
         let rec = self.record(id)?;
         let (doomed, bound) = {
             let catalog = self.catalog.read();
@@ -839,6 +856,7 @@ impl VvolService {
 
     fn revert_inner(&self, id: &VvolId, snapshot: &VvolId) -> Result<VvolInfo> {
         let mut writer = self.writer.lock();
+        writer.check_not_emptying(id)?;
         let rec = self.record(id)?;
         let snap = self.record(snapshot)?;
         let of_this = snap.snapshot.as_ref().is_some_and(|s| &s.base == id);

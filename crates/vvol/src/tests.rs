@@ -730,3 +730,37 @@ fn info_answers_kept_serialised_follow_every_change() {
         Err(VvolFault::OutOfResource(_))
     ));
 }
+
+#[test]
+fn a_swap_being_emptied_cannot_be_bound_reverted_or_deleted_until_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_engine, service) = open(&dir);
+    let swap = service.create(new_vvol(VvolType::Swap, "vm", 8)).unwrap();
+    let ids = vec![swap.rec.id.to_string()];
+    let prepared = service
+        .prepare_snapshot(&swap.rec.id, SnapshotKind::ReadOnly)
+        .unwrap();
+    let request = SnapshotRequest {
+        snapshot_id: prepared.snapshot_id.to_string(),
+        metadata: Metadata::new(),
+    };
+    service.commit_snapshots(&[request], 10_000).unwrap();
+    service.writer.lock().emptying.insert(swap.rec.id.clone());
+    let answer = service.bind("esx1", &ids).unwrap();
+    assert_eq!(answer[0].fault.as_ref().unwrap().kind, "Busy", "{answer:?}");
+    assert!(matches!(
+        service.delete(&swap.rec.id),
+        Err(VvolFault::Busy(_))
+    ));
+    assert!(matches!(
+        service.revert(&swap.rec.id, &prepared.snapshot_id),
+        Err(VvolFault::Busy(_))
+    ));
+    assert_eq!(service.count(), 2, "nothing deleted");
+    service.writer.lock().emptying.clear();
+    assert!(service.bind("esx1", &ids).unwrap()[0].fault.is_none());
+    // An unbind empties the swap and leaves nothing marked.
+    service.unbind("esx1", &ids).unwrap();
+    assert!(service.writer.lock().emptying.is_empty());
+    assert!(service.bind("esx1", &ids).unwrap()[0].fault.is_none());
+}

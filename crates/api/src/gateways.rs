@@ -42,8 +42,6 @@ pub struct GatewayInfo {
     pub state: String,
     /// Its cluster client's address (what fencing blocklists)
     pub address: String,
-    /// The shards it owns
-    pub shards: Vec<String>,
     /// The shard it serves or stands by for
     pub shard: String,
     /// Where it serves: `api`, `nbd`, `iscsi` → `host:port`

@@ -863,11 +863,10 @@ impl lacuna_api::gateways::GatewaySource for TwoGateways {
         if self.fail {
             return Err("listing objects: Connection timed out (errno 110)".into());
         }
-        let gateway = |id: &str, state: &str, shards: Vec<String>| GatewayInfo {
+        let gateway = |id: &str, state: &str| GatewayInfo {
             gateway: id.into(),
             state: state.into(),
             address: format!("127.0.0.1:0/{}", id.len()),
-            shards,
             shard: "shard-0".into(),
             portals: vec![Portal {
                 service: "nbd".into(),
@@ -881,10 +880,7 @@ impl lacuna_api::gateways::GatewaySource for TwoGateways {
         Ok(GatewaysAnswer {
             pool: "lacuna".into(),
             this_gateway: "gw-a".into(),
-            gateways: vec![
-                gateway("gw-a", "owner", vec!["shard-0".into()]),
-                gateway("gw-b", "standby", vec![]),
-            ],
+            gateways: vec![gateway("gw-a", "owner"), gateway("gw-b", "standby")],
             shards: vec![ShardInfo {
                 shard: "shard-0".into(),
                 owner: Some("gw-a".into()),

@@ -121,7 +121,6 @@ impl Membership {
             gateway: config.gateway.clone(),
             address: cluster.address().context("reading this client's address")?,
             role: Role::Standby,
-            shards: Vec::new(),
             shard: config.shard.clone(),
             portals: config.portals.clone(),
             pid: std::process::id(),
@@ -156,11 +155,7 @@ impl Membership {
     }
 
     fn became_owner(&self) {
-        {
-            let mut record = self.record.lock();
-            record.role = Role::Owner;
-            record.shards = vec![record.shard.clone()];
-        }
+        self.record.lock().role = Role::Owner;
         if let Err(e) = self.announce() {
             tracing::warn!("writing this gateway's record: {e}");
         }
@@ -313,7 +308,6 @@ impl PoolView {
                     .collect(),
                 gateway: record.gateway,
                 address: record.address,
-                shards: record.shards,
                 shard: record.shard,
                 pid: record.pid,
                 started_unix_ms: record.started_unix_ms,

@@ -30,7 +30,7 @@ pub const MAX_GATEWAY_ID_BYTES: usize = 64;
 pub enum Role {
     /// Connected, waiting to own a shard.
     Standby,
-    /// Owns and serves the shards it lists.
+    /// Owns and serves its shard.
     Owner,
 }
 
@@ -41,8 +41,6 @@ pub struct GatewayRecord {
     /// Its cluster client's address (what fencing blocklists).
     pub address: String,
     pub role: Role,
-    /// The shards it owns (empty for a standby).
-    pub shards: Vec<String>,
     /// The shard it serves or stands by for (one per gateway process).
     #[serde(default = "first_shard")]
     pub shard: String,
@@ -155,7 +153,6 @@ mod tests {
             gateway: "gw-a".into(),
             address: "127.0.0.1:0/1".into(),
             role: Role::Owner,
-            shards: vec!["shard-0".into()],
             shard: "shard-0".into(),
             portals: vec![("nbd".into(), "127.0.0.1:10809".into())],
             pid: 1,

@@ -248,6 +248,18 @@ pub struct VvolService {
     pub stats: VvolStats,
 }
 
+/// A result per id of a batch: `found` for each id that parses, NotFound
+/// when it finds nothing, the parse fault for one that does not.
+fn each_id<T>(ids: &[String], found: impl Fn(&VvolId) -> Option<T>) -> Vec<ItemResult<T>> {
+    ids.iter()
+        .map(|text| {
+            let result = VvolId::parse(text)
+                .and_then(|id| found(&id).ok_or_else(|| VvolFault::NotFound(format!("vVol {id}"))));
+            ItemResult::of(text.as_str(), result)
+        })
+        .collect()
+}
+
 pub(crate) fn now_unix_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -368,9 +380,8 @@ impl VvolService {
         result
     }
 
-    /// Counts an operation VASA runs as a task, and records it as one.
-    /// Records the outcome of an operation VASA runs as a task; `subject` is
-    /// the vVol it was asked about, if any.
+    /// Counts an operation VASA runs as a task ([`Self::counted`]) and records
+    /// its outcome as one; `subject` is the vVol it was asked about, if any.
     fn tasked<T>(
         &self,
         operation: &str,
@@ -379,16 +390,13 @@ impl VvolService {
         object: impl Fn(&T) -> String,
     ) -> Tasked<T> {
         let started = now_unix_s();
-        let result = self.durable(result);
+        let result = self.counted(result);
         let outcome = result.as_ref().map(&object);
         let task =
             self.tasks
                 .lock()
                 .record(operation, subject.map(VvolId::to_string), outcome, started);
-        Tasked {
-            task,
-            result: self.counted(result),
-        }
+        Tasked { task, result }
     }
 
     /// A task by id (VASA `getTaskUpdate`).
@@ -437,10 +445,6 @@ impl VvolService {
                 .or_insert(0) += 1;
         }
         counts.into_iter().map(|((c, t), n)| (c, t, n)).collect()
-    }
-
-    fn info_of(&self, catalog: &Catalog, rec: &VvolRec) -> VvolInfo {
-        catalog.info(rec)
     }
 
     fn record(&self, id: &VvolId) -> Result<VvolRec> {
@@ -541,25 +545,16 @@ impl VvolService {
         let rec = catalog
             .get(id)
             .ok_or_else(|| VvolFault::NotFound(format!("vVol {id}")))?;
-        Ok(self.info_of(&catalog, rec))
+        Ok(catalog.info(rec))
     }
 
     /// The vVols of `ids` (VASA `queryVirtualVolumeInfo`), a result each.
     pub fn info(&self, ids: &[String]) -> Result<Vec<ItemResult<VvolInfo>>> {
         self.counted(admission::check_batch(ids.len()))?;
         let catalog = self.catalog.read();
-        Ok(ids
-            .iter()
-            .map(|text| {
-                let found = VvolId::parse(text).and_then(|id| {
-                    catalog
-                        .get(&id)
-                        .map(|rec| self.info_of(&catalog, rec))
-                        .ok_or_else(|| VvolFault::NotFound(format!("vVol {id}")))
-                });
-                ItemResult::of(text.as_str(), found)
-            })
-            .collect())
+        Ok(each_id(ids, |id| {
+            catalog.get(id).map(|rec| catalog.info(rec))
+        }))
     }
 
     /// [`Self::info`] as its JSON answer (a list of [`ItemResult`]s), from
@@ -567,17 +562,7 @@ impl VvolService {
     pub fn info_json(&self, ids: &[String]) -> Result<String> {
         self.counted(admission::check_batch(ids.len()))?;
         let catalog = self.catalog.read();
-        let items: Vec<ItemResult<&serde_json::value::RawValue>> = ids
-            .iter()
-            .map(|text| {
-                let found = VvolId::parse(text).and_then(|id| {
-                    catalog
-                        .info_json(&id)
-                        .ok_or_else(|| VvolFault::NotFound(format!("vVol {id}")))
-                });
-                ItemResult::of(text.as_str(), found)
-            })
-            .collect();
+        let items = each_id(ids, |id| catalog.info_json(id));
         Ok(serde_json::to_string(&items).expect("answers serialise"))
     }
 
@@ -639,7 +624,7 @@ impl VvolService {
             what.to_string(),
         );
         self.apply(writer, changes, vec![event], |c| c.put(rec.clone()))?;
-        Ok(self.info_of(&self.catalog.read(), &rec))
+        Ok(self.catalog.read().info(&rec))
     }
 
     /// Grows a vVol (VASA resizes only grow).

@@ -228,7 +228,7 @@ impl VvolService {
         Ok(SnapshotCommit {
             results: recs
                 .iter()
-                .map(|r| ItemResult::of(r.id.as_str(), Ok(self.info_of(&catalog, r))))
+                .map(|r| ItemResult::of(r.id.as_str(), Ok(catalog.info(r))))
                 .collect(),
             prepare_us: taken.prepare_us,
             commit_window_us: taken.commit_window_us,

@@ -76,6 +76,19 @@ fn ids(infos: &[&VvolInfo]) -> Vec<String> {
     infos.iter().map(|i| i.rec.id.to_string()).collect()
 }
 
+/// Prepares and commits one read-only snapshot of `id`: its snapshot vVol's id.
+fn snapshot_of(service: &VvolService, id: &VvolId, metadata: Metadata) -> VvolId {
+    let prepared = service
+        .prepare_snapshot(id, SnapshotKind::ReadOnly)
+        .unwrap();
+    let request = SnapshotRequest {
+        snapshot_id: prepared.snapshot_id.to_string(),
+        metadata,
+    };
+    service.commit_snapshots(&[request], 10_000).unwrap();
+    prepared.snapshot_id
+}
+
 #[test]
 fn queries_find_what_the_metadata_says_and_info_answers_each_id() {
     let dir = tempfile::tempdir().unwrap();
@@ -607,17 +620,10 @@ fn unshared_bitmaps_show_what_changed_since_a_snapshot() {
     let disk = service.create(new_vvol(VvolType::Data, "vm", 64)).unwrap();
     let volume = engine.open_volume(&disk.rec.engine_name()).unwrap();
     volume.write(0, &[1; 4096]).unwrap();
-    let prepared = service
-        .prepare_snapshot(&disk.rec.id, SnapshotKind::ReadOnly)
-        .unwrap();
-    let request = SnapshotRequest {
-        snapshot_id: prepared.snapshot_id.to_string(),
-        metadata: Metadata::new(),
-    };
-    service.commit_snapshots(&[request], 10_000).unwrap();
+    let snapshot = snapshot_of(&service, &disk.rec.id, Metadata::new());
     volume.write(5 * MIB, &[2; 4096]).unwrap();
     volume.write(9 * MIB + 4096, &[3; 4096]).unwrap();
-    let base = &prepared.snapshot_id;
+    let base = &snapshot;
     let bitmap = service
         .unshared_bitmap(&disk.rec.id, base, seg(0, 16 * MIB, MIB))
         .unwrap();
@@ -708,15 +714,8 @@ fn info_answers_kept_serialised_follow_every_change() {
     );
 
     service.unbind("esx1", &ids[..2]).unwrap();
-    let prepared = service
-        .prepare_snapshot(&b.rec.id, SnapshotKind::ReadOnly)
-        .unwrap();
-    let request = SnapshotRequest {
-        snapshot_id: prepared.snapshot_id.to_string(),
-        metadata: meta(&[("VMW_VVolName", "snap")]),
-    };
-    service.commit_snapshots(&[request], 10_000).unwrap();
-    ids.push(prepared.snapshot_id.to_string());
+    let snapshot = snapshot_of(&service, &b.rec.id, meta(&[("VMW_VVolName", "snap")]));
+    ids.push(snapshot.to_string());
     assert_info_json_is_the_typed_answer(&service, &ids);
 
     service.unbind("esx2", &ids[..1]).unwrap();
@@ -737,14 +736,7 @@ fn a_swap_being_emptied_cannot_be_bound_reverted_or_deleted_until_it_is() {
     let (_engine, service) = open(&dir);
     let swap = service.create(new_vvol(VvolType::Swap, "vm", 8)).unwrap();
     let ids = vec![swap.rec.id.to_string()];
-    let prepared = service
-        .prepare_snapshot(&swap.rec.id, SnapshotKind::ReadOnly)
-        .unwrap();
-    let request = SnapshotRequest {
-        snapshot_id: prepared.snapshot_id.to_string(),
-        metadata: Metadata::new(),
-    };
-    service.commit_snapshots(&[request], 10_000).unwrap();
+    let snapshot = snapshot_of(&service, &swap.rec.id, Metadata::new());
     service.writer.lock().emptying.insert(swap.rec.id.clone());
     let answer = service.bind("esx1", &ids).unwrap();
     assert_eq!(answer[0].fault.as_ref().unwrap().kind, "Busy", "{answer:?}");
@@ -753,7 +745,7 @@ fn a_swap_being_emptied_cannot_be_bound_reverted_or_deleted_until_it_is() {
         Err(VvolFault::Busy(_))
     ));
     assert!(matches!(
-        service.revert(&swap.rec.id, &prepared.snapshot_id),
+        service.revert(&swap.rec.id, &snapshot),
         Err(VvolFault::Busy(_))
     ));
     assert_eq!(service.count(), 2, "nothing deleted");

@@ -1,6 +1,8 @@
 //! Extractors whose rejections are [`ApiError`]s, so a malformed body or path gets
 //! the same JSON error shape as every other failure instead of axum's plain text.
 
+use std::fmt::Write as _;
+
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
@@ -57,8 +59,11 @@ fn check_int64(value: &serde_json::Value, path: &mut String) -> Result<(), ApiEr
         }
         serde_json::Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
+                if !holds_numbers(item) {
+                    continue;
+                }
                 let len = path.len();
-                path.push_str(&format!("/{i}"));
+                write!(path, "/{i}").expect("a String takes any text");
                 check_int64(item, path)?;
                 path.truncate(len);
             }
@@ -76,6 +81,15 @@ fn check_int64(value: &serde_json::Value, path: &mut String) -> Result<(), ApiEr
         }
         _ => Ok(()),
     }
+}
+
+/// Whether `value` is or may contain a number: strings, booleans and nulls
+/// are skipped without building their path (a batch is a thousand ids).
+fn holds_numbers(value: &serde_json::Value) -> bool {
+    matches!(
+        value,
+        serde_json::Value::Number(_) | serde_json::Value::Array(_) | serde_json::Value::Object(_)
+    )
 }
 
 fn json_rejection(rejection: JsonRejection) -> ApiError {

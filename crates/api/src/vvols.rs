@@ -254,14 +254,14 @@ async fn delete_vvol(
 async fn query_vvols(
     State(state): State<ApiState>,
     JsonBody(body): JsonBody<QueryVvolsRequest>,
-) -> Result<Json<VvolIds>, ApiError> {
+) -> Result<impl IntoResponse, ApiError> {
     let query = VvolQuery {
         container: body.container,
         vvol_type: body.vvol_type,
         metadata: body.metadata,
     };
-    let ids = vvols_blocking(&state, move |v| v.query(&query)).await?;
-    Ok(Json(VvolIds { ids }))
+    let body = vvols_blocking(&state, move |v| v.query_json(&query)).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body))
 }
 
 /// Many vVols at once (queryVirtualVolumeInfo): a result or a fault for each id

@@ -937,6 +937,16 @@ async fn integers_above_int64_and_bad_names_are_refused_as_what_they_are() {
             "{error}"
         );
     }
+    let in_a_list = format!(r#"{{"name":"c","tags":["a",true,{{"n":[1,{huge}]}}]}}"#);
+    let (status, answer) = call(&f, "POST", "/v1/containers", t, Some(&in_a_list)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains(" at /tags/2/n/1 "),
+        "the path names the list items: {answer}"
+    );
     let (_, containers) = call(&f, "GET", "/v1/containers", t, None).await;
     assert_eq!(containers.as_array().unwrap().len(), 1, "{containers}");
     let fits = format!(r#"{{"name":"c","quota_bytes":{}}}"#, i64::MAX);

@@ -123,6 +123,14 @@ async fn handle(
     Ok(response)
 }
 
+fn too_large(max_body_bytes: usize) -> Response<Full<Bytes>> {
+    let message = format!("the request is larger than {max_body_bytes} bytes");
+    xml_response(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        soap::write_fault(&EnvelopeFault::Client(message)),
+    )
+}
+
 async fn soap_call(
     request: Request<Incoming>,
     provider: Arc<Provider>,
@@ -135,27 +143,33 @@ async fn soap_call(
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let session_cookie = session_cookie(&request);
+    // A body declared too large is refused before any of it is read, so a
+    // client waiting on "Expect: 100-continue" gets the 413 and sends nothing
+    // (answering after reading the limit races the client still sending).
+    let declared_bytes = request
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared_bytes.is_some_and(|bytes| bytes > limits.max_body_bytes as u64) {
+        return too_large(limits.max_body_bytes);
+    }
     let body = match Limited::new(request.into_body(), limits.max_body_bytes)
         .collect()
         .await
     {
         Ok(body) => body.to_bytes(),
         Err(error) => {
-            let too_large = error
+            if error
                 .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some();
-            let (status, message) = if too_large {
-                (
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("the request is larger than {} bytes", limits.max_body_bytes),
-                )
-            } else {
-                (
-                    StatusCode::BAD_REQUEST,
-                    format!("reading the request: {error}"),
-                )
-            };
-            return xml_response(status, soap::write_fault(&EnvelopeFault::Client(message)));
+                .is_some()
+            {
+                return too_large(limits.max_body_bytes);
+            }
+            let message = format!("reading the request: {error}");
+            return xml_response(
+                StatusCode::BAD_REQUEST,
+                soap::write_fault(&EnvelopeFault::Client(message)),
+            );
         }
     };
     let context = RequestContext {

@@ -143,40 +143,37 @@ impl Catalog {
         }
     }
 
-    /// The ids matching `query`, in id order. Starts from the smallest index
-    /// set a constraint names and checks the others on its members only.
+    /// The ids matching `query`, in id order. Each constraint names one index
+    /// set holding exactly the vVols that meet it, so the answer is their
+    /// intersection: the smallest set's members found in every other set. No
+    /// record is read.
     pub fn query(&self, query: &VvolQuery) -> Vec<VvolId> {
         let empty = BTreeSet::new();
-        let mut candidates: Vec<&BTreeSet<VvolId>> = Vec::new();
+        let mut sets: Vec<&BTreeSet<VvolId>> = Vec::new();
         if let Some(container) = &query.container {
-            candidates.push(self.by_container.get(container).unwrap_or(&empty));
+            sets.push(self.by_container.get(container).unwrap_or(&empty));
         }
         if let Some(vvol_type) = query.vvol_type {
-            candidates.push(self.by_type.get(&vvol_type).unwrap_or(&empty));
+            sets.push(self.by_type.get(&vvol_type).unwrap_or(&empty));
         }
         for (k, v) in &query.metadata {
-            candidates.push(self.by_pair.get(&(k.clone(), v.clone())).unwrap_or(&empty));
+            sets.push(self.by_pair.get(&(k.clone(), v.clone())).unwrap_or(&empty));
         }
-        let matches = |rec: &VvolRec| {
-            query.container.as_ref().is_none_or(|c| &rec.container == c)
-                && query.vvol_type.is_none_or(|t| rec.vvol_type == t)
-                && query
-                    .metadata
-                    .iter()
-                    .all(|(k, v)| rec.metadata.get(k) == Some(v))
+        sets.sort_by_key(|set| set.len());
+        let Some((smallest, others)) = sets.split_first() else {
+            let mut all: Vec<VvolId> = self.vvols.keys().cloned().collect();
+            all.sort();
+            return all;
         };
-        match candidates.into_iter().min_by_key(|set| set.len()) {
-            Some(smallest) => smallest
-                .iter()
-                .filter(|id| self.vvols.get(id).is_some_and(matches))
-                .cloned()
-                .collect(),
-            None => {
-                let mut all: Vec<VvolId> = self.vvols.keys().cloned().collect();
-                all.sort();
-                all
-            }
-        }
+        let mut walks: Vec<SetWalk> = others
+            .iter()
+            .map(|set| SetWalk::new(set, smallest.len()))
+            .collect();
+        smallest
+            .iter()
+            .filter(|id| walks.iter_mut().all(|walk| walk.holds(id)))
+            .cloned()
+            .collect()
     }
 
     pub fn snapshots_of(&self, id: &VvolId) -> Vec<VvolId> {
@@ -241,5 +238,131 @@ impl Catalog {
 
     pub fn binding_count(&self) -> usize {
         self.bound.values().map(BTreeSet::len).sum()
+    }
+}
+
+/// Membership in an index set for ids asked in increasing order: a set not
+/// much larger than the ids asked is walked alongside them (one comparison a
+/// step, in memory order), a much larger one is searched for each id.
+enum SetWalk<'a> {
+    Alongside(std::iter::Peekable<std::collections::btree_set::Iter<'a, VvolId>>),
+    Search(&'a BTreeSet<VvolId>),
+}
+
+impl<'a> SetWalk<'a> {
+    /// Past this many members per id asked, a search beats a walk.
+    const WALK_MEMBERS_PER_ID: usize = 8;
+
+    fn new(set: &'a BTreeSet<VvolId>, ids_asked: usize) -> SetWalk<'a> {
+        if set.len() <= ids_asked.saturating_mul(Self::WALK_MEMBERS_PER_ID) {
+            SetWalk::Alongside(set.iter().peekable())
+        } else {
+            SetWalk::Search(set)
+        }
+    }
+
+    /// Whether the set holds `id`; each id asked is greater than the last.
+    fn holds(&mut self, id: &VvolId) -> bool {
+        match self {
+            SetWalk::Search(set) => set.contains(id),
+            SetWalk::Alongside(members) => {
+                while members.next_if(|member| *member < id).is_some() {}
+                members.peek() == Some(&id)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Metadata;
+    use lacuna_engine::Provisioning;
+
+    const CONTAINERS: [&str; 3] = ["a", "b", "c"];
+    const VALUES: [&str; 3] = ["x", "y", "z"];
+
+    fn rec(id: &VvolId, seed: u32) -> VvolRec {
+        let pick = |shift: u32, n: usize| (seed >> shift) as usize % n;
+        let mut metadata = Metadata::new();
+        for (at, key) in ["k1", "k2"].iter().enumerate() {
+            let v = pick(4 + 3 * at as u32, 4);
+            if v < VALUES.len() {
+                metadata.insert(key.to_string(), VALUES[v].to_string());
+            }
+        }
+        VvolRec {
+            id: id.clone(),
+            vvol_type: VvolType::ALL[pick(0, VvolType::ALL.len())],
+            container: CONTAINERS[pick(2, CONTAINERS.len())].to_string(),
+            size_mib: 1,
+            provisioning: Provisioning::Thin,
+            metadata,
+            parent: None,
+            snapshot: None,
+            object_id: u64::from(seed),
+            created_unix_s: 0,
+        }
+    }
+
+    #[test]
+    fn a_set_walked_alongside_or_searched_answers_membership_alike() {
+        let mut all: Vec<VvolId> = (0..40).map(|_| VvolId::random()).collect();
+        all.sort();
+        let set: BTreeSet<VvolId> = all.iter().step_by(3).cloned().collect();
+        let asked: Vec<&VvolId> = all.iter().step_by(2).collect();
+        for ids_asked in [asked.len(), 1] {
+            let mut walk = SetWalk::new(&set, ids_asked);
+            assert_eq!(matches!(walk, SetWalk::Search(_)), ids_asked == 1);
+            for id in &asked {
+                assert_eq!(walk.holds(id), set.contains(*id), "{id}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// After any puts and removes, a query answers exactly the records that
+        /// meet every constraint, in id order, as a scan of all of them would.
+        #[test]
+        fn a_query_answers_what_a_scan_finds(
+            changes in proptest::collection::vec((0usize..12, proptest::prelude::any::<u32>()), 0..60),
+            asks in proptest::collection::vec(proptest::prelude::any::<u32>(), 1..20),
+        ) {
+            let ids: Vec<VvolId> = (0..12).map(|_| VvolId::random()).collect();
+            let mut catalog = Catalog::default();
+            for (at, seed) in changes {
+                if seed % 5 == 0 {
+                    catalog.remove(&ids[at]);
+                } else {
+                    catalog.put(rec(&ids[at], seed));
+                }
+            }
+            for ask in asks {
+                let pick = |shift: u32, n: usize| (ask >> shift) as usize % n;
+                let mut query = VvolQuery::default();
+                if pick(0, 2) == 1 {
+                    query.container = Some(CONTAINERS[pick(1, 3)].to_string());
+                }
+                if pick(3, 2) == 1 {
+                    query.vvol_type = Some(VvolType::ALL[pick(4, 5)]);
+                }
+                for (at, key) in ["k1", "k2"].iter().enumerate() {
+                    if pick(8 + 3 * at as u32, 2) == 1 {
+                        query.metadata.insert(key.to_string(), VALUES[pick(9 + 3 * at as u32, 3)].to_string());
+                    }
+                }
+                let mut scanned: Vec<VvolId> = catalog
+                    .iter()
+                    .filter(|r| {
+                        query.container.as_ref().is_none_or(|c| &r.container == c)
+                            && query.vvol_type.is_none_or(|t| r.vvol_type == t)
+                            && query.metadata.iter().all(|(k, v)| r.metadata.get(k) == Some(v))
+                    })
+                    .map(|r| r.id.clone())
+                    .collect();
+                scanned.sort();
+                proptest::prop_assert_eq!(catalog.query(&query), scanned);
+            }
+        }
     }
 }

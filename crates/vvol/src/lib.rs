@@ -558,12 +558,51 @@ impl VvolService {
     }
 
     /// [`Self::info`] as its JSON answer (a list of [`ItemResult`]s), from
-    /// each vVol's answer kept serialised: what the REST API sends.
+    /// each vVol's answer kept serialised: what the REST API sends. A found
+    /// vVol's item is written as it is (the id asked parsed, so it is ASCII
+    /// letters, digits, dots and dashes); a fault's item through serde.
     pub fn info_json(&self, ids: &[String]) -> Result<String> {
         self.counted(admission::check_batch(ids.len()))?;
         let catalog = self.catalog.read();
-        let items = each_id(ids, |id| catalog.info_json(id));
-        Ok(serde_json::to_string(&items).expect("answers serialise"))
+        let found: Vec<Result<&serde_json::value::RawValue>> = ids
+            .iter()
+            .map(|text| {
+                VvolId::parse(text).and_then(|id| {
+                    catalog
+                        .info_json(&id)
+                        .ok_or_else(|| VvolFault::NotFound(format!("vVol {id}")))
+                })
+            })
+            .collect();
+        // Sized once: growing a buffer of a thousand answers copies it again
+        // at every doubling.
+        const ITEM_OVERHEAD_BYTES: usize = 128;
+        let answers_bytes: usize = found
+            .iter()
+            .map(|json| ITEM_OVERHEAD_BYTES + json.as_ref().map_or(0, |json| json.get().len()))
+            .sum();
+        let mut out = String::with_capacity(answers_bytes);
+        out.push('[');
+        for (at, (text, json)) in ids.iter().zip(found).enumerate() {
+            if at > 0 {
+                out.push(',');
+            }
+            match json {
+                Ok(json) => {
+                    out.push_str("{\"id\":\"");
+                    out.push_str(text);
+                    out.push_str("\",\"result\":");
+                    out.push_str(json.get());
+                    out.push('}');
+                }
+                Err(fault) => {
+                    let item = ItemResult::<()>::of(text.as_str(), Err(fault));
+                    out.push_str(&serde_json::to_string(&item).expect("a fault serialises"));
+                }
+            }
+        }
+        out.push(']');
+        Ok(out)
     }
 
     /// The ids of the vVols matching `query` (VASA `queryVirtualVolume`).
@@ -572,6 +611,30 @@ impl VvolService {
             model::check_pair(k, v)?;
         }
         Ok(self.catalog.read().query(query))
+    }
+
+    /// [`Self::query`] as its JSON answer (`{"ids": [...]}`), written as it
+    /// is: an id is ASCII letters, digits, dots and dashes, nothing to escape.
+    pub fn query_json(&self, query: &VvolQuery) -> Result<String> {
+        let ids = self.query(query)?;
+        const QUOTES_AND_COMMA_BYTES: usize = 3;
+        let mut out =
+            String::with_capacity(16 + ids.len() * (model::ID_LEN + QUOTES_AND_COMMA_BYTES));
+        out.push_str("{\"ids\":[");
+        for (at, id) in ids.iter().enumerate() {
+            debug_assert!(id
+                .as_str()
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'));
+            if at > 0 {
+                out.push(',');
+            }
+            out.push('"');
+            out.push_str(id.as_str());
+            out.push('"');
+        }
+        out.push_str("]}");
+        Ok(out)
     }
 
     /// Sets the pairs given; a pair with an empty value removes its key.

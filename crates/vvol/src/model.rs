@@ -27,11 +27,18 @@ pub const MAX_SIZE_MIB: u64 = lacuna_engine::MAX_VOLUME_BYTES / MIB;
 
 pub(crate) const MIB: u64 = 1 << 20;
 
+/// Length of a vVol id: the prefix and a UUID's 36 characters.
+pub(crate) const ID_LEN: usize = ID_PREFIX.len() + 36;
+
 /// A vVol's id: `rfc4122.` and a lowercase UUID. Parsed case-insensitively.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+///
+/// Kept inline, not on the heap: the catalog's indexes hold every id several
+/// times and a browse walks a thousand of them, so an id is compared, hashed
+/// and copied where it lies. Its order is the order of its text.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(try_from = "String", into = "String")]
-pub struct VvolId(String);
+#[cfg_attr(feature = "openapi", schema(value_type = String))]
+pub struct VvolId([u8; ID_LEN]);
 
 impl VvolId {
     /// A new random (version 4) id.
@@ -41,47 +48,50 @@ impl VvolId {
         bytes[6] = (bytes[6] & 0x0f) | 0x40;
         bytes[8] = (bytes[8] & 0x3f) | 0x80;
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        VvolId(format!(
+        let text = format!(
             "{ID_PREFIX}{}-{}-{}-{}-{}",
             &hex[0..8],
             &hex[8..12],
             &hex[12..16],
             &hex[16..20],
             &hex[20..32]
-        ))
+        );
+        VvolId::parse(&text).expect("a random id is well formed")
     }
 
     pub fn parse(text: &str) -> Result<VvolId, VvolFault> {
         // 8-4-4-4-12 hex digits: dashes at these places, hex digits elsewhere.
         const DASHES: [usize; 4] = [8, 13, 18, 23];
-        const UUID_LEN: usize = 36;
-        let lower = text.to_ascii_lowercase();
-        let uuid = lower.strip_prefix(ID_PREFIX).unwrap_or("").as_bytes();
-        let well_formed = uuid.len() == UUID_LEN
-            && uuid.iter().enumerate().all(|(at, b)| {
+        let bytes = text.as_bytes();
+        let prefixed = bytes.len() == ID_LEN
+            && bytes[..ID_PREFIX.len()].eq_ignore_ascii_case(ID_PREFIX.as_bytes());
+        let well_formed = prefixed
+            && bytes[ID_PREFIX.len()..].iter().enumerate().all(|(at, b)| {
                 if DASHES.contains(&at) {
                     *b == b'-'
                 } else {
                     b.is_ascii_hexdigit()
                 }
             });
-        if well_formed {
-            Ok(VvolId(lower))
-        } else {
-            Err(VvolFault::InvalidArgument(format!(
+        if !well_formed {
+            return Err(VvolFault::InvalidArgument(format!(
                 "'{}' is not a vVol id (rfc4122.xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
                 text.escape_debug()
-            )))
+            )));
         }
+        let mut id = [0u8; ID_LEN];
+        id.copy_from_slice(bytes);
+        id.make_ascii_lowercase();
+        Ok(VvolId(id))
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        std::str::from_utf8(&self.0).expect("a vVol id is ASCII")
     }
 
     /// The UUID without the prefix.
     pub fn uuid(&self) -> &str {
-        &self.0[ID_PREFIX.len()..]
+        &self.as_str()[ID_PREFIX.len()..]
     }
 
     /// The engine volume of a vVol with its own data.
@@ -99,13 +109,32 @@ impl TryFrom<String> for VvolId {
 
 impl From<VvolId> for String {
     fn from(id: VvolId) -> String {
-        id.0
+        id.as_str().to_string()
     }
 }
 
 impl fmt::Display for VvolId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for VvolId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VvolId({:?})", self.as_str())
+    }
+}
+
+impl Serialize for VvolId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for VvolId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        VvolId::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 

@@ -112,6 +112,17 @@ fn queries_find_what_the_metadata_says_and_info_answers_each_id() {
     let mut expected = vec![config.rec.id.clone(), other.rec.id.clone()];
     expected.sort();
     assert_eq!(configs, expected);
+    let configs_json: serde_json::Value = serde_json::from_str(
+        &service
+            .query_json(&VvolQuery {
+                container: Some("default".into()),
+                metadata: meta(&[("VMW_VVolType", "Config")]),
+                ..VvolQuery::default()
+            })
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(configs_json, serde_json::json!({ "ids": expected }));
     let vm1 = service
         .query(&VvolQuery {
             metadata: meta(&[("VMW_VmID", "vm1")]),

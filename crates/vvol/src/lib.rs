@@ -564,41 +564,31 @@ impl VvolService {
     pub fn info_json(&self, ids: &[String]) -> Result<String> {
         self.counted(admission::check_batch(ids.len()))?;
         let catalog = self.catalog.read();
-        let found: Vec<Result<&serde_json::value::RawValue>> = ids
-            .iter()
-            .map(|text| {
-                VvolId::parse(text).and_then(|id| {
-                    catalog
-                        .info_json(&id)
-                        .ok_or_else(|| VvolFault::NotFound(format!("vVol {id}")))
-                })
-            })
-            .collect();
+        let items = each_id(ids, |id| catalog.info_json(id));
         // Sized once: growing a buffer of a thousand answers copies it again
         // at every doubling.
         const ITEM_OVERHEAD_BYTES: usize = 128;
-        let answers_bytes: usize = found
+        let answers_bytes: usize = items
             .iter()
-            .map(|json| ITEM_OVERHEAD_BYTES + json.as_ref().map_or(0, |json| json.get().len()))
+            .map(|item| {
+                ITEM_OVERHEAD_BYTES + item.id.len() + item.result.map_or(0, |json| json.get().len())
+            })
             .sum();
         let mut out = String::with_capacity(answers_bytes);
         out.push('[');
-        for (at, (text, json)) in ids.iter().zip(found).enumerate() {
+        for (at, item) in items.iter().enumerate() {
             if at > 0 {
                 out.push(',');
             }
-            match json {
-                Ok(json) => {
+            match item.result {
+                Some(json) => {
                     out.push_str("{\"id\":\"");
-                    out.push_str(text);
+                    out.push_str(&item.id);
                     out.push_str("\",\"result\":");
                     out.push_str(json.get());
                     out.push('}');
                 }
-                Err(fault) => {
-                    let item = ItemResult::<()>::of(text.as_str(), Err(fault));
-                    out.push_str(&serde_json::to_string(&item).expect("a fault serialises"));
-                }
+                None => out.push_str(&serde_json::to_string(item).expect("a fault serialises")),
             }
         }
         out.push(']');
